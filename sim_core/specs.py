@@ -1,0 +1,169 @@
+"""Plain data types shared by every part of the simulator.
+
+The simulator is a pure function from *columns* (one numpy array per field, one row per
+configuration) to columns of predictions. These types describe the fixed things a column is
+derived from (a model's shape, a GPU, a cluster) and the names and defaults of every column,
+so that the catalogs, the search engine and the core agree on one vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+# ---------------------------------------------------------------------------------------------
+# Enumerations: string values a user writes, and the small integer codes the core computes with.
+# ---------------------------------------------------------------------------------------------
+RECOMPUTE = ("none", "selective", "full")
+PRECISION = ("bf16", "fp8")
+ACTIVATION = ("gelu", "swiglu", "relu2")
+ATTENTION = ("mha", "mla")  # mha covers MHA/GQA/MQA through kv_heads
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shape of a decoder-only transformer. MoE fields stay 0 for dense models."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    activation: str = "gelu"
+    tied_embeddings: bool = False
+    head_dim: int = 0  # 0 = hidden // heads
+    seq_len: int = 0  # default training sequence length (0 = must be given by the run)
+    # Mixture of experts
+    experts: int = 0
+    top_k: int = 0
+    expert_ffn: int = 0
+    shared_experts: int = 0
+    first_dense_layers: int = 0
+    # Multi-head latent attention (DeepSeek-V2/V3); 0 = not MLA
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    source: str = ""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    def columns(self) -> dict:
+        """The model's fields as run-frame columns (see MODEL_COLUMNS)."""
+        d = asdict(self)
+        d.pop("source")
+        d["model"] = d.pop("name")
+        return d
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator type. Throughputs are dense (no sparsity), per GPU."""
+
+    name: str
+    peak_tflops: dict  # dtype -> dense TFLOP/s, keys fp32, tf32, bf16, fp8
+    hbm_gib: float  # usable HBM capacity in GiB
+    hbm_bw_gbs: float  # HBM bandwidth, GB/s
+    sm_count: int
+    sm_arch: int  # 80 Ampere, 90 Hopper, 100 Blackwell (selects NCCL tuning tables)
+    nvlink_bw_gbs: float  # NVLink bandwidth per GPU per direction, GB/s
+    nvls: bool  # NVLink SHARP (in-switch reduction) available
+    price_per_hour: float  # default on-demand price per GPU-hour, USD
+    tdp_w: float = 0.0
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """How GPUs are packaged and wired. Bandwidths are per direction."""
+
+    name: str
+    gpu: str
+    gpus_per_node: int = 8
+    nics_per_node: int = 8
+    nic_bw_gbs: float = 50.0  # per NIC, GB/s (400 Gb/s = 50 GB/s)
+    intra_latency_us: float = 2.0
+    inter_latency_us: float = 5.0
+    source: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Run-frame columns: every configuration is one row with these fields.
+# ---------------------------------------------------------------------------------------------
+MODEL_COLUMNS = {
+    # name: default (None = required)
+    "model": "",
+    "layers": None,
+    "hidden": None,
+    "heads": None,
+    "kv_heads": 0,  # 0 = heads
+    "ffn": None,
+    "vocab": None,
+    "activation": "gelu",
+    "tied_embeddings": False,
+    "head_dim": 0,
+    "experts": 0,
+    "top_k": 0,
+    "expert_ffn": 0,
+    "shared_experts": 0,
+    "first_dense_layers": 0,
+    "q_lora_rank": 0,
+    "kv_lora_rank": 0,
+    "qk_rope_head_dim": 0,
+    "qk_nope_head_dim": 0,
+    "v_head_dim": 0,
+}
+
+RUN_COLUMNS = {
+    "seq_len": None,
+    "global_batch": None,  # sequences per optimizer step
+    "precision": "bf16",
+}
+
+CLUSTER_COLUMNS = {
+    "gpu": None,  # GPU catalog id
+    "num_gpus": None,
+    "gpus_per_node": 8,
+    "nics_per_node": 0,  # 0 = from the cluster/GPU defaults
+    "nic_bw_gbs": 0.0,  # 0 = from defaults
+}
+
+PARALLEL_COLUMNS = {
+    "tp": 1,
+    "pp": 1,
+    "dp": 0,  # 0 = derived: num_gpus / (tp * pp * cp)
+    "cp": 1,
+    "ep": 1,
+    "etp": 0,  # expert tensor parallel; 0 = same as tp
+    "vpp": 1,  # virtual pipeline stages (model chunks) per pipeline rank
+    "micro_batch": 1,
+    "recompute": "none",
+    "sequence_parallel": False,
+    "zero": 1,  # 0 none, 1 optimizer states, 2 + grads, 3 + params (3 == FSDP full shard)
+    "distributed_optimizer": True,  # Megatron name for zero>=1 on optimizer states
+    "overlap_grad_reduce": True,
+    "overlap_param_gather": True,
+    "tp_comm_overlap": False,
+    "moe_a2a_overlap": False,
+}
+
+ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS}
+
+CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION}
+
+
+@dataclass
+class Prediction:
+    """Names of the output columns (documentation and tests refer to this list)."""
+
+    core: tuple = (
+        "valid", "invalid_reason", "dp", "num_microbatches", "step_time_s",
+        "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib", "fits",
+    )
+    breakdown_prefix: str = "time_"  # time_compute, time_recompute, time_tp, time_cp, ...
+    memory_prefix: str = "mem_"  # mem_weights, mem_grads, mem_optimizer, mem_activations, ...
+    extra: list = field(default_factory=list)
