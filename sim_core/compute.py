@@ -1,0 +1,126 @@
+"""Compute time of the workload's ops: a roofline with size-dependent efficiency curves.
+
+GEMMs run at `peak * gemm_max * wave_efficiency * K/(K + k_half)` unless their bytes make them
+memory-bound; attention at `peak * attn_eff * s/(s + s_half)`; elementwise ops at a fraction of
+HBM bandwidth. The constants live in catalogs/efficiency.yaml with their sources. A learned
+per-op model (sweep calibrate) can replace `gemm_efficiency` through `set_gemm_model`.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import numpy as np
+import yaml
+
+from .columns import Batch
+from .workload import Workload
+
+TILE_M, TILE_N = 128, 128  # output tile of a tensor-core GEMM kernel (cuBLAS/CUTLASS default)
+
+_gemm_model = None  # optional learned model: f(batch, m, n, k, is_fp8) -> efficiency array
+
+
+def set_gemm_model(model) -> None:
+    """Install a learned GEMM-efficiency model (None restores the roofline curve)."""
+    global _gemm_model
+    _gemm_model = model
+
+
+@functools.lru_cache(maxsize=1)
+def efficiency_table() -> dict:
+    text = resources.files("sim_core").joinpath("catalogs/efficiency.yaml").read_text()
+    return yaml.safe_load(text)["arch"]
+
+
+def _by_arch(arch: np.ndarray, key: str, sub: str | None = None) -> np.ndarray:
+    table = efficiency_table()
+    out = np.empty_like(arch, dtype=np.float64)
+    for a, row in table.items():
+        val = row[key][sub] if sub else row[key]
+        out[arch == a] = val
+    known = np.isin(arch, list(table))
+    if not known.all():  # unknown architectures use the newest known one
+        newest = table[max(table)]
+        out[~known] = newest[key][sub] if sub else newest[key]
+    return out
+
+
+def gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
+    """Fraction of dense peak a GEMM of shape (m, n, k) achieves on each configuration's GPU."""
+    if _gemm_model is not None:
+        return _gemm_model(b, m, n, k, fp8)
+    arch = b.sm_arch
+    emax = np.where(fp8, _by_arch(arch, "gemm_max", "fp8"), _by_arch(arch, "gemm_max", "bf16"))
+    tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
+    waves = tiles / b.sm_count
+    wave_eff = waves / np.ceil(waves)
+    k_eff = k / (k + _by_arch(arch, "gemm_k_half"))
+    return emax * wave_eff * k_eff
+
+
+def stage_times(b: Batch, wl: Workload) -> dict:
+    """Seconds per micro-batch on one GPU: forward, backward, recompute, by stage part.
+
+    Returns arrays for the transformer layers of a stage (`layer_*`), and for the extra work of
+    the first stage (embedding) and of the last stage (LM head + loss).
+    """
+    fp8 = (b.precision == 1) & (b.peak_fp8 > 0)
+    peak_bf16 = b.peak_bf16 * 1e12
+    peak_gemm = np.where(fp8, b.peak_fp8, b.peak_bf16) * 1e12
+    hbm = b.hbm_bw_gbs * 1e9 * _by_arch(b.sm_arch, "elementwise")
+    attn_half = _by_arch(b.sm_arch, "attn_seq_half")
+    seq_eff = b.seq_len / (b.seq_len + attn_half)
+    attn_f = peak_bf16 * _by_arch(b.sm_arch, "attn_fwd") * seq_eff
+    attn_b = peak_bf16 * _by_arch(b.sm_arch, "attn_bwd") * seq_eff
+    overhead = _by_arch(b.sm_arch, "layer_overhead_us") * 1e-6 * wl.layers_per_stage
+
+    parts = {w: {"fwd": 0.0, "bwd": 0.0, "wgrad": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,
+                 "elem_fwd": 0.0}
+             for w in ("layer", "first_stage", "last_stage")}
+    for op in wl.ops:
+        if op.op_class == "gemm":
+            is_fp8 = fp8 & (op.where == "layer")  # LM head stays bf16 (TE recipes)
+            eff = gemm_efficiency(b, op.gemm_m, op.gemm_n, op.gemm_k, is_fp8)
+            rate = np.where(is_fp8, peak_gemm, peak_bf16) * eff
+            # memory-bound floor: bytes moved per FLOP of the representative GEMM
+            m, n, k = op.gemm_m, op.gemm_n, op.gemm_k
+            bytes_per_flop = (m * k + k * n + m * n) / (m * n * k)  # 2 bytes / 2 flops
+            sec_per_flop = np.maximum(1.0 / rate, bytes_per_flop / hbm)
+            fwd = op.fwd_flops * sec_per_flop
+            bwd = op.bwd_flops * sec_per_flop
+            wgrad = op.bwd_wgrad_flops * sec_per_flop
+            parts[op.where]["gemm_fwd"] = parts[op.where]["gemm_fwd"] + fwd
+        elif op.op_class == "attention":
+            fwd = op.fwd_flops / attn_f
+            bwd = op.bwd_flops / attn_b
+            wgrad = 0.0
+            parts[op.where]["attn_fwd"] = parts[op.where]["attn_fwd"] + fwd
+        else:
+            fwd = op.fwd_bytes / hbm
+            bwd = op.bwd_bytes / hbm
+            wgrad = 0.0
+            parts[op.where]["elem_fwd"] = parts[op.where]["elem_fwd"] + fwd
+        parts[op.where]["fwd"] = parts[op.where]["fwd"] + fwd
+        parts[op.where]["bwd"] = parts[op.where]["bwd"] + bwd
+        parts[op.where]["wgrad"] = parts[op.where]["wgrad"] + wgrad
+    lay = parts["layer"]
+    lay["fwd"] = lay["fwd"] + overhead
+    lay["bwd"] = lay["bwd"] + 2 * overhead
+    # recompute: full replays the layer forward; selective replays the memory-bound ops
+    # (norms, activation function) it did not keep
+    rc = b.recompute
+    lay["recompute"] = np.where(rc == 2, lay["fwd"], np.where(rc == 1, 0.5 * lay["elem_fwd"], 0.0))
+    out = {}
+    for w, d in parts.items():
+        for k, val in d.items():
+            out[f"{w}_{k}"] = np.broadcast_to(np.asarray(val, dtype=np.float64), b.tp.shape)
+    return out
+
+
+def optimizer_time(b: Batch, params_opt: np.ndarray) -> np.ndarray:
+    """Adam step over the parameters this GPU updates: ~32 bytes of HBM traffic each
+    (read fp32 grad, master, m, v; write master, m, v; write bf16 weight)."""
+    hbm = b.hbm_bw_gbs * 1e9 * _by_arch(b.sm_arch, "elementwise")
+    return 32.0 * params_opt / hbm

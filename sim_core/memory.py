@@ -1,0 +1,146 @@
+"""Peak GPU memory of the worst rank, by category, and whether it fits.
+
+Model states (weights, gradients, optimizer) follow the sharding of ZeRO / the distributed
+optimizer / FSDP over the data-parallel group (dp x cp). Activations follow Korthikanti et al.
+(2022), re-derived per op so that GQA, SwiGLU, MoE, sequence parallelism, CP and the recompute
+modes change the coefficients instead of the famous 34. The peak is the larger of two phases:
+forward/backward (states + activations in flight + working buffers) and the optimizer step
+(states + the optimizer's temporaries), as TorchSim observes (seed 003, Tables 3-4).
+
+Constants that are not exact byte counts are named below with their reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .columns import Batch
+from .workload import ACT_BYTES, Workload, model_dims
+
+GIB = 1024.0**3
+# CUDA context, cuBLAS workspaces and NCCL channel buffers: not visible to PyTorch's allocator
+# but resident on the device. Typical figures: context 0.3-0.5 GiB, NCCL 0.2-1 GiB with 8+
+# channels per communicator (modeling notes §3).
+RUNTIME_GIB = 1.0
+# PyTorch's caching allocator reserves more than it allocates (block rounding, fragmentation);
+# peak reserved / peak allocated is ~1.05-1.15 in published traces. Applied to the dynamic part.
+FRAGMENTATION = 1.10
+# Bytes kept per logit for the loss: bf16 logits (2) + fp32 copy for softmax/CE (4) + fp32
+# gradient of the logits during backward (4). Megatron's fused vocab-parallel CE and
+# torch's F.cross_entropy on upcast logits both hold about this much.
+LOGIT_BYTES = 10.0
+# Torch's multi-tensor (foreach) AdamW allocates temporaries as large as the fp32 shard it
+# updates (e.g. sqrt(v) + eps, the update); FSDP frameworks use it (ZeRO-3 here). Megatron's
+# fused Adam works in place.
+FOREACH_TEMP_BYTES = 8.0
+
+
+def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict) -> dict:
+    """Bytes one micro-batch leaves stored per transformer layer, for each recompute mode."""
+    h = dims["h"]
+    rep = np.where(sp, t, 1.0)  # replicated-under-TP tensors are sharded only with SP
+    moe_frac = dims["n_moe_layers"] / b.layers
+    # FP8 (Transformer Engine) saves the FP8-cast input of each GEMM for its weight gradient:
+    # 1 byte instead of 2 for the QKV, out-proj, FC1 and FC2 inputs
+    g_in = np.where((b.precision == 1) & (b.peak_fp8 > 0), 1.0, ACT_BYTES)
+    # attention block: norm input, QKV input, Q/K/V, attention output (= out-proj input),
+    # softmax statistics (fp32 log-sum-exp per head)
+    qkv = dims["q_dim"] + 2 * dims["kv_dim"]
+    attn = ((ACT_BYTES + g_in) * T * h / rep + ACT_BYTES * T * qkv / t
+            + g_in * T * dims["a"] * dims["dv"] / t + 4.0 * T * dims["a"] / t)
+    # MLP block: norm input, FC1 input, FC1 output(s) and the activation output (FC2 input)
+    fc1_out = np.where(b.activation == 1, 2.0, 1.0)
+    dense_mlp = ((ACT_BYTES + g_in) * T * h / rep + ACT_BYTES * T * b.ffn * fc1_out / t
+                 + g_in * T * b.ffn / t)
+    # MoE: each token is routed to top_k experts (+ shared): dispatched copies of the hidden
+    # state and the expert FC1/activation outputs, plus router probabilities
+    routed = (b.top_k + b.shared_experts)
+    moe_mlp = ((ACT_BYTES + g_in) * T * h / rep + g_in * T * routed * h / t
+               + ACT_BYTES * T * routed * b.expert_ffn * fc1_out / t
+               + g_in * T * routed * b.expert_ffn / t + 4.0 * T * b.experts / t)
+    mlp = (1 - moe_frac) * dense_mlp + moe_frac * moe_mlp
+    none = attn + mlp
+    # selective: recompute norms and the activation function (drop their outputs)
+    f_width = (1 - moe_frac) * b.ffn + moe_frac * routed * b.expert_ffn
+    selective = none - g_in * T * h * 2 / rep - g_in * T * f_width / t
+    full = ACT_BYTES * T * h / rep  # only the layer input is kept
+    return {"none": none, "selective": selective, "full": full}
+
+
+def estimate(b: Batch, wl: Workload) -> dict:
+    """Memory per category (bytes) for the worst rank, plus peak and fits."""
+    dims = model_dims(b)
+    t, p, v = b.tp, b.pp, b.vpp
+    T = wl.tokens
+    m = wl.num_microbatches
+    sp = b.sequence_parallel & (t > 1)
+    z = b.zero
+    ds = wl.dp * b.cp  # data-parallel sharding group (CP ranks hold the same weights)
+    edp = np.maximum(wl.dp * b.cp * t / (b.ep * np.where(b.etp > 0, b.etp, t)), 1.0)
+    P = wl.params_stage
+    P_exp = P * wl.expert_fraction
+    P_dense = P - P_exp
+    # parameters as a sharded count: dense ones over ds, expert ones over expert-dp
+    P_shard = P_dense / ds + P_exp / edp
+
+    # ---- model states ----------------------------------------------------------------------
+    fsdp = z == 3
+    weights = np.where(fsdp, 2.0 * P_shard, 2.0 * P)
+    # FP8 (Transformer Engine) caches an FP8 copy of each layer weight for the step
+    fp8 = (b.precision == 1) & (b.peak_fp8 > 0)
+    weights = weights + np.where(fp8 & ~fsdp, 1.0 * (P - wl.params_embed), 0.0)
+    grads = np.where(z >= 2, 4.0 * P_shard, 4.0 * P)  # fp32 main grads
+    master_adam = 12.0
+    optimizer = np.where(z >= 1, master_adam * P_shard, master_adam * P)
+
+    # ---- activations -----------------------------------------------------------------------
+    per_layer = activation_bytes_per_layer(b, T, t, sp, dims)
+    rc = b.recompute
+    stored = np.where(rc == 2, per_layer["full"],
+                      np.where(rc == 1, per_layer["selective"], per_layer["none"]))
+    L_stage = wl.layers_per_stage
+    # micro-batches in flight on the first stage: 1F1B keeps p; interleaving adds (p-1)/v
+    # chunks (Korthikanti et al.: factor 1 + (p-1)/(p*v)); never more than the step has
+    in_flight = np.where(p > 1, np.minimum(p + (p - 1) / v, m * 1.0), 1.0)
+    in_flight = np.where((p > 1) & (v == 1), np.minimum(p, m), in_flight)
+    act_first = stored * L_stage * in_flight
+    # during backward one layer's full set of activations is live again (recomputed or not),
+    # plus its gradients (same order of size)
+    working = 2.0 * per_layer["none"]
+    # SP / TP: the all-gathered input of a column-parallel GEMM is materialised
+    working = working + np.where(sp, ACT_BYTES * T * dims["h"], 0.0)
+    # last stage: one micro-batch in flight, plus the logits and the loss buffers
+    logits = LOGIT_BYTES * T * b.vocab / t
+    act_last = stored * L_stage * np.where(p > 1, 1.0, 0.0)
+    activations = np.where(p > 1, np.maximum(act_first, act_last + logits), act_first)
+    logits_cat = np.where(p > 1, np.where(act_last + logits > act_first, logits, 0.0), logits)
+    activations = activations - logits_cat
+
+    # ---- working buffers -------------------------------------------------------------------
+    # FSDP/ZeRO-3: the largest unit is all-gathered (bf16) with its bf16 grads and an fp32
+    # reduce-scatter buffer (8 B/param), and the next layer is prefetched (2 B/param)
+    largest_unit = np.maximum(wl.params_layer, np.where(p > 1, 0.0, wl.params_embed))
+    fsdp_buf = np.where(fsdp, 8.0 * largest_unit + 2.0 * wl.params_layer, 0.0)
+    # pipeline: send/recv buffers for activations in both directions
+    pp_buf = np.where(p > 1, 2 * ACT_BYTES * T * dims["h"] / np.where(sp, t, 1.0), 0.0)
+    buffers = fsdp_buf + pp_buf
+
+    dynamic = (activations + logits_cat + working) * FRAGMENTATION + buffers
+    states = weights + grads + optimizer
+    fwd_bwd_peak = states + dynamic
+    opt_peak = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_shard, 0.0)
+    peak = np.maximum(fwd_bwd_peak, opt_peak) + RUNTIME_GIB * GIB
+    fits = peak / GIB <= b.hbm_gib
+    return {
+        "mem_weights": weights / GIB,
+        "mem_grads": grads / GIB,
+        "mem_optimizer": optimizer / GIB,
+        "mem_activations": activations * FRAGMENTATION / GIB,
+        "mem_logits": logits_cat * FRAGMENTATION / GIB,
+        "mem_working": working * FRAGMENTATION / GIB,
+        "mem_buffers": buffers / GIB,
+        "mem_optimizer_temp": np.maximum(opt_peak - fwd_bwd_peak, 0.0) / GIB,
+        "mem_runtime": np.full_like(peak, RUNTIME_GIB),
+        "peak_memory_gib": peak / GIB,
+        "fits": fits,
+    }

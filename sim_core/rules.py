@@ -1,0 +1,57 @@
+"""Which configurations are valid: the divisibility rules of Megatron-style 5D parallelism.
+
+Each rule is a vectorized predicate; the first rule a configuration breaks becomes its reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .columns import Batch
+
+
+def _divides(a, b):
+    """a divides b (both float arrays of integers)."""
+    return (a > 0) & (np.mod(b, np.where(a > 0, a, 1)) == 0)
+
+
+def rules(b: Batch) -> list[tuple[str, np.ndarray]]:
+    """(reason, violated mask) in the order they are checked."""
+    t, p, c, e, v = b.tp, b.pp, b.cp, b.ep, b.vpp
+    kv = np.where(b.kv_heads > 0, b.kv_heads, b.heads)
+    etp = np.where(b.etp > 0, b.etp, t)
+    world = t * p * c
+    dp = np.where(b.dp > 0, b.dp, np.floor(b.num_gpus / np.maximum(world, 1)))
+    moe = b.experts > 0
+    positive = (t >= 1) & (p >= 1) & (c >= 1) & (e >= 1) & (v >= 1) & (b.micro_batch >= 1)
+    return [
+        ("parallel sizes must be positive integers", ~positive),
+        ("num_gpus % (tp*pp*cp) != 0", ~_divides(world, b.num_gpus)),
+        ("dp*tp*pp*cp != num_gpus", dp * world != b.num_gpus),
+        ("heads % tp != 0", ~_divides(t, b.heads)),
+        ("kv_heads and tp: neither divides the other", ~(_divides(t, kv) | _divides(kv, t))),
+        ("tp > gpus_per_node * 8 (tp spans too many nodes)", t > 8 * b.gpus_per_node),
+        ("layers % (pp*vpp) != 0", ~_divides(p * v, b.layers)),
+        ("vpp > 1 needs pp > 1", (v > 1) & (p == 1)),
+        ("sequence_parallel needs tp > 1", b.sequence_parallel & (t == 1)),
+        ("seq_len % (2*cp) != 0 (causal load balancing)", (c > 1) & ~_divides(2 * c, b.seq_len)),
+        ("ep > 1 needs a MoE model", (e > 1) & ~moe),
+        ("experts % ep != 0", moe & ~_divides(e, b.experts)),
+        ("ep*etp must divide dp*cp*tp", moe & ~_divides(e * etp, dp * c * t)),
+        ("global_batch % (dp*micro_batch) != 0", ~_divides(dp * b.micro_batch, b.global_batch)),
+        ("interleaved schedule needs microbatches % pp == 0",
+         (v > 1) & ~_divides(p, b.global_batch / np.maximum(dp * b.micro_batch, 1))),
+        ("zero must be 0, 1, 2 or 3", ~np.isin(b.zero, (0, 1, 2, 3))),
+    ]
+
+
+def check(b: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (valid mask, reason array of str; '' where valid)."""
+    n = len(b)
+    reason = np.full(n, "", dtype=object)
+    valid = np.ones(n, dtype=bool)
+    for text, bad in rules(b):
+        new = bad & valid
+        reason[new] = text
+        valid &= ~bad
+    return valid, reason

@@ -1,0 +1,86 @@
+"""The simulator's front door: configurations in, predictions out.
+
+`simulate(batch)` is the vectorized hot path (numpy arrays in, arrays out);
+`simulate_frame(df)` wraps it for tables (the search engine, the CLI, validation).
+Invalid configurations are computed on harmless stand-in values and then blanked, so the
+hot path never branches per configuration.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import memory, rules, step, workload
+from .columns import Batch, frame_to_batch
+
+# fields replaced by 1 in invalid rows so that the arithmetic stays finite
+_SAFE_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "dp")
+
+
+def _safe(b: Batch, valid: np.ndarray) -> Batch:
+    if valid.all():
+        return b
+    s = Batch(b)
+    for f in _SAFE_FIELDS:
+        s[f] = np.where(valid, b[f], 1.0 if f != "dp" else 0.0)
+    # num_gpus must match the stand-in world size
+    s["num_gpus"] = np.where(valid, b.num_gpus, 1.0)
+    s["global_batch"] = np.where(valid, b.global_batch, 1.0)
+    s["sequence_parallel"] = np.where(valid, b.sequence_parallel, False)
+    return s
+
+
+def simulate(b: Batch, profile=None) -> dict:
+    """Predict step time, breakdown and memory for every configuration in the batch."""
+    valid, reason = rules.check(b)
+    s = _safe(b, valid)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wl = workload.build(s)
+        times = step.compose(s, wl, profile)
+        mem = memory.estimate(s, wl)
+        step_t = times["step_time_s"]
+        tokens = s.global_batch * s.seq_len
+        n = s.num_gpus
+        peak = s.peak_bf16 * 1e12
+        # MFU against the bf16 dense peak (also for FP8 runs, as NVIDIA and torchtitan report)
+        mfu = wl.model_flops_per_step / (step_t * n * peak)
+        recompute_share = np.where(s.recompute == 2, 1.0 / 3.0, 0.0)  # full: +1 fwd of 3 passes
+        hfu = mfu * (1 + recompute_share)
+    out = {
+        "valid": valid,
+        "invalid_reason": reason,
+        "dp": wl.dp,
+        "num_microbatches": wl.num_microbatches,
+        "step_time_s": step_t,
+        "tokens_per_s_per_gpu": tokens / (step_t * n),
+        "mfu": mfu,
+        "hfu": hfu,
+        **{k: v for k, v in times.items() if k != "step_time_s"},
+        **mem,
+        "params_per_gpu": wl.params_stage,
+    }
+    for k, v in out.items():
+        if k in ("valid", "invalid_reason"):
+            continue
+        if k == "fits":
+            out[k] = np.where(valid, v, False)
+        else:
+            out[k] = np.where(valid, np.asarray(v, dtype=np.float64), np.nan)
+    return out
+
+
+def simulate_frame(df: pd.DataFrame, profile=None) -> pd.DataFrame:
+    """Simulate a table of configurations (columns named as in specs.ALL_COLUMNS)."""
+    if len(df) == 0:
+        return pd.DataFrame(index=df.index)
+    b = frame_to_batch(df)
+    out = simulate(b, profile)
+    return pd.DataFrame(out, index=df.index)
+
+
+def check_rules(df: pd.DataFrame) -> pd.Series:
+    """Reason each configuration is invalid ('' where valid), without simulating."""
+    b = frame_to_batch(df)
+    _, reason = rules.check(b)
+    return pd.Series(reason, index=df.index, dtype=object)

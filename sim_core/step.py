@@ -1,0 +1,159 @@
+"""Compose one training step: pipeline schedule, exposed communication, slowdown, optimizer.
+
+Per micro-batch, a pipeline stage spends forward + backward (+ recompute) compute plus the
+communication of TP, CP and EP that its overlap settings leave exposed. The pipeline runs m
+micro-batches through p stages: 1F1B takes m * t_max + (p - 1) * t_avg; the interleaved
+schedule with v model chunks per rank shrinks the bubble to (p - 1)/v * t_avg. After the
+pipeline flush comes the data-parallel gradient synchronisation (partly hidden behind the last
+micro-batch's backward), then the optimizer step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import compute, nccl, overlap
+from .columns import Batch
+from .workload import Workload
+
+COLL_CODE = {name: i for i, name in enumerate(nccl.COLLECTIVES)}
+# Megatron's DDP splits gradients into buckets of at least 40M elements; the last bucket's
+# reduction cannot overlap any backward compute (Megatron-LM distributed data parallel config).
+BUCKET_PARAMS = 40e6
+
+
+def network(b: Batch) -> dict:
+    """Per-configuration network parameters for the NCCL model."""
+    return {
+        "sm_arch": b.sm_arch,
+        "nvlink_bw_gbs": b.nvlink_bw_gbs,
+        "nvls": b.nvls > 0,
+        "nic_bw_gbs": b.nic_bw_gbs * b.nics_per_node / b.gpus_per_node,
+        "intra_latency_us": b.intra_latency_us,
+        "inter_latency_us": b.inter_latency_us,
+    }
+
+
+def comm_times(b: Batch, wl: Workload, profile=None) -> list[tuple]:
+    """(Comm, seconds per call) for every communication kind in the workload."""
+    net = network(b)
+    out = []
+    for cm in wl.comms:
+        code = np.full(cm.group.shape, COLL_CODE[cm.op])
+        group = np.maximum(cm.group, 1.0)
+        res = nccl.collective_time(code, cm.nbytes, group.astype(np.int64),
+                                   np.maximum(cm.nodes, 1.0).astype(np.int64), net,
+                                   profile=profile)
+        per_call = np.where(cm.calls_per_step > 0, res["time_s"], 0.0)
+        out.append((cm, per_call))
+    return out
+
+
+def compose(b: Batch, wl: Workload, profile=None) -> dict:
+    st = compute.stage_times(b, wl)
+    m = wl.num_microbatches
+    p, v, t = b.pp, b.vpp, b.tp
+    arch = b.sm_arch
+    sf_gemm = overlap.slowdown(arch, "gemm")
+    sf_attn = overlap.slowdown(arch, "attention")
+
+    totals = {dim: np.zeros_like(m) for dim in ("tp", "cp", "ep", "dp", "pp")}
+    per_mb = {dim: np.zeros_like(m) for dim in ("tp", "cp", "ep", "pp")}
+    tp_edge = np.zeros_like(m)
+    dp_parts = {"backward": np.zeros_like(m), "forward": np.zeros_like(m)}
+    dp_per_mb = {"backward": np.zeros_like(m), "forward": np.zeros_like(m)}
+    for cm, per_call in comm_times(b, wl, profile):
+        total = per_call * cm.calls_per_step
+        if cm.dim == "dp":
+            z3 = b.zero >= 2
+            if cm.overlap in dp_parts:
+                # ZeRO-2/3 issue their collectives every micro-batch: count them per micro-batch
+                dp_per_mb[cm.overlap] += np.where(z3 & (cm.calls_per_step >= m), total / m, 0.0)
+                dp_parts[cm.overlap] += np.where(z3 & (cm.calls_per_step >= m), 0.0, total)
+        elif cm.dim == "tp" and cm.overlap == "none":
+            tp_edge += total / m
+        else:
+            per_mb[cm.dim] += total / m
+
+    # ---- per micro-batch stage time ------------------------------------------------------
+    lay_fwd, lay_bwd, lay_rc = st["layer_fwd"], st["layer_bwd"], st["layer_recompute"]
+    gemm_window = st["layer_gemm_fwd"] * 3.0  # forward + backward GEMMs of the stage
+    attn_window = st["layer_attn_fwd"] * 3.5
+    # TP: exposed unless TP-comm overlap (userbuffers / AsyncTP) splits each collective into
+    # tp chunks pipelined with the GEMM; the first chunk stays exposed
+    tp_exp_ov, tp_extra = overlap.overlapped(per_mb["tp"], gemm_window, sf_gemm)
+    tp_exp_ov = tp_exp_ov + per_mb["tp"] / np.maximum(t, 2)
+    ov = b.tp_comm_overlap
+    tp_exposed = np.where(ov, tp_exp_ov, per_mb["tp"]) + tp_edge
+    slow = np.where(ov, tp_extra, 0.0)
+    # CP: the ring exchange of K/V blocks overlaps the attention of the block in hand
+    cp_exposed, cp_extra = overlap.overlapped(per_mb["cp"], attn_window, sf_attn)
+    slow = slow + cp_extra
+    # EP: all-to-all is on the critical path unless the A2A-overlap schedule hides it behind
+    # another micro-batch's compute
+    ep_ov_exp, ep_extra = overlap.overlapped(per_mb["ep"], lay_fwd + lay_bwd, sf_gemm)
+    ep_exposed = np.where(b.moe_a2a_overlap, ep_ov_exp, per_mb["ep"])
+    slow = slow + np.where(b.moe_a2a_overlap, ep_extra, 0.0)
+    # ZeRO-2/3: per micro-batch gradient reduce-scatter behind backward, parameter all-gather
+    # behind forward (prefetch); the first layer's gather cannot be hidden
+    L_stage = wl.layers_per_stage
+    z_bwd_exp, z_bwd_extra = overlap.overlapped(dp_per_mb["backward"], lay_bwd, sf_gemm)
+    z_fwd_exp, z_fwd_extra = overlap.overlapped(dp_per_mb["forward"], lay_fwd + lay_bwd, sf_gemm)
+    z_exposed = z_bwd_exp + z_fwd_exp + dp_per_mb["forward"] / np.maximum(2 * L_stage, 1)
+    slow = slow + z_bwd_extra + z_fwd_extra
+
+    layers_mb = lay_fwd + lay_bwd + lay_rc
+    comm_mb = tp_exposed + cp_exposed + ep_exposed + z_exposed
+    stage_mb = layers_mb + comm_mb + slow
+    first_extra = st["first_stage_fwd"] + st["first_stage_bwd"]
+    last_extra = st["last_stage_fwd"] + st["last_stage_bwd"]
+    single = p == 1
+    t_max = stage_mb + np.where(single, first_extra + last_extra,
+                                np.maximum(first_extra, last_extra))
+    t_avg = stage_mb + (first_extra + last_extra) / p
+    bubble = (p - 1) / v * t_avg
+    pipeline = m * t_max + bubble
+
+    # PP point-to-point: blocking in 1F1B's steady state; interleaving with overlapped p2p
+    # leaves only the warm-up and cool-down transfers exposed
+    p2p_each = np.where(p > 1, per_mb["pp"] / np.maximum(2 * v, 1), 0.0)  # one transfer
+    pp_exposed = np.where(v > 1, 2 * p2p_each * 2 * (p - 1), 2 * p2p_each * (m + p - 1))
+    pp_exposed = np.where(p > 1, pp_exposed, 0.0)
+
+    # ---- data parallel after the flush -------------------------------------------------------
+    # grads: reduce-scatter / all-reduce overlaps the last micro-batch's backward (bucketed),
+    # except the last bucket; params: all-gather overlaps the first micro-batch's forward
+    grad_c, param_c = dp_parts["backward"], dp_parts["forward"]
+    last_bucket = np.minimum(1.0, BUCKET_PARAMS / np.maximum(wl.params_stage, 1.0))
+    g_exp, g_extra = overlap.overlapped(grad_c * (1 - last_bucket), lay_bwd, sf_gemm)
+    g_exp = g_exp + grad_c * last_bucket
+    g_exp = np.where(b.overlap_grad_reduce, g_exp, grad_c)
+    p_exp, p_extra = overlap.overlapped(param_c * (1 - last_bucket), lay_fwd, sf_gemm)
+    p_exp = p_exp + param_c * last_bucket
+    p_exp = np.where(b.overlap_param_gather, p_exp, param_c)
+    slow = slow * m + np.where(b.overlap_grad_reduce, g_extra, 0.0) + np.where(
+        b.overlap_param_gather, p_extra, 0.0)
+    dp_exposed = g_exp + p_exp + z_exposed * m
+
+    # ---- optimizer ---------------------------------------------------------------------------
+    ds = wl.dp * b.cp
+    P_opt = np.where(b.zero >= 1, wl.params_stage / ds, wl.params_stage)
+    t_opt = compute.optimizer_time(b, P_opt)
+
+    compute_t = m * (lay_fwd + lay_bwd) + m * np.where(single, first_extra + last_extra,
+                                                       np.maximum(first_extra, last_extra))
+    breakdown = {
+        "time_compute": compute_t,
+        "time_recompute": m * lay_rc,
+        "time_tp": m * tp_exposed,
+        "time_cp": m * cp_exposed,
+        "time_ep": m * ep_exposed,
+        "time_dp": dp_exposed,
+        "time_pp": pp_exposed,
+        "time_bubble": bubble,
+        "time_optimizer": t_opt,
+        "time_slowdown": slow,
+    }
+    # the step is exactly the sum of its parts (the pipeline term above decomposes into them)
+    step = sum(breakdown.values())
+    return {"step_time_s": step, **breakdown}

@@ -1,0 +1,282 @@
+"""The workload graph of one training step, as arrays over configurations.
+
+For every configuration this module derives, from shapes alone:
+- per-op FLOPs and HBM bytes for one micro-batch on one GPU, split into forward, backward
+  input-grad, backward weight-grad and recompute (`ops`),
+- parameter counts per GPU (what the memory and optimizer models need),
+- the communication each parallel dimension issues (`comms`): collective, bytes, group size,
+  nodes spanned under the rank order, calls per step, and what it can overlap with.
+
+Conventions: b = micro-batch (sequences), s = sequence length, T = tokens one GPU processes per
+micro-batch = b*s/cp, h = hidden, t = tp, bytes of a 16-bit activation = 2.
+FLOPs count a multiply-add as 2. Causal attention does half the work of full attention; the
+model-FLOPs figure used for MFU follows the Megatron/PaLM convention (full attention).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .columns import Batch
+
+ACT_BYTES = 2.0  # bf16 activations and communicated tensors
+# Op classes that the compute model prices differently.
+OP_CLASSES = ("gemm", "attention", "elementwise")
+
+
+@dataclass
+class Op:
+    """One op class summed over a layer (or stage part), per micro-batch, per GPU."""
+
+    name: str
+    op_class: str
+    fwd_flops: np.ndarray
+    bwd_flops: np.ndarray  # input grad + weight grad
+    bwd_wgrad_flops: np.ndarray  # the weight-grad share of bwd_flops (0 for attention/elementwise)
+    fwd_bytes: np.ndarray  # HBM traffic for memory-bound ops
+    bwd_bytes: np.ndarray
+    gemm_m: np.ndarray = None  # representative GEMM dims (for size-dependent efficiency)
+    gemm_n: np.ndarray = None
+    gemm_k: np.ndarray = None
+    where: str = "layer"  # layer | first_stage | last_stage
+
+
+@dataclass
+class Comm:
+    """One kind of communication: per call bytes (nccl-tests convention), calls per step."""
+
+    dim: str  # tp | cp | ep | dp | pp
+    op: str  # all_reduce | all_gather | reduce_scatter | all_to_all | send_recv
+    nbytes: np.ndarray
+    group: np.ndarray
+    nodes: np.ndarray
+    calls_per_step: np.ndarray  # on the critical-path GPU
+    overlap: str  # what it can hide behind: none | gemm | attention | backward | forward | compute
+
+
+@dataclass
+class Workload:
+    tokens: np.ndarray  # T, tokens per GPU per micro-batch
+    layers_per_stage: np.ndarray
+    num_microbatches: np.ndarray
+    dp: np.ndarray
+    ops: list = field(default_factory=list)
+    comms: list = field(default_factory=list)
+    # parameters (counts, not bytes) held per GPU before ZeRO sharding
+    params_layer: np.ndarray = None  # one average transformer layer on this GPU
+    params_layer_dense_share: np.ndarray = None  # part of a layer sharded over dp (non-expert)
+    params_stage: np.ndarray = None  # worst stage: layers + embedding/head it holds
+    params_embed: np.ndarray = None  # embedding or LM-head shard (vocab-parallel)
+    params_total: np.ndarray = None  # whole model
+    params_active: np.ndarray = None  # per token (MoE: routed top-k + shared)
+    model_flops_per_step: np.ndarray = None  # MFU convention, whole cluster
+    expert_fraction: np.ndarray = None  # share of a stage's params that are expert weights
+
+
+def model_dims(b: Batch) -> dict:
+    """Derived per-layer dimensions shared by workload and memory."""
+    h, a = b.hidden, b.heads
+    kv = np.where(b.kv_heads > 0, b.kv_heads, a)
+    hd = np.where(b.head_dim > 0, b.head_dim, h / a)
+    mla = b.kv_lora_rank > 0
+    dqk = np.where(mla, b.qk_nope_head_dim + b.qk_rope_head_dim, hd)
+    dv = np.where(mla, b.v_head_dim, hd)
+    q_dim = a * dqk
+    kv_dim = np.where(mla, a * (dqk + dv) / 2.0, kv * hd)  # K+V width per token / 2 (for GQA: kv*hd)
+    # attention projection weights (full, before TP)
+    gqa_params = h * q_dim + 2 * h * kv * hd + a * hd * h
+    q_params = np.where(b.q_lora_rank > 0, h * b.q_lora_rank + b.q_lora_rank * q_dim, h * q_dim)
+    mla_params = (q_params + h * (b.kv_lora_rank + b.qk_rope_head_dim)
+                  + b.kv_lora_rank * a * (b.qk_nope_head_dim + dv) + a * dv * h)
+    attn_params = np.where(mla, mla_params, gqa_params)
+    n_mats = np.where(b.activation == 1, 3.0, 2.0)  # swiglu has gate, up, down
+    mlp_params = n_mats * h * b.ffn
+    moe = b.experts > 0
+    expert_params = n_mats * h * b.expert_ffn
+    n_moe_layers = np.where(moe, b.layers - b.first_dense_layers, 0.0)
+    n_dense_layers = b.layers - n_moe_layers
+    return dict(h=h, a=a, kv=kv, hd=hd, dqk=dqk, dv=dv, q_dim=q_dim, kv_dim=kv_dim, mla=mla,
+                attn_params=attn_params, mlp_params=mlp_params, n_mats=n_mats, moe=moe,
+                expert_params=expert_params, n_moe_layers=n_moe_layers,
+                n_dense_layers=n_dense_layers)
+
+
+def param_counts(b: Batch, dims: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Total and active (per token) parameter counts of the whole model."""
+    d = dims or model_dims(b)
+    h = d["h"]
+    norms = 2 * h
+    dense_layer = d["attn_params"] + d["mlp_params"] + norms
+    moe_layer_total = (d["attn_params"] + norms + h * b.experts
+                       + (b.experts + b.shared_experts) * d["expert_params"])
+    moe_layer_active = (d["attn_params"] + norms + h * b.experts
+                        + (b.top_k + b.shared_experts) * d["expert_params"])
+    embed = b.vocab * h * np.where(b.tied_embeddings, 1.0, 2.0) + h
+    total = d["n_dense_layers"] * dense_layer + d["n_moe_layers"] * moe_layer_total + embed
+    active = d["n_dense_layers"] * dense_layer + d["n_moe_layers"] * moe_layer_active + embed
+    return total, active
+
+
+def build(b: Batch) -> Workload:
+    d = model_dims(b)
+    h, a = d["h"], d["a"]
+    t, p, c, v = b.tp, b.pp, b.cp, b.vpp
+    e = b.ep
+    etp = np.where(b.etp > 0, b.etp, t)
+    s = b.seq_len
+    dp = np.where(b.dp > 0, b.dp, b.num_gpus / (t * p * c))
+    m = b.global_batch / (dp * b.micro_batch)
+    T = b.micro_batch * s / c
+    sp = b.sequence_parallel & (t > 1)
+    L_stage = b.layers / p
+    moe_frac = d["n_moe_layers"] / b.layers  # share of layers that are MoE
+
+    # ---- GEMMs of one (average) layer, forward, per GPU --------------------------------------
+    attn_gemm = 2 * T * d["attn_params"] / t
+    dense_mlp = 2 * T * d["mlp_params"] / t
+    router = 2 * T * h * b.experts / t
+    moe_mlp = 2 * T * (b.top_k + b.shared_experts) * d["expert_params"] / t + router
+    mlp_gemm = (1 - moe_frac) * dense_mlp + moe_frac * moe_mlp
+    gemm_fwd = attn_gemm + mlp_gemm
+    # representative GEMM dims: tokens x (sharded output) x (input)
+    ffn_eff = np.where(d["moe"], b.expert_ffn, b.ffn)
+    # tokens one local expert sees: every EP rank sends T*top_k copies spread over all experts
+    gemm_m = np.where(d["moe"], np.maximum(T * b.top_k * e / np.maximum(b.experts, 1), 1.0), T)
+    gemm_n = np.minimum(d["q_dim"] / t, ffn_eff / np.where(d["moe"], etp, t))
+    gemm_k = h
+
+    # ---- attention core (flash-style, causal) -------------------------------------------------
+    # Each query attends to on average s/2 keys (causal); CP load-balances the causal mask.
+    attn_core_fwd = 2 * T * (s / 2) * (a / t) * (d["dqk"] + d["dv"])
+
+    # ---- memory-bound elementwise ops (norms, residuals, rotary, activation function) ---------
+    h_shard = np.where(sp, t, 1.0)
+    act_rw = np.where(b.activation == 1, 6.0, 4.0)  # swiglu reads 2 f-wide inputs
+    f_width = (1 - moe_frac) * b.ffn + moe_frac * (b.top_k + b.shared_experts) * b.expert_ffn
+    elem_fwd_bytes = ACT_BYTES * (20 * T * h / h_shard + act_rw / 2 * T * f_width / t
+                                  + 2 * T * (d["q_dim"] + 2 * d["kv_dim"]) / t)
+    ops = [
+        Op("layer_gemm", "gemm", gemm_fwd * L_stage, 2 * gemm_fwd * L_stage, gemm_fwd * L_stage,
+           0 * T, 0 * T, gemm_m, gemm_n, gemm_k),
+        Op("attention", "attention", attn_core_fwd * L_stage, 2.5 * attn_core_fwd * L_stage,
+           0 * T, 0 * T, 0 * T),
+        Op("elementwise", "elementwise", 0 * T, 0 * T, 0 * T, elem_fwd_bytes * L_stage,
+           2 * elem_fwd_bytes * L_stage),
+    ]
+    # ---- embedding, LM head and loss (first / last stage) -------------------------------------
+    head_fwd = 2 * T * h * b.vocab / t
+    logits_bytes = T * b.vocab / t * 14.0  # bf16 logits -> fp32 softmax/CE, read several times
+    ops.append(Op("lm_head", "gemm", head_fwd, 2 * head_fwd, head_fwd, 0 * T, 0 * T,
+                  T, b.vocab / t, h, where="last_stage"))
+    ops.append(Op("loss", "elementwise", 0 * T, 0 * T, 0 * T, logits_bytes, logits_bytes,
+                  where="last_stage"))
+    ops.append(Op("embedding", "elementwise", 0 * T, 0 * T, 0 * T, 3 * ACT_BYTES * T * h,
+                  3 * ACT_BYTES * T * h, where="first_stage"))
+
+    # ---- parameters per GPU ------------------------------------------------------------------
+    norms = 2 * h
+    dense_layer_gpu = d["attn_params"] / t + d["mlp_params"] / t + norms
+    expert_gpu = (b.experts / e) * d["expert_params"] / etp
+    moe_layer_gpu = (d["attn_params"] / t + norms + h * b.experts
+                     + b.shared_experts * d["expert_params"] / t + expert_gpu)
+    params_layer = (1 - moe_frac) * dense_layer_gpu + moe_frac * moe_layer_gpu
+    params_embed = b.vocab * h / t
+    # worst stage: with pp == 1 one GPU holds both embedding and LM head (unless tied)
+    n_embed_mats = np.where(p > 1, 1.0, np.where(b.tied_embeddings, 1.0, 2.0))
+    params_stage = params_layer * L_stage + params_embed * n_embed_mats
+    expert_fraction = np.where(params_stage > 0, moe_frac * expert_gpu * L_stage / params_stage, 0)
+    total, active = param_counts(b, d)
+
+    # model FLOPs per step (MFU convention: 6 * active params * tokens + full attention)
+    tokens_step = b.global_batch * s
+    attn_flops_token = 6 * 2 * s * a * (d["dqk"] + d["dv"]) / 2 * b.layers
+    nonembed_active = active - b.vocab * h * np.where(b.tied_embeddings, 1.0, 2.0) - h
+    model_flops = tokens_step * (6 * (nonembed_active + b.vocab * h) + attn_flops_token)
+
+    wl = Workload(tokens=T, layers_per_stage=L_stage, num_microbatches=m, dp=dp, ops=ops,
+                  params_layer=params_layer, params_stage=params_stage, params_embed=params_embed,
+                  params_total=total, params_active=active, model_flops_per_step=model_flops,
+                  expert_fraction=expert_fraction)
+    wl.comms = _comms(b, wl, d, sp, etp)
+    return wl
+
+
+def span_nodes(group: np.ndarray, stride: np.ndarray, gpn: np.ndarray) -> np.ndarray:
+    """Nodes a group spans when its ranks are `stride` apart in the global rank order.
+
+    Rank order is tp innermost, then cp, then dp (ep lives inside dp), pp outermost, the
+    Megatron default. A group of size g with stride r covers g*r consecutive ranks if r < gpn.
+    """
+    per_node = np.maximum(np.floor(gpn / np.minimum(stride, gpn)), 1.0)
+    per_node = np.minimum(per_node, group)
+    return np.ceil(group / per_node)
+
+
+def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> list:
+    t, p, c = b.tp, b.pp, b.cp
+    T, m, dp, L = wl.tokens, wl.num_microbatches, wl.dp, wl.layers_per_stage
+    gpn = b.gpus_per_node
+    h = d["h"]
+    act = ACT_BYTES * T * h  # one hidden-state tensor for a micro-batch on one CP rank
+    full_rc = b.recompute == 2
+    comms = []
+    # ---- TP: per layer 2 forward + 2 backward all-reduces (no SP), or AG/RS pairs (SP) ----------
+    tp_nodes = span_nodes(t, np.ones_like(t), gpn)
+    n_fwd = 2.0 * L * (1 + full_rc)  # a full recompute replays the forward collectives
+    n_bwd = 2.0 * L
+    # without SP: all-reduce of the full activation; with SP: AG + RS (+ AG re-gather in bwd)
+    comms.append(Comm("tp", "all_reduce", act, t, tp_nodes,
+                      np.where(sp, 0.0, (n_fwd + n_bwd) * m), "gemm"))
+    comms.append(Comm("tp", "all_gather", act, t, tp_nodes,
+                      np.where(sp, (n_fwd + 2 * n_bwd) * m, 0.0), "gemm"))
+    comms.append(Comm("tp", "reduce_scatter", act, t, tp_nodes,
+                      np.where(sp, (n_fwd + n_bwd) * m, 0.0), "gemm"))
+    # vocab-parallel embedding / LM head / cross-entropy (first and last stage only)
+    comms.append(Comm("tp", "all_reduce", act, t, tp_nodes, np.where(p > 1, 1.0, 2.0) * m,
+                      "none"))
+    # ---- CP: ring attention passes K and V blocks around the CP ring, forward and backward ----
+    cp_nodes = span_nodes(c, t, gpn)
+    kv_block = ACT_BYTES * T * 2 * d["kv_dim"] / t
+    n_cp = L * m * (c - 1) * (1 + full_rc + 2)  # fwd (+recompute) K,V; bwd K,V and dK,dV
+    comms.append(Comm("cp", "send_recv", kv_block, c, cp_nodes, np.where(c > 1, n_cp, 0.0),
+                      "attention"))
+    # ---- PP: one activation forward and one gradient backward per micro-batch per boundary ----
+    pp_nodes = span_nodes(np.full_like(p, 2.0), t * c * dp, gpn)
+    p2p = act / np.where(sp, t, 1.0)
+    comms.append(Comm("pp", "send_recv", p2p, np.where(p > 1, 2.0, 1.0), pp_nodes,
+                      np.where(p > 1, 2 * m * b.vpp, 0.0), "compute"))
+    # ---- DP: gradients (fp32 main grads) and parameters, over dp x cp ranks -------------------
+    dp_group = dp * c
+    dp_nodes = span_nodes(dp_group, t, gpn)
+    dense_params = wl.params_stage * (1 - wl.expert_fraction)
+    grad_bytes = 4.0 * dense_params
+    param_bytes = 2.0 * dense_params
+    z = b.zero
+    per_mb = z >= 2  # sharded grads must be reduced every micro-batch (ZeRO-2/3, FSDP)
+    # ZeRO-0: one all-reduce of all grads per step; ZeRO>=1 reduce-scatter + param all-gather
+    comms.append(Comm("dp", "all_reduce", grad_bytes, dp_group, dp_nodes,
+                      np.where((z == 0) & (dp_group > 1), 1.0, 0.0), "backward"))
+    comms.append(Comm("dp", "reduce_scatter", grad_bytes, dp_group, dp_nodes,
+                      np.where((z >= 1) & (dp_group > 1), np.where(per_mb, m, 1.0), 0.0),
+                      "backward"))
+    # ZeRO-1/2 gather updated params once per step; ZeRO-3/FSDP gathers them for forward and
+    # again for backward in every micro-batch (parameters are resharded after forward)
+    n_ag = np.where(z == 3, 2.0 * m, 1.0)
+    comms.append(Comm("dp", "all_gather", param_bytes, dp_group, dp_nodes,
+                      np.where((z >= 1) & (dp_group > 1), n_ag, 0.0), "forward"))
+    # ---- EP: token dispatch and combine (all-to-all), forward and backward, per MoE layer -----
+    e = b.ep
+    moe_layers = L * np.where(d["moe"], (b.layers - b.first_dense_layers) / b.layers, 0.0)
+    ep_nodes = span_nodes(e, t * c, gpn)
+    a2a_bytes = ACT_BYTES * T / t * h * b.top_k  # each routed copy of each token
+    n_a2a = moe_layers * m * 2 * (2 + full_rc)  # dispatch + combine, fwd (+rc) and bwd
+    comms.append(Comm("ep", "all_to_all", a2a_bytes, e, ep_nodes, np.where(e > 1, n_a2a, 0.0),
+                      "none"))
+    # expert gradients reduce over the expert-data-parallel group
+    edp = dp * c * t / (e * etp)
+    exp_grad = 4.0 * wl.params_stage * wl.expert_fraction
+    comms.append(Comm("dp", "reduce_scatter", exp_grad, edp, span_nodes(edp, t * c * e, gpn),
+                      np.where((wl.expert_fraction > 0) & (edp > 1), 1.0, 0.0), "backward"))
+    return comms
