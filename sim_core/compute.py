@@ -66,14 +66,17 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     Returns arrays for the transformer layers of a stage (`layer_*`), and for the extra work of
     the first stage (embedding) and of the last stage (LM head + loss).
     """
-    fp8 = (b.precision == 1) & (b.peak_fp8 > 0)
+    fp8 = (b.precision == 1) & (b.has_fp8 > 0)
     peak_bf16 = b.peak_bf16 * 1e12
     peak_gemm = np.where(fp8, b.peak_fp8, b.peak_bf16) * 1e12
     hbm = b.hbm_bw_gbs * 1e9 * _by_arch(b.sm_arch, "elementwise")
     attn_half = _by_arch(b.sm_arch, "attn_seq_half")
     seq_eff = b.seq_len / (b.seq_len + attn_half)
-    attn_f = peak_bf16 * _by_arch(b.sm_arch, "attn_fwd") * seq_eff
-    attn_b = peak_bf16 * _by_arch(b.sm_arch, "attn_bwd") * seq_eff
+    fa2 = b.attention_kernel == 1
+    attn_f = peak_bf16 * seq_eff * np.where(fa2, _by_arch(b.sm_arch, "attn_fwd", "fa2"),
+                                            _by_arch(b.sm_arch, "attn_fwd", "fa3"))
+    attn_b = peak_bf16 * seq_eff * np.where(fa2, _by_arch(b.sm_arch, "attn_bwd", "fa2"),
+                                            _by_arch(b.sm_arch, "attn_bwd", "fa3"))
     overhead = _by_arch(b.sm_arch, "layer_overhead_us") * 1e-6 * wl.layers_per_stage
 
     parts = {w: {"fwd": 0.0, "bwd": 0.0, "wgrad": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,

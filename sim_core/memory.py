@@ -42,7 +42,7 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict) -> dict:
     moe_frac = dims["n_moe_layers"] / b.layers
     # FP8 (Transformer Engine) saves the FP8-cast input of each GEMM for its weight gradient:
     # 1 byte instead of 2 for the QKV, out-proj, FC1 and FC2 inputs
-    g_in = np.where((b.precision == 1) & (b.peak_fp8 > 0), 1.0, ACT_BYTES)
+    g_in = np.where((b.precision == 1) & (b.has_fp8 > 0), 1.0, ACT_BYTES)
     # attention block: norm input, QKV input, Q/K/V, attention output (= out-proj input),
     # softmax statistics (fp32 log-sum-exp per head)
     qkv = dims["q_dim"] + 2 * dims["kv_dim"]
@@ -87,9 +87,10 @@ def estimate(b: Batch, wl: Workload) -> dict:
     fsdp = z == 3
     weights = np.where(fsdp, 2.0 * P_shard, 2.0 * P)
     # FP8 (Transformer Engine) caches an FP8 copy of each layer weight for the step
-    fp8 = (b.precision == 1) & (b.peak_fp8 > 0)
+    fp8 = (b.precision == 1) & (b.has_fp8 > 0)
     weights = weights + np.where(fp8 & ~fsdp, 1.0 * (P - wl.params_embed), 0.0)
-    grads = np.where(z >= 2, 4.0 * P_shard, 4.0 * P)  # fp32 main grads
+    g_bytes = np.where(b.grad_reduce_fp32, 4.0, 2.0)  # fp32 or bf16 main-grad buffer
+    grads = np.where(z >= 2, g_bytes * P_shard, g_bytes * P)
     master_adam = 12.0
     optimizer = np.where(z >= 1, master_adam * P_shard, master_adam * P)
 
@@ -112,9 +113,11 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # last stage: one micro-batch in flight, plus the logits and the loss buffers
     logits = LOGIT_BYTES * T * b.vocab / t
     act_last = stored * L_stage * np.where(p > 1, 1.0, 0.0)
-    activations = np.where(p > 1, np.maximum(act_first, act_last + logits), act_first)
-    logits_cat = np.where(p > 1, np.where(act_last + logits > act_first, logits, 0.0), logits)
-    activations = activations - logits_cat
+    # worst rank: with pp > 1 the first stage (most micro-batches in flight) or the last stage
+    # (one micro-batch plus the logits); with pp == 1 one rank holds both
+    last_worse = (p > 1) & (act_last + logits > act_first)
+    activations = np.where(last_worse, act_last, act_first)
+    logits_cat = np.where((p == 1) | last_worse, logits, 0.0)
 
     # ---- working buffers -------------------------------------------------------------------
     # FSDP/ZeRO-3: the largest unit is all-gathered (bf16) with its bf16 grads and an fp32

@@ -31,7 +31,9 @@ def rules(b: Batch) -> list[tuple[str, np.ndarray]]:
         ("heads % tp != 0", ~_divides(t, b.heads)),
         ("kv_heads and tp: neither divides the other", ~(_divides(t, kv) | _divides(kv, t))),
         ("tp > gpus_per_node * 8 (tp spans too many nodes)", t > 8 * b.gpus_per_node),
-        ("layers % (pp*vpp) != 0", ~_divides(p * v, b.layers)),
+        # uneven splits are allowed (Megatron's first/last-stage layer counts, torchtitan's
+        # splitter); the busiest rank gets ceil(layers / (pp*vpp)) layers per chunk
+        ("layers < pp*vpp (a pipeline chunk would have no layer)", b.layers < p * v),
         ("vpp > 1 needs pp > 1", (v > 1) & (p == 1)),
         ("sequence_parallel needs tp > 1", b.sequence_parallel & (t == 1)),
         ("seq_len % (2*cp) != 0 (causal load balancing)", (c > 1) & ~_divides(2 * c, b.seq_len)),

@@ -17,6 +17,9 @@ RECOMPUTE = ("none", "selective", "full")
 PRECISION = ("bf16", "fp8")
 ACTIVATION = ("gelu", "swiglu", "relu2")
 ATTENTION = ("mha", "mla")  # mha covers MHA/GQA/MQA through kv_heads
+# Flash-attention kernel family: fa2 (FlashAttention-2, torch SDPA's flash backend) or fa3
+# (FlashAttention-3 / cuDNN fused attention, what Transformer Engine uses on Hopper+)
+ATTENTION_KERNEL = ("fa3", "fa2")
 
 
 @dataclass(frozen=True)
@@ -149,11 +152,14 @@ PARALLEL_COLUMNS = {
     "overlap_param_gather": True,
     "tp_comm_overlap": False,
     "moe_a2a_overlap": False,
+    "grad_reduce_fp32": True,  # fp32 main-grad buffer and reduction (Megatron-LM script default)
+    "attention_kernel": "fa3",
 }
 
 ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS}
 
-CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION}
+CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
+               "attention_kernel": ATTENTION_KERNEL}
 
 
 @dataclass

@@ -130,7 +130,8 @@ def build(b: Batch) -> Workload:
     m = b.global_batch / (dp * b.micro_batch)
     T = b.micro_batch * s / c
     sp = b.sequence_parallel & (t > 1)
-    L_stage = b.layers / p
+    # layers on the busiest pipeline rank: uneven splits give some chunks one layer more
+    L_stage = np.ceil(b.layers / (p * v)) * v
     moe_frac = d["n_moe_layers"] / b.layers  # share of layers that are MoE
 
     # ---- GEMMs of one (average) layer, forward, per GPU --------------------------------------
@@ -251,7 +252,8 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     dp_group = dp * c
     dp_nodes = span_nodes(dp_group, t, gpn)
     dense_params = wl.params_stage * (1 - wl.expert_fraction)
-    grad_bytes = 4.0 * dense_params
+    g_bytes = np.where(b.grad_reduce_fp32, 4.0, 2.0)  # main grads reduced in fp32 or bf16
+    grad_bytes = g_bytes * dense_params
     param_bytes = 2.0 * dense_params
     z = b.zero
     per_mb = z >= 2  # sharded grads must be reduced every micro-batch (ZeRO-2/3, FSDP)
@@ -276,7 +278,7 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
                       "none"))
     # expert gradients reduce over the expert-data-parallel group
     edp = dp * c * t / (e * etp)
-    exp_grad = 4.0 * wl.params_stage * wl.expert_fraction
+    exp_grad = g_bytes * wl.params_stage * wl.expert_fraction
     comms.append(Comm("dp", "reduce_scatter", exp_grad, edp, span_nodes(edp, t * c * e, gpn),
                       np.where((wl.expert_fraction > 0) & (edp > 1), 1.0, 0.0), "backward"))
     return comms
