@@ -1,0 +1,236 @@
+"""`sweep` command line: a thin layer over config/space/execution/results.
+
+Each subcommand is two functions, registered with `register(name, help, add_args, run)`:
+`add_args(parser)` declares its arguments and `run(args) -> int` does the work. Known errors
+(bad input, impossible space, unwritable results dir) are caught here and printed as
+`error: <one line>` on stderr with exit code 2; Ctrl-C exits 130 and keeps finished batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import traceback
+
+from .errors import Interrupted, SweepError
+
+SUBCOMMANDS: list[tuple[str, str, callable, callable]] = []
+
+
+def register(name: str, help: str, add_args, run) -> None:
+    """Add a subcommand (later ones: validate, report, recommend)."""
+    SUBCOMMANDS.append((name, help, add_args, run))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep simulate RUN.yaml [--json]
+# ---------------------------------------------------------------------------------------------
+def _simulate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run file (YAML): model, seq_len, global_batch, cluster, parallel")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _clean(v):
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def simulate_run(cfg, simulate=None) -> dict:
+    """One configuration -> the JSON-able report of `sweep simulate`."""
+    from .execution import evaluate
+    from .results import add_costs, gpu_prices
+    from .space import Space
+
+    space = Space.from_config(cfg)
+    row_df = evaluate(space.frame(0, 1), simulate)
+    row_df = add_costs(row_df, gpu_prices(row_df["gpu"], space.price_per_hour))
+    row = {k: _clean(v) for k, v in row_df.iloc[0].to_dict().items()}
+    if row["status"] == "invalid":
+        raise SweepError(f"{cfg_name(cfg)}: configuration is invalid: {row['invalid_reason']}")
+    config_keys = [c for c in row_df.columns if c in space.fixed and c != "config_id"]
+    out = {k: row.get(k) for k in (
+        "status", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
+        "fits", "dp", "num_microbatches", "cost_per_step_usd", "cost_per_mtok_usd",
+        "gpu_hours_per_step", "price_per_hour")}
+    out["fits"] = bool(out["fits"])
+    out["breakdown"] = {k[5:]: row[k] for k in row_df.columns if k.startswith("time_")}
+    out["memory"] = {k[4:]: row[k] for k in row_df.columns if k.startswith("mem_")}
+    out["config"] = {k: row[k] for k in config_keys}
+    return out
+
+
+def cfg_name(cfg) -> str:
+    return cfg.model if isinstance(cfg.model, str) else "inline model"
+
+
+def _simulate_text(rep: dict) -> str:
+    c = rep["config"]
+    lines = [f"{c.get('model')} on {c.get('num_gpus')} x {c.get('gpu')}: "
+             f"tp {c.get('tp')} pp {c.get('pp')} dp {_fmt(rep['dp'])} cp {c.get('cp')} "
+             f"ep {c.get('ep')} vpp {c.get('vpp')} mb {c.get('micro_batch')} "
+             f"recompute {c.get('recompute')} zero {c.get('zero')}",
+             ""]
+    rows = [("step time", f"{rep['step_time_s']:.3f} s"),
+            ("tokens/s per GPU", f"{rep['tokens_per_s_per_gpu']:,.0f}"),
+            ("MFU", f"{rep['mfu']:.1%}"),
+            ("HFU", f"{rep['hfu']:.1%}" if rep.get("hfu") is not None else "-"),
+            ("microbatches", _fmt(rep["num_microbatches"])),
+            ("peak memory", f"{rep['peak_memory_gib']:.1f} GiB"
+             + ("" if rep["fits"] else "  DOES NOT FIT (oom)")),
+            ("cost", f"${rep['cost_per_step_usd']:.3f}/step, ${rep['cost_per_mtok_usd']:.3f}/Mtok"
+             if rep.get("cost_per_step_usd") is not None else "-")]
+    w = max(len(k) for k, _ in rows)
+    lines += [f"{k:<{w}}  {v}" for k, v in rows]
+    for title, d, unit in (("time breakdown", rep["breakdown"], "s"),
+                           ("memory", rep["memory"], "GiB")):
+        if not d:
+            continue
+        lines += ["", f"{title} ({unit}):"]
+        kw = max(len(k) for k in d)
+        for k, v in d.items():
+            lines.append(f"  {k:<{kw}}  {'-' if v is None else format(v, '.4f' if unit == 's' else '.2f')}")
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def cmd_simulate(args) -> int:
+    from .config import load_run
+
+    cfg = load_run(args.run)
+    rep = simulate_run(cfg)
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        print(_simulate_text(rep))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep search SPACE.yaml
+# ---------------------------------------------------------------------------------------------
+def _search_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("space", help="search-space file (YAML)")
+    p.add_argument("--out", help="results folder (default results/<space-name>/)")
+    p.add_argument("--workers", type=_positive_int,
+                   help="parallel Ray tasks (default: all CPUs of the Ray cluster)")
+    p.add_argument("--address",
+                   help="Ray cluster to run on ('auto' or host:port); default: a local Ray")
+    p.add_argument("--strategy", choices=["grid", "optuna"], help="override search.strategy")
+    p.add_argument("--trials", type=_positive_int, help="override search.trials (optuna)")
+    p.add_argument("--top", type=_positive_int, help="rows in ranking.csv (search.top)")
+    p.add_argument("--fresh", action="store_true",
+                   help="discard earlier results in the folder instead of resuming")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def cmd_search(args) -> int:
+    from .config import load_space
+    from .execution import run_search
+
+    cfg = load_space(args.space)
+    if args.strategy:
+        cfg.search.strategy = args.strategy
+    if args.trials:
+        cfg.search.trials = args.trials
+    if args.top:
+        cfg.search.top = args.top
+    progress = not args.no_progress and sys.stderr.isatty()
+    outcome = run_search(cfg, args.out, workers=args.workers, address=args.address,
+                         progress=progress, fresh=args.fresh)
+    print(outcome.summary())
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep check SPACE.yaml
+# ---------------------------------------------------------------------------------------------
+def _check_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("space", help="search-space file (YAML)")
+
+
+def cmd_check(args) -> int:
+    from .config import load_space
+    from .space import Space, census, require_valid
+
+    cfg = load_space(args.space)
+    space = Space.from_config(cfg)
+    c = census(space)
+    print(f"space {space.name}: " + ", ".join(f"{n} ({len(v)})" for n, v in space.axes))
+    print("\n".join(c.lines()))
+    require_valid(c, space.name)
+    return 0
+
+
+register("simulate", "simulate one configuration (run file)", _simulate_args, cmd_simulate)
+register("search", "sweep a search space on Ray (grid or Optuna)", _search_args, cmd_search)
+register("check", "validate a search space and count its valid configurations",
+         _check_args, cmd_check)
+
+
+# ---------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sweep", description="Search LLM training parallelism settings with a simulator.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, help, add_args, run in SUBCOMMANDS:
+        p = sub.add_parser(name, help=help, description=help)
+        add_args(p)
+        p.set_defaults(_run=run)
+    return parser
+
+
+def _error(msg: str) -> None:
+    line = " ".join(str(msg).strip().split("\n")[0].split()) or "unknown error"
+    print(f"error: {line}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args._run(args)
+    except Interrupted as exc:
+        _error(str(exc))
+        return 130
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return 130
+    except (SweepError, ValueError) as exc:  # ValueError: sim_core.catalog.CatalogError
+        if os.environ.get("SWEEP_DEBUG"):
+            traceback.print_exc()
+        _error(str(exc))
+        return 2
+    except OSError as exc:
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        _error(f"{where}{exc.strerror or exc}")
+        return 2
+    except Exception as exc:  # noqa: BLE001 - never a traceback at the CLI boundary
+        if os.environ.get("SWEEP_DEBUG"):
+            traceback.print_exc()
+        _error(f"internal error: {type(exc).__name__}: {exc} (SWEEP_DEBUG=1 shows the traceback)")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

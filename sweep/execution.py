@@ -1,0 +1,389 @@
+"""Running a sweep on Ray: grid batches or an Optuna study, resumable, with progress.
+
+Grid: the product of the space is cut into batches of `batch_size` consecutive config ids.
+Each batch is one Ray task that builds its configurations, prunes them with the rules
+(vectorized), simulates the survivors in one `simulate_frame` call and returns the rows.
+The driver writes each returned batch as its own parquet part and records it in the manifest;
+a re-run skips recorded batches. Tasks are retried when their worker dies (`max_retries`); the
+driver only ever records a batch id once, so nothing is lost or counted twice.
+
+Optuna: a study (SQLite storage in the results dir) asks for a batch of trials, the batch is
+evaluated as Ray tasks, and the results are told back. Invalid and out-of-memory
+configurations are told as PRUNED (not as fast results). Trials left RUNNING by an
+interrupted run are evaluated and told first on resume.
+
+The simulate function (default `sim_core.simulate_frame`) and the rule check (default
+`sim_core.check_rules`) are parameters, so tests can inject fakes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .config import OBJECTIVES, SpaceConfig
+from .errors import Interrupted, SweepError
+from .results import (
+    ResultStore, add_costs, best, counts, gpu_prices, rank, summary, write_tables,
+)
+from .space import Space, census, require_valid, rule_reasons, sim_frame
+
+DEFAULT_GRID_BATCH = 20_000  # candidate configurations per Ray task
+DEFAULT_OPTUNA_BATCH = 32  # trials per ask/tell round
+TASK_RETRIES = 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation of one frame (runs inside Ray tasks, and directly for `sweep simulate`)
+# ---------------------------------------------------------------------------------------------
+def default_simulate():
+    import sim_core
+
+    return sim_core.simulate_frame
+
+
+def evaluate(frame: pd.DataFrame, simulate=None, check=None) -> pd.DataFrame:
+    """Rules, then simulation of the valid rows; one output row per input row.
+
+    Adds the simulator's columns (NaN for invalid rows), `status` (ok | oom | invalid) and
+    `invalid_reason` ('' unless invalid).
+    """
+    out = frame.reset_index(drop=True)
+    n = len(out)
+    reasons = rule_reasons(out, check)
+    ok = reasons == ""
+    cols: dict[str, np.ndarray] = {}
+    if ok.any():
+        sim = simulate or default_simulate()
+        pred = sim(sim_frame(out.loc[ok]))
+        pos = np.flatnonzero(ok)
+        for c in pred.columns:
+            if c in out.columns and c != "dp":
+                continue
+            v = pred[c].to_numpy()
+            if v.dtype == bool:
+                full = np.zeros(n, dtype=bool)
+            elif v.dtype.kind in "iuf":
+                full = np.full(n, np.nan)
+            else:
+                full = np.full(n, "" if c == "invalid_reason" else None, dtype=object)
+            full[pos] = v
+            cols[c] = full
+    valid = ok.copy()
+    if "valid" in cols:
+        valid &= cols["valid"].astype(bool)
+    if "invalid_reason" in cols:
+        sim_reason = np.where(cols["invalid_reason"] == None, "", cols["invalid_reason"])  # noqa: E711
+        reasons = np.where(ok, sim_reason, reasons).astype(object)
+    cols["valid"] = valid
+    fits = cols["fits"].astype(bool) & valid if "fits" in cols else np.zeros(n, dtype=bool)
+    cols["fits"] = fits
+    cols["invalid_reason"] = np.where(valid, "", np.where(reasons == "", "invalid", reasons))
+    cols["status"] = np.where(~valid, "invalid", np.where(fits, "ok", "oom")).astype(object)
+    extra = pd.DataFrame(cols, index=out.index)
+    out = out.drop(columns=[c for c in extra.columns if c in out.columns])
+    return pd.concat([out, extra], axis=1)
+
+
+def _eval_range(space: Space, start: int, stop: int, simulate, check) -> pd.DataFrame:
+    return evaluate(space.frame(start, stop), simulate, check)
+
+
+def _eval_frame(frame: pd.DataFrame, simulate, check) -> pd.DataFrame:
+    return evaluate(frame, simulate, check)
+
+
+_remote_cache: dict = {}
+
+
+def _remote(fn):
+    """The Ray remote version of a task function (created once Ray is imported)."""
+    if fn not in _remote_cache:
+        import ray
+
+        _remote_cache[fn] = ray.remote(num_cpus=1, max_retries=TASK_RETRIES,
+                                       retry_exceptions=False)(fn)
+    return _remote_cache[fn]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray
+# ---------------------------------------------------------------------------------------------
+@contextmanager
+def ray_session(workers: int | None = None, address: str | None = None):
+    """Use the running Ray, connect to `address`, or start a local one for the duration.
+
+    Yields the number of tasks to keep in flight (--workers, else the cluster's CPUs).
+    """
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import ray
+
+    started = False
+    if not ray.is_initialized():
+        quiet = dict(log_to_driver=False, logging_level=logging.ERROR)
+        try:
+            if address:
+                ray.init(address=address, **quiet)
+            else:
+                ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
+                         **quiet)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = f"--address {address}" if address else "local Ray"
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SweepError(f"{where}: cannot start or connect to Ray ({msg})") from None
+        started = True
+    try:
+        cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+        yield max(1, min(workers, cpus) if workers else cpus)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _progress(total: int, initial: int, unit: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit=unit, unit_scale=True, disable=not enabled,
+                file=sys.stderr, dynamic_ncols=True, smoothing=0.3, leave=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    results: pd.DataFrame
+    out_dir: Path
+    seconds: float
+    evaluated: int  # configurations evaluated by this run (not resumed ones)
+    objectives: list
+    config_cols: list
+    strategy: str
+    pareto: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def counts(self) -> dict:
+        return counts(self.results)
+
+    @property
+    def best(self) -> pd.DataFrame:
+        return best(self.results, 1)
+
+    def summary(self) -> str:
+        text = summary(self.results, self.config_cols, self.seconds, self.objectives,
+                       self.out_dir, self.evaluated)
+        if len(self.objectives) > 1:
+            text += f"\npareto set: {len(self.pareto)} configurations (pareto.csv)"
+        return text
+
+
+def run_search(cfg: SpaceConfig, out_dir: str | Path | None = None, *, workers: int | None = None,
+               address: str | None = None, simulate=None, check=None, progress: bool = False,
+               fresh: bool = False, on_batch=None) -> Outcome:
+    """Run the sweep a space file describes; returns the assembled results.
+
+    on_batch(batch_id, batches_done) is called after each batch is stored (tests use it to
+    interrupt a sweep).
+    """
+    out = Path(out_dir) if out_dir else Path("results") / cfg.name
+    space = Space.from_config(cfg)
+    if cfg.search.strategy == "grid":
+        return _run_grid(cfg, space, out, workers, address, simulate, check, progress, fresh,
+                         on_batch)
+    return _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fresh,
+                       on_batch)
+
+
+def _config_cols(space: Space) -> list[str]:
+    return space.axis_names or ["tp", "pp", "micro_batch"]
+
+
+def _assemble(store: ResultStore, cfg: SpaceConfig, space: Space, t0: float, evaluated: int,
+              strategy: str) -> Outcome:
+    df = store.load_parts()
+    if len(df):
+        sort = ["config_id", "trial"] if "trial" in df.columns else ["config_id"]
+        df = df.sort_values(sort, kind="stable").drop_duplicates("config_id")
+        df = df.reset_index(drop=True)
+    prices = gpu_prices(df["gpu"].unique() if len(df) else [], space.price_per_hour)
+    df = add_costs(df, prices, cfg.search.cost_unit)
+    df = rank(df, cfg.search.objectives)
+    store.finalize(df, {"space": space.name, "strategy": strategy,
+                        "objectives": cfg.search.objectives, "axes": space.axis_names})
+    write_tables(df, store.dir, cfg.search.objectives, cfg.search.top)
+    pareto = df[df["pareto"]].sort_values("rank") if len(cfg.search.objectives) > 1 \
+        else pd.DataFrame()
+    return Outcome(df, store.dir, time.perf_counter() - t0, evaluated, cfg.search.objectives,
+                   _config_cols(space), strategy, pareto)
+
+
+def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
+    t0 = time.perf_counter()
+    bs = cfg.search.batch_size or DEFAULT_GRID_BATCH
+    fp = space.fingerprint(strategy="grid", batch_size=bs)
+    store = ResultStore(out, fp, {"space": space.name, "strategy": "grid",
+                                  "batch_size": bs}).open(fresh)
+    require_valid(census(space, check), space.name)
+    batches = space.batches(bs)
+    todo = [b for b in batches if f"g{b[0]:06d}" not in store.done]
+    done_rows = sum(stop - start for i, start, stop in batches if f"g{i:06d}" in store.done)
+    evaluated = 0
+    if todo:
+        with ray_session(workers, address) as cap:
+            import ray
+
+            task = _remote(_eval_range)
+            space_ref = ray.put(space)
+            bar = _progress(space.size, done_rows, "cfg", progress)
+            pending: dict = {}
+            queue = list(todo)
+            try:
+                while queue or pending:
+                    while queue and len(pending) < cap:
+                        bid, start, stop = queue.pop(0)
+                        ref = task.remote(space_ref, start, stop, simulate, check)
+                        pending[ref] = (bid, start, stop)
+                    ready, _ = ray.wait(list(pending), num_returns=1)
+                    for ref in ready:
+                        bid, start, stop = pending.pop(ref)
+                        df = _get(ref)
+                        store.write_part(f"g{bid:06d}", df, start=start, stop=stop)
+                        evaluated += stop - start
+                        bar.update(stop - start)
+                        if on_batch is not None:
+                            on_batch(bid, len(store.done))
+            except KeyboardInterrupt:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+                bar.close()
+                raise Interrupted(len(store.done), len(batches), str(store.dir)) from None
+            bar.close()
+    return _assemble(store, cfg, space, t0, evaluated, "grid")
+
+
+def _get(ref):
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.cause if getattr(exc, "cause", None) is not None else exc
+        if isinstance(cause, ValueError):  # e.g. a CatalogError raised inside the simulator
+            raise SweepError(str(cause).strip().splitlines()[0]) from None
+        raise cause from None
+    except ray.exceptions.WorkerCrashedError:
+        raise SweepError(f"a Ray worker died {TASK_RETRIES + 1} times on the same batch; "
+                         "giving up (finished batches are kept)") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Optuna
+# ---------------------------------------------------------------------------------------------
+def _sampler(cfg: SpaceConfig, batch: int):
+    import optuna
+
+    s = cfg.search
+    name = s.sampler or ("tpe" if len(s.objectives) == 1 else "nsga2")
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=s.seed, constant_liar=True,
+                                          n_startup_trials=max(10, batch))
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=max(batch, 8))
+    return optuna.samplers.RandomSampler(seed=s.seed)
+
+
+def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    t0 = time.perf_counter()
+    s = cfg.search
+    fp = space.fingerprint(strategy="optuna", objectives=s.objectives, sampler=s.sampler,
+                           seed=s.seed)
+    store = ResultStore(out, fp, {"space": space.name, "strategy": "optuna"}).open(fresh)
+    cen = census(space, check)
+    require_valid(cen, space.name)
+    if not space.axes:
+        raise SweepError("space: strategy optuna needs at least one field in `space:`")
+    budget = s.trials or max(1, space.size // 10)
+    batch = s.batch_size or DEFAULT_OPTUNA_BATCH
+    storage = f"sqlite:///{(store.dir / 'optuna.db').resolve()}"
+    directions = [OBJECTIVES[o][1] for o in s.objectives]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # experimental-feature warnings
+        study = optuna.create_study(study_name=space.name, storage=storage,
+                                    sampler=_sampler(cfg, batch), directions=directions,
+                                    load_if_exists=True)
+    dists = {name: CategoricalDistribution(values) for name, values in space.axes}
+    prices = gpu_prices([v for n, vs in space.axes if n == "gpu" for v in vs]
+                        or [space.fixed.get("gpu")], space.price_per_hour)
+    obj_cols = [OBJECTIVES[o][0] for o in s.objectives]
+
+    # Everything evaluated so far, by config id (duplicates are not simulated twice).
+    known: dict[int, dict] = {}
+    prev = store.load_parts()
+    for r in prev.to_dict("records"):
+        known.setdefault(int(r["config_id"]), r)
+    trials = study.get_trials(deepcopy=False)
+    finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+                   for t in trials)
+    stale = [t for t in trials if t.state == TrialState.RUNNING]
+    evaluated = 0
+    bar = None
+    with ray_session(workers, address) as cap:
+        import ray
+
+        task = _remote(_eval_frame)
+        bar = _progress(budget, min(finished, budget), "trial", progress)
+        try:
+            while stale or finished < budget:
+                if stale:
+                    asked, stale = stale[:batch], stale[batch:]
+                else:
+                    k = min(batch, budget - finished)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        asked = [study.ask(dists) for _ in range(k)]
+                ids = [space.index_of(t.params) for t in asked]
+                new = sorted(set(ids) - set(known))
+                if new:
+                    frame = space.frame_of_ids(new)
+                    chunks = [c for c in np.array_split(np.arange(len(frame)), cap) if len(c)]
+                    refs = [task.remote(frame.iloc[c], simulate, check) for c in chunks]
+                    res = pd.concat([_get(r) for r in refs], ignore_index=True)
+                    res = add_costs(res, prices, s.cost_unit)
+                    for r in res.to_dict("records"):
+                        known[int(r["config_id"])] = r
+                    evaluated += len(new)
+                rows = [dict(known[cid], trial=t.number) for t, cid in zip(asked, ids)]
+                part = pd.DataFrame(rows)
+                store.write_part(f"o{asked[0].number:07d}", part,
+                                 trials=[t.number for t in asked])
+                for t, row in zip(asked, rows):
+                    if row["status"] == "ok":
+                        study.tell(t.number, [float(row[c]) for c in obj_cols])
+                    else:
+                        study.tell(t.number, state=TrialState.PRUNED)
+                finished += len(asked)
+                bar.update(len(asked))
+                if on_batch is not None:
+                    on_batch(asked[0].number, len(store.done))
+        except KeyboardInterrupt:
+            bar.close()
+            raise Interrupted(len(store.done), -(-budget // batch), str(store.dir)) from None
+        bar.close()
+    return _assemble(store, cfg, space, t0, evaluated, "optuna")

@@ -1,0 +1,88 @@
+"""Stand-ins for tests of the execution layer (importable by Ray workers, hence in the package).
+
+`fake_simulate` is a cheap analytic formula with the output columns of
+`sim_core.simulate_frame`; `KillOnce` wraps a simulate function and kills its own worker
+process the first time it runs (a marker file remembers that it did), to test task retries.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def fake_check(df: pd.DataFrame) -> pd.Series:
+    """The divisibility rules of sim_core without the simulator (catalog lookups only)."""
+    from sim_core import rules
+    from sim_core.columns import frame_to_batch
+
+    _, reason = rules.check(frame_to_batch(df))
+    return pd.Series(reason, index=df.index, dtype=object)
+
+
+def fake_simulate(df: pd.DataFrame) -> pd.DataFrame:
+    """Deterministic made-up predictions with the simulator's column names."""
+    g = lambda c, d: (df[c] if c in df.columns else pd.Series(d, index=df.index))  # noqa: E731
+    tp, pp, cp = g("tp", 1).astype(float), g("pp", 1).astype(float), g("cp", 1).astype(float)
+    mb, vpp = g("micro_batch", 1).astype(float), g("vpp", 1).astype(float)
+    n = g("num_gpus", 8).astype(float)
+    gb, seq = g("global_batch", 64).astype(float), g("seq_len", 2048).astype(float)
+    rc = g("recompute", "none").map({"none": 0.0, "selective": 0.1, "full": 0.33}).astype(float)
+    zero = g("zero", 1).astype(float)
+    dp = n / (tp * pp * cp)
+    m = gb / (dp * mb)
+    compute = gb * seq * 1e-7 / n * (1 + rc) * (1 + 0.03 * np.log2(tp))
+    bubble = compute * (pp - 1) / (m * vpp)
+    comm = 0.002 * np.log2(dp + 1) * (1 + 0.1 * zero)
+    step = compute + bubble + comm
+    mem = 200.0 / (tp * pp) + mb * seq * 4e-3 * (1 - 0.8 * rc) / tp + 60.0 / (1 + zero) / dp ** 0.5
+    out = pd.DataFrame(index=df.index)
+    out["valid"] = True
+    out["invalid_reason"] = ""
+    out["dp"] = dp
+    out["num_microbatches"] = m
+    out["step_time_s"] = step
+    out["tokens_per_s_per_gpu"] = gb * seq / (step * n)
+    out["mfu"] = 0.5 * compute / step
+    out["hfu"] = out["mfu"] * (1 + rc)
+    out["time_compute"] = compute
+    out["time_bubble"] = bubble
+    out["time_dp"] = comm
+    out["mem_weights"] = 200.0 / (tp * pp)
+    out["mem_activations"] = mem - out["mem_weights"]
+    out["peak_memory_gib"] = mem
+    out["fits"] = mem < 75.0
+    return out
+
+
+class KillOnce:
+    """A simulate function that SIGKILLs its worker on the first call (marker file), then
+    behaves like `inner`."""
+
+    def __init__(self, marker: str | os.PathLike, inner=fake_simulate):
+        self.marker = str(marker)
+        self.inner = inner
+
+    def __call__(self, df: pd.DataFrame) -> pd.DataFrame:
+        p = Path(self.marker)
+        if not p.exists():
+            p.write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.inner(df)
+
+
+class CountCalls:
+    """Wraps a simulate function and appends the number of rows of each call to a file."""
+
+    def __init__(self, log: str | os.PathLike, inner=fake_simulate):
+        self.log = str(log)
+        self.inner = inner
+
+    def __call__(self, df: pd.DataFrame) -> pd.DataFrame:
+        with open(self.log, "a") as f:
+            f.write(f"{len(df)}\n")
+        return self.inner(df)
