@@ -111,10 +111,11 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     lay = parts["layer"]
     lay["fwd"] = lay["fwd"] + overhead
     lay["bwd"] = lay["bwd"] + 2 * overhead
-    # recompute: full replays the layer forward; selective replays the memory-bound ops
-    # (norms, activation function) it did not keep
     rc = b.recompute
-    lay["recompute"] = np.where(rc == 2, lay["fwd"], np.where(rc == 1, 0.5 * lay["elem_fwd"], 0.0))
+    # recompute: full replays the layer forward; selective (op-level SAC) replays every other
+    # GEMM and the memory-bound ops whose outputs it did not keep
+    selective = 0.5 * lay["gemm_fwd"] + lay["elem_fwd"]
+    lay["recompute"] = np.where(rc == 2, lay["fwd"], np.where(rc == 1, selective, 0.0))
     out = {}
     for w, d in parts.items():
         for k, val in d.items():

@@ -25,14 +25,16 @@ RUNTIME_GIB = 1.0
 # PyTorch's caching allocator reserves more than it allocates (block rounding, fragmentation);
 # peak reserved / peak allocated is ~1.05-1.15 in published traces. Applied to the dynamic part.
 FRAGMENTATION = 1.10
-# Bytes kept per logit for the loss: bf16 logits (2) + fp32 copy for softmax/CE (4) + fp32
-# gradient of the logits during backward (4). Megatron's fused vocab-parallel CE and
-# torch's F.cross_entropy on upcast logits both hold about this much.
-LOGIT_BYTES = 10.0
-# Torch's multi-tensor (foreach) AdamW allocates temporaries as large as the fp32 shard it
-# updates (e.g. sqrt(v) + eps, the update); FSDP frameworks use it (ZeRO-3 here). Megatron's
-# fused Adam works in place.
-FOREACH_TEMP_BYTES = 8.0
+# Bytes per logit held around the loss: bf16 logits (2) + fp32 upcast (4) + log-softmax output
+# (4) + part of the fp32/bf16 gradient (2). Fitted between the two memory sets we check:
+# TorchSim Tables 3-4 imply ~10 B (their runs), torchtitan's Dec-2024 benchmark rows imply
+# 14-18 B (eager, unfused CE). 12 B keeps TorchSim over (the safe side) and torchtitan close.
+# Megatron's fused vocab-parallel CE needs less: this is a margin for it.
+LOGIT_BYTES = 12.0
+# Torch's multi-tensor (foreach) AdamW allocates a temporary as large as the fp32 shard it
+# updates (sqrt(v) as a new tensor list); FSDP frameworks use it (ZeRO-3 here). Megatron's
+# fused Adam works in place. TorchSim Table 4 (an optimizer-phase peak) fits one temporary.
+FOREACH_TEMP_BYTES = 4.0
 
 
 def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict) -> dict:
@@ -60,9 +62,13 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict) -> dict:
                + g_in * T * routed * b.expert_ffn / t + 4.0 * T * b.experts / t)
     mlp = (1 - moe_frac) * dense_mlp + moe_frac * moe_mlp
     none = attn + mlp
-    # selective: recompute norms and the activation function (drop their outputs)
+    # selective = op-level selective checkpointing (torchtitan's op SAC; Megatron's selective
+    # recompute with modules): keep the layer input, the attention output and statistics, and
+    # every other GEMM output; recompute the rest in backward
     f_width = (1 - moe_frac) * b.ffn + moe_frac * routed * b.expert_ffn
-    selective = none - g_in * T * h * 2 / rep - g_in * T * f_width / t
+    gemm_out = (dims["q_dim"] + 2 * dims["kv_dim"]) / t + h / rep + f_width * fc1_out / t + h / rep
+    selective = (ACT_BYTES * T * h / rep + ACT_BYTES * T * dims["a"] * dims["dv"] / t
+                 + 4.0 * T * dims["a"] / t + 0.5 * ACT_BYTES * T * gemm_out)
     full = ACT_BYTES * T * h / rep  # only the layer input is kept
     return {"none": none, "selective": selective, "full": full}
 
@@ -120,17 +126,28 @@ def estimate(b: Batch, wl: Workload) -> dict:
     logits_cat = np.where((p == 1) | last_worse, logits, 0.0)
 
     # ---- working buffers -------------------------------------------------------------------
-    # FSDP/ZeRO-3: the largest unit is all-gathered (bf16) with its bf16 grads and an fp32
-    # reduce-scatter buffer (8 B/param), and the next layer is prefetched (2 B/param)
-    largest_unit = np.maximum(wl.params_layer, np.where(p > 1, 0.0, wl.params_embed))
-    fsdp_buf = np.where(fsdp, 8.0 * largest_unit + 2.0 * wl.params_layer, 0.0)
+    # FSDP/ZeRO-3: the unit being computed is all-gathered (bf16) with its bf16 grads and an
+    # fp32 reduce-scatter buffer (8 B/param), and the next one is prefetched (2 B/param)
+    unit_buf = lambda unit: np.where(fsdp, 8.0 * unit + 2.0 * wl.params_layer, 0.0)  # noqa: E731
+    head_on_rank = (p == 1) | last_worse
+    layer_buf = unit_buf(wl.params_layer)
+    head_buf = np.where(head_on_rank, unit_buf(wl.params_embed), 0.0)
     # pipeline: send/recv buffers for activations in both directions
     pp_buf = np.where(p > 1, 2 * ACT_BYTES * T * dims["h"] / np.where(sp, t, 1.0), 0.0)
-    buffers = fsdp_buf + pp_buf
 
-    dynamic = (activations + logits_cat + working) * FRAGMENTATION + buffers
+    # ---- peak: the phases do not coincide ----------------------------------------------------
+    # end of forward / start of backward: all activations + the gathered LM-head weights
+    # (2 B/param) + either the logits/loss buffers or, once the logits' gradient has been
+    # consumed, the head's gradient buffers (they do not coexist);
+    # backward of a layer: all activations + that layer's working set + its unit
+    head_w = np.where(fsdp & head_on_rank, 2.0 * wl.params_embed, 0.0)
+    loss_part = np.maximum(logits_cat * FRAGMENTATION, head_buf - head_w)
+    loss_phase = loss_part + head_w
+    layer_phase = working * FRAGMENTATION + layer_buf
+    transient = np.maximum(loss_phase, layer_phase)
+    loss_wins = loss_phase >= layer_phase
     states = weights + grads + optimizer
-    fwd_bwd_peak = states + dynamic
+    fwd_bwd_peak = states + activations * FRAGMENTATION + transient + pp_buf
     opt_peak = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_shard, 0.0)
     peak = np.maximum(fwd_bwd_peak, opt_peak) + RUNTIME_GIB * GIB
     fits = peak / GIB <= b.hbm_gib
@@ -139,9 +156,9 @@ def estimate(b: Batch, wl: Workload) -> dict:
         "mem_grads": grads / GIB,
         "mem_optimizer": optimizer / GIB,
         "mem_activations": activations * FRAGMENTATION / GIB,
-        "mem_logits": logits_cat * FRAGMENTATION / GIB,
-        "mem_working": working * FRAGMENTATION / GIB,
-        "mem_buffers": buffers / GIB,
+        "mem_logits": np.where(loss_wins, loss_part, 0.0) / GIB,
+        "mem_working": np.where(loss_wins, 0.0, working * FRAGMENTATION) / GIB,
+        "mem_buffers": (np.where(loss_wins, head_w, layer_buf) + pp_buf) / GIB,
         "mem_optimizer_temp": np.maximum(opt_peak - fwd_bwd_peak, 0.0) / GIB,
         "mem_runtime": np.full_like(peak, RUNTIME_GIB),
         "peak_memory_gib": peak / GIB,

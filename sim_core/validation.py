@@ -20,8 +20,8 @@ from .simulate import simulate_frame
 # How unstated fields are filled; printed with the report so that nothing is hidden.
 IMPUTATION = {
     "micro_batch": "unstated: the fastest predicted of 1, 2, 4, 8 that divides the batch and "
-                   "fits (published benchmarks are tuned); 'local batch N per DP rank' with PP "
-                   "means micro-batch 1",
+                   "fits (published benchmarks are tuned); torchtitan's 'local batch N per DP "
+                   "rank' with PP: N / number of pipeline stages (its default micro-batching)",
     "vpp": "1 when not stated",
     "sequence_parallel": "on when tp > 1 for Megatron-Core/NeMo/torchtitan-TP rows unless 'no'",
     "recompute": "unstated: Megatron-LM 2021 rows use full (the paper's default); otherwise the "
@@ -128,7 +128,15 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
                    vocab=_num(r["vocab"]), activation=_activation(str(r["model"])))
     prec = "fp8" if re.search(r"fp8|float8", str(r["precision"]), re.I) else "bf16"
     mbs_text = str(r["mbs"])
-    mbs = 1.0 if "local batch" in mbs_text else _num(mbs_text, 0.0)  # 0 = unstated
+    mbs = _num(mbs_text, 0.0)  # 0 = unstated
+    vpp = _num(r["vp"], 1.0)
+    local = re.search(r"local batch (\d+)", mbs_text)
+    if local:
+        # torchtitan splits the local batch into as many micro-batches as pipeline stages
+        # (its default), i.e. pp for 1F1B and 2*pp for its interleaved schedule (2 per rank)
+        if "interleaved" in str(r["framework"]).lower():
+            vpp = 2.0
+        mbs = max(1.0, float(local.group(1)) / (pp * vpp)) if pp > 1 else float(local.group(1))
     cp = _num(r["cp"], 1.0)
     z_text = f"{r['zero_fsdp']}".lower()
     if "shard_grad_op" in z_text:
@@ -156,7 +164,7 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     run.update(
         seq_len=_num(r["seq_len"]), global_batch=_num(r["gbs_seqs"]), precision=prec, gpu=gpu,
         num_gpus=_num(r["num_gpus"]), gpus_per_node=8, tp=tp, pp=pp, cp=cp, ep=1,
-        vpp=_num(r["vp"], 1.0), micro_batch=mbs, recompute=recompute, sequence_parallel=sp,
+        vpp=vpp, micro_batch=mbs, recompute=recompute, sequence_parallel=sp,
         zero=zero, distributed_optimizer=zero >= 1, tp_comm_overlap=overlap,
         nics_per_node=8 if nic else 0, nic_bw_gbs=nic,
         grad_reduce_fp32=not bool(re.search(r"nemo|bridge", fw, re.I)),
