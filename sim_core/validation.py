@@ -255,6 +255,28 @@ def validate(data: pd.DataFrame | None = None) -> pd.DataFrame:
     return out
 
 
+def validate_memory() -> pd.DataFrame:
+    """Peak memory vs measured: the dataset rows that report it (torchtitan, peak reserved of the
+    worst rank) and TorchSim's Llama 70B FSDP tables (data/torchsim_memory.csv; one micro-batch
+    per step; the global batch is micro_batch x dp)."""
+    pub = validate()
+    pub = pub[pub["measured_mem_gib"].notna()]
+    a = pub[["id", "source", "label", "measured_mem_gib", "predicted_mem_gib"]].rename(
+        columns={"id": "case"})
+    ts = pd.read_csv(resources.files("sim_core").joinpath("data/torchsim_memory.csv"))
+    runs = ts.drop(columns=["source", "table", "measured_mem_gib"]).assign(
+        global_batch=lambda d: d["micro_batch"] * d["num_gpus"] // d["tp"],
+        attention_kernel="fa2")
+    pred = simulate_frame(runs)
+    b = pd.DataFrame({"case": ts["table"] + " s=" + ts["seq_len"].astype(str),
+                      "source": ts["source"], "label": ts["model"],
+                      "measured_mem_gib": ts["measured_mem_gib"],
+                      "predicted_mem_gib": pred["peak_memory_gib"]})
+    out = pd.concat([a, b], ignore_index=True)
+    out["mem_error"] = out["predicted_mem_gib"] / out["measured_mem_gib"] - 1
+    return out
+
+
 def summary(table: pd.DataFrame, by: str = "family") -> pd.DataFrame:
     """Median / p90 absolute error, bias and count per group, plus an 'all' row."""
     def agg(g):

@@ -1,0 +1,160 @@
+"""The simulator core against closed forms: FLOPs (Megatron), activations (Korthikanti),
+model states (ZeRO / distributed optimizer), pipeline memory, rules and input validation."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim_core import catalog, memory, rules, workload
+from sim_core.columns import frame_to_batch
+from sim_core.simulate import simulate, simulate_frame
+
+GPT3 = dict(model="gpt3-175b", seq_len=2048, global_batch=1536, gpu="a100-80gb",
+            num_gpus=1024, tp=8, pp=16, micro_batch=1, recompute="full")
+
+
+def batch(**over):
+    return frame_to_batch(pd.DataFrame([{**GPT3, **over}]))
+
+
+def test_gemm_flops_match_megatron_formula():
+    """Forward+backward GEMM FLOPs over all GPUs = 72*B*s*L*h^2*(1 + V/(12*L*h)) for GPT-3
+    (the attention-score term is counted separately, causal)."""
+    b = batch(recompute="none")
+    wl = workload.build(b)
+    ops = {op.name: op for op in wl.ops}
+    per_gpu_mb = lambda op: float((op.fwd_flops + op.bwd_flops)[0])  # noqa: E731
+    t, p, dp, m = 8, 16, float(wl.dp[0]), float(wl.num_microbatches[0])
+    layers = per_gpu_mb(ops["layer_gemm"]) * t * p * dp * m
+    head = per_gpu_mb(ops["lm_head"]) * t * dp * m
+    B, s, L, h, V = 1536, 2048, 96, 12288, 51200
+    expected = 72 * B * s * L * h * h * (1 + V / (12 * L * h))
+    # the layer GEMMs also include the 4 small norm-free bias-less projections exactly: 12h^2
+    assert (layers + head) == pytest.approx(expected, rel=1e-9)
+
+
+def test_attention_flops_are_causal_half_of_megatron_term():
+    b = batch(recompute="none")
+    wl = workload.build(b)
+    attn = next(op for op in wl.ops if op.name == "attention")
+    t, p, dp, m = 8, 16, float(wl.dp[0]), float(wl.num_microbatches[0])
+    fwd_total = float(attn.fwd_flops[0]) * t * p * dp * m
+    B, s, L, h = 1536, 2048, 96, 12288
+    megatron_fwd = 4 * B * s * s * h * L  # QK^T and AV, full (non-causal) scores
+    assert fwd_total == pytest.approx(megatron_fwd / 2, rel=1e-9)
+
+
+def test_model_flops_per_step_matches_megatron_model_flops():
+    b = batch()
+    wl = workload.build(b)
+    B, s, L, h, V = 1536, 2048, 96, 12288, 51200
+    expected = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    # ours also counts the norm weights (2h per layer): a 1e-4 relative difference
+    assert float(wl.model_flops_per_step[0]) == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.parametrize("t,sp", [(1, False), (4, False), (8, False), (4, True), (8, True)])
+def test_activations_match_korthikanti(t, sp):
+    """GPT (MHA, GeLU, ffn=4h), flash attention, no dropout masks: Korthikanti's
+    s*b*h*(10 + 24/t) (TP) or 34*s*b*h/t (TP+SP) minus the two 1-byte dropout masks, plus the
+    fp32 log-sum-exp that flash attention keeps (4 bytes per token and head)."""
+    b = batch(tp=t, sequence_parallel=sp)
+    dims = workload.model_dims(b)
+    T = float(b.micro_batch[0] * b.seq_len[0])
+    h, a = 12288.0, 96.0
+    spb = np.array([sp])
+    got = memory.activation_bytes_per_layer(b, T, np.array([float(t)]), spb, dims)
+    rep = t if sp else 1
+    none = T * h * (8 / rep + 24 / t) + 4 * T * a / t
+    assert float(got["none"][0]) == pytest.approx(none, rel=1e-12)
+    assert float(got["full"][0]) == pytest.approx(2 * T * h / rep, rel=1e-12)
+    assert float(got["full"][0]) < float(got["selective"][0]) < float(got["none"][0])
+
+
+def test_model_states_follow_zero_sharding():
+    """bf16 weights 2 B, fp32 main grads 4 B, fp32 master+Adam 12 B per parameter."""
+    out = {z: simulate(batch(zero=z, recompute="full")) for z in (0, 1, 2)}
+    P = float(out[0]["params_per_gpu"][0])
+    dp = float(out[0]["dp"][0])
+    gib = 1024**3
+    assert out[0]["mem_weights"][0] * gib == pytest.approx(2 * P)
+    assert out[0]["mem_grads"][0] * gib == pytest.approx(4 * P)
+    assert out[0]["mem_optimizer"][0] * gib == pytest.approx(12 * P)
+    assert out[1]["mem_optimizer"][0] * gib == pytest.approx(12 * P / dp)
+    assert out[1]["mem_grads"][0] * gib == pytest.approx(4 * P)
+    assert out[2]["mem_grads"][0] * gib == pytest.approx(4 * P / dp)
+
+
+def test_first_pipeline_stage_holds_pp_microbatches():
+    """1F1B: stored activations scale with min(pp, microbatches) on the first stage;
+    interleaving adds (pp-1)/vpp chunks."""
+    a = simulate(batch(pp=8, recompute="full", num_gpus=1024))
+    b = simulate(batch(pp=8, recompute="full", num_gpus=1024, micro_batch=2))
+    ratio = b["mem_activations"][0] / a["mem_activations"][0]
+    assert ratio == pytest.approx(2.0, rel=1e-9)  # twice the tokens per micro-batch
+    c = simulate(batch(pp=8, vpp=2, recompute="full", num_gpus=1024))
+    assert c["mem_activations"][0] / a["mem_activations"][0] == pytest.approx(
+        (8 + 7 / 2) / 8, rel=1e-9)
+
+
+def test_breakdowns_sum_to_totals():
+    df = pd.DataFrame([GPT3, {**GPT3, "tp": 4, "pp": 8, "zero": 3, "recompute": "selective"},
+                       {**GPT3, "gpu": "h100-sxm", "precision": "fp8", "vpp": 2,
+                        "sequence_parallel": True, "tp_comm_overlap": True}])
+    out = simulate_frame(df)
+    times = out[[c for c in out.columns if c.startswith("time_")]].sum(axis=1)
+    mems = out[[c for c in out.columns if c.startswith("mem_")]].sum(axis=1)
+    np.testing.assert_allclose(times, out["step_time_s"], rtol=1e-12)
+    np.testing.assert_allclose(mems, out["peak_memory_gib"], rtol=1e-12)
+
+
+def test_rules_flag_each_violation():
+    cases = {
+        "heads % tp != 0": dict(tp=5, num_gpus=1040),
+        "num_gpus % (tp*pp*cp) != 0": dict(num_gpus=1000),
+        "global_batch % (dp*micro_batch) != 0": dict(global_batch=1004),
+        "layers < pp*vpp (a pipeline chunk would have no layer)": dict(pp=128, num_gpus=1024,
+                                                                       tp=8, global_batch=1024),
+        "vpp > 1 needs pp > 1": dict(pp=1, vpp=2),
+        "sequence_parallel needs tp > 1": dict(tp=1, sequence_parallel=True),
+        "ep > 1 needs a MoE model": dict(ep=2),
+    }
+    for reason, over in cases.items():
+        valid, why = rules.check(batch(**over))
+        assert not valid[0] and why[0] == reason, (reason, why[0])
+    valid, why = rules.check(batch())
+    assert valid[0] and why[0] == ""
+
+
+def test_invalid_rows_are_blank_not_errors():
+    df = pd.DataFrame([GPT3, {**GPT3, "tp": 5}])
+    out = simulate_frame(df)
+    assert bool(out["valid"].iloc[0]) and not bool(out["valid"].iloc[1])
+    assert np.isnan(out["step_time_s"].iloc[1]) and not bool(out["fits"].iloc[1])
+    assert np.isfinite(out["step_time_s"].iloc[0])
+
+
+def test_batch_equals_single_calls():
+    rows = [GPT3, {**GPT3, "tp": 4, "pp": 4}, {**GPT3, "gpu": "h100-sxm", "zero": 3}]
+    together = simulate_frame(pd.DataFrame(rows)).reset_index(drop=True)
+    alone = pd.concat([simulate_frame(pd.DataFrame([r])) for r in rows], ignore_index=True)
+    pd.testing.assert_frame_equal(together, alone)
+
+
+def test_unknown_names_raise_one_line_catalog_errors():
+    with pytest.raises(catalog.CatalogError, match="did you mean"):
+        batch(gpu="h100")
+    with pytest.raises(catalog.CatalogError, match="recompute"):
+        batch(recompute="sometimes")
+    with pytest.raises(catalog.CatalogError) as exc:
+        batch(model="gpt4")
+    assert "\n" not in str(exc.value)
+
+
+def test_fp8_uses_fp8_peak_on_hopper_only():
+    h_bf16 = simulate(batch(gpu="h100-sxm", precision="bf16"))["time_compute"][0]
+    h_fp8 = simulate(batch(gpu="h100-sxm", precision="fp8"))["time_compute"][0]
+    a_bf16 = simulate(batch(precision="bf16"))["time_compute"][0]
+    a_fp8 = simulate(batch(precision="fp8"))["time_compute"][0]
+    assert h_fp8 < 0.8 * h_bf16  # GEMMs at up to 2x: most of the compute
+    assert a_fp8 == pytest.approx(a_bf16)  # A100 has no FP8 tensor cores
