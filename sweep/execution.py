@@ -7,7 +7,7 @@ The driver writes each returned batch as its own parquet part and records it in 
 a re-run skips recorded batches. Tasks are retried when their worker dies (`max_retries`); the
 driver only ever records a batch id once, so nothing is lost or counted twice.
 
-Optuna: a study (SQLite storage in the results dir) asks for a batch of trials, the batch is
+Optuna: a study (JournalStorage file `optuna.journal` in the results dir) asks for a batch of trials, the batch is
 evaluated as Ray tasks, and the results are told back. Invalid and out-of-memory
 configurations are told as PRUNED (not as fast results). Trials left RUNNING by an
 interrupted run are evaluated and told first on resume.
@@ -304,6 +304,17 @@ def _sampler(cfg: SpaceConfig, batch: int):
     return optuna.samplers.RandomSampler(seed=s.seed)
 
 
+def _storage(path: Path):
+    """Optuna JournalStorage in the results dir (resumable; much faster than SQLite)."""
+    from optuna.storages import JournalStorage
+
+    try:
+        from optuna.storages.journal import JournalFileBackend
+    except ImportError:  # optuna < 4
+        from optuna.storages import JournalFileStorage as JournalFileBackend
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
 def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
     import optuna
     from optuna.distributions import CategoricalDistribution
@@ -321,7 +332,7 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
         raise SweepError("space: strategy optuna needs at least one field in `space:`")
     budget = s.trials or max(1, space.size // 10)
     batch = s.batch_size or DEFAULT_OPTUNA_BATCH
-    storage = f"sqlite:///{(store.dir / 'optuna.db').resolve()}"
+    storage = _storage(store.dir / "optuna.journal")
     directions = [OBJECTIVES[o][1] for o in s.objectives]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # experimental-feature warnings
@@ -374,8 +385,11 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
                 store.write_part(f"o{asked[0].number:07d}", part,
                                  trials=[t.number for t in asked])
                 for t, row in zip(asked, rows):
-                    if row["status"] == "ok":
-                        study.tell(t.number, [float(row[c]) for c in obj_cols])
+                    values = [float(row[c]) for c in obj_cols] if row["status"] == "ok" else []
+                    if values and all(np.isfinite(values)):
+                        study.tell(t.number, values)
+                    elif values:
+                        study.tell(t.number, state=TrialState.FAIL)
                     else:
                         study.tell(t.number, state=TrialState.PRUNED)
                 finished += len(asked)

@@ -5,7 +5,7 @@ Layout of a results folder (`results/<space-name>/` or `--out`)::
 
     manifest.json        space fingerprint + ids of finished batches (rewritten atomically)
     parts/<id>.parquet   one per finished batch (written to a temp file, then os.replace)
-    optuna.db            the Optuna study (strategy optuna), so that a study can resume
+    optuna.journal       the Optuna study (strategy optuna, JournalStorage), for resume
     results.parquet      all configurations, sorted by config_id (schema version in metadata)
     ranking.csv          the best N that fit, by the first objective
     pareto.csv           the Pareto set over the objectives (two or more objectives)

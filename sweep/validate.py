@@ -1,0 +1,124 @@
+"""`sweep validate [DATASET.csv]`: the simulator against published, measured runs.
+
+Prints, per row, predicted vs measured step time (and peak memory where measured) with the
+error, then a summary by source family and by GPU: median / p90 / max absolute error, bias
+(median signed error: negative = we predict too fast) and Spearman rank correlation of
+throughput within each family. Writes the table as CSV and a log-log plot when asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .cli import register
+from .errors import SweepError
+
+TABLE_COLUMNS = ["id", "family", "label", "gpu", "num_gpus", "precision", "tp", "pp", "cp", "vpp",
+                 "micro_batch", "recompute", "zero", "imputed", "measured_step_s",
+                 "predicted_step_s", "step_error", "measured_mem_gib", "predicted_mem_gib",
+                 "mem_error"]
+
+
+def spearman(a: pd.Series, b: pd.Series) -> float:
+    """Rank correlation (ties averaged); NaN for fewer than three points."""
+    if len(a) < 3:
+        return float("nan")
+    return float(np.corrcoef(a.rank().to_numpy(), b.rank().to_numpy())[0, 1])
+
+
+def summarize(table: pd.DataFrame, by: str) -> pd.DataFrame:
+    rows = {}
+    groups = list(table.groupby(by)) + [("all", table)]
+    for key, g in groups:
+        e = g["step_error"].dropna()
+        me = g["mem_error"].dropna()
+        tput_pred = 1 / g["predicted_step_s"]
+        tput_meas = 1 / g["measured_step_s"]
+        rows[key] = {
+            "rows": len(e),
+            "median_abs_err": e.abs().median(),
+            "p90_abs_err": e.abs().quantile(0.9),
+            "max_abs_err": e.abs().max(),
+            "bias": e.median(),
+            "within_10pct": (e.abs() <= 0.10).mean(),
+            "spearman": spearman(tput_pred, tput_meas) if key != "all" else np.nan,
+            "mem_rows": len(me),
+            "mem_median_abs_err": me.abs().median() if len(me) else np.nan,
+        }
+    return pd.DataFrame(rows).T
+
+
+def plot(table: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    for fam, g in table.groupby("family"):
+        ax.scatter(g["measured_step_s"], g["predicted_step_s"], label=fam, s=18)
+    lo = np.nanmin(table[["measured_step_s", "predicted_step_s"]].to_numpy()) / 1.5
+    hi = np.nanmax(table[["measured_step_s", "predicted_step_s"]].to_numpy()) * 1.5
+    xs = np.geomspace(lo, hi, 50)
+    ax.plot(xs, xs, "k-", lw=0.8)
+    ax.fill_between(xs, xs * 0.9, xs * 1.1, color="grey", alpha=0.2, label="±10%")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured step time (s)")
+    ax.set_ylabel("predicted step time (s)")
+    ax.set_title("sweep validate: predicted vs measured")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", nargs="?", default=None,
+                   help="CSV in the published_runs format (default: the shipped dataset)")
+    p.add_argument("--out", default=None,
+                   help="folder for validation.csv and validation.png (default: print only)")
+    p.add_argument("--dense-only", action="store_true",
+                   help="keep A100/H100 dense rows only (the accuracy target of the simulator)")
+
+
+def run(args) -> int:
+    from sim_core import validation
+
+    if args.dataset and not Path(args.dataset).is_file():
+        raise SweepError(f"dataset: no such file '{args.dataset}'")
+    try:
+        data = validation.load_published(args.dataset)
+    except (KeyError, pd.errors.ParserError) as exc:
+        raise SweepError(f"dataset: not in the published_runs format ({exc})") from None
+    table = validation.validate(data)
+    if args.dense_only:
+        table = table[table["gpu"].str.match(r"^(a100|h100)")]
+    pd.set_option("display.width", 250)
+    shown = table[TABLE_COLUMNS].copy()
+    shown["label"] = shown["label"].str.slice(0, 22)
+    print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    skipped = data[data["skip"] != ""]
+    print(f"\nskipped {len(skipped)} rows: "
+          + "; ".join(f"{r} ({n})" for r, n in skipped["skip"].value_counts().items()))
+    print("\nby source family:")
+    print(summarize(table, "family").to_string(float_format=lambda x: f"{x:.3f}"))
+    print("\nby GPU:")
+    print(summarize(table, "gpu").to_string(float_format=lambda x: f"{x:.3f}"))
+    print("\nunstated fields were filled as follows:")
+    for field, rule in validation.IMPUTATION.items():
+        print(f"  {field}: {rule}")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "validation.csv", index=False)
+        plot(table, out / "validation.png")
+        print(f"\nwrote {out / 'validation.csv'} and {out / 'validation.png'}")
+    return 0
+
+
+register("validate", "compare the simulator with published measured runs", _args, run)
