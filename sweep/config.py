@@ -122,7 +122,7 @@ OBJECTIVES = {
 
 class SearchConfig(_Strict):
     strategy: Literal["grid", "optuna"] = "grid"
-    trials: PosInt | None = None  # optuna budget; default: a tenth of the space
+    trials: PosInt | None = None  # optuna budget of distinct configurations; default: size/10
     objectives: list[Literal["step_time", "cost", "mfu", "throughput"]] = ["step_time"]
     sampler: Literal["tpe", "nsga2", "random"] | None = None  # default tpe (1 obj), nsga2 (2+)
     seed: Annotated[int, Field(strict=True)] = 0

@@ -38,7 +38,7 @@ from .results import (
 from .space import Space, census, require_valid, rule_reasons, sim_frame
 
 DEFAULT_GRID_BATCH = 20_000  # candidate configurations per Ray task
-DEFAULT_OPTUNA_BATCH = 32  # trials per ask/tell round
+DEFAULT_OPTUNA_BATCH = 8  # trials per ask/tell round (at least 2 per worker)
 TASK_RETRIES = 3
 
 
@@ -331,7 +331,7 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
     if not space.axes:
         raise SweepError("space: strategy optuna needs at least one field in `space:`")
     budget = s.trials or max(1, space.size // 10)
-    batch = s.batch_size or DEFAULT_OPTUNA_BATCH
+    batch = s.batch_size or DEFAULT_OPTUNA_BATCH  # (raised to 2 per worker below)
     storage = _storage(store.dir / "optuna.journal")
     directions = [OBJECTIVES[o][1] for o in s.objectives]
     with warnings.catch_warnings():
@@ -350,25 +350,28 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
     for r in prev.to_dict("records"):
         known.setdefault(int(r["config_id"]), r)
     trials = study.get_trials(deepcopy=False)
-    finished = sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-                   for t in trials)
+    n_trials = len(trials)
     stale = [t for t in trials if t.state == TrialState.RUNNING]
     evaluated = 0
-    bar = None
+    # The budget counts distinct configurations: a trial that repeats an evaluated
+    # configuration is told its known result at once and does not count (TPE repeats itself
+    # often in a discrete space); max_trials bounds the asks.
+    max_trials = 4 * budget + 4 * batch
     with ray_session(workers, address) as cap:
-        import ray
-
+        if not s.batch_size:
+            batch = max(batch, 2 * cap)
         task = _remote(_eval_frame)
-        bar = _progress(budget, min(finished, budget), "trial", progress)
+        bar = _progress(budget, min(len(known), budget), "cfg", progress)
         try:
-            while stale or finished < budget:
+            while stale or (len(known) < budget and n_trials < max_trials):
                 if stale:
                     asked, stale = stale[:batch], stale[batch:]
                 else:
-                    k = min(batch, budget - finished)
+                    k = min(batch, budget - len(known))
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         asked = [study.ask(dists) for _ in range(k)]
+                    n_trials += len(asked)
                 ids = [space.index_of(t.params) for t in asked]
                 new = sorted(set(ids) - set(known))
                 if new:
@@ -381,8 +384,7 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
                         known[int(r["config_id"])] = r
                     evaluated += len(new)
                 rows = [dict(known[cid], trial=t.number) for t, cid in zip(asked, ids)]
-                part = pd.DataFrame(rows)
-                store.write_part(f"o{asked[0].number:07d}", part,
+                store.write_part(f"o{asked[0].number:07d}", pd.DataFrame(rows),
                                  trials=[t.number for t in asked])
                 for t, row in zip(asked, rows):
                     values = [float(row[c]) for c in obj_cols] if row["status"] == "ok" else []
@@ -392,8 +394,7 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
                         study.tell(t.number, state=TrialState.FAIL)
                     else:
                         study.tell(t.number, state=TrialState.PRUNED)
-                finished += len(asked)
-                bar.update(len(asked))
+                bar.update(len(new))
                 if on_batch is not None:
                     on_batch(asked[0].number, len(store.done))
         except KeyboardInterrupt:

@@ -1,0 +1,179 @@
+"""Sweeps on a local Ray (one instance for the module): grid, resume after an interruption,
+a worker killed mid-sweep, Optuna single- and multi-objective, Optuna resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from sweep.config import parse_space
+from sweep.errors import Interrupted, SweepError
+from sweep.execution import run_search
+from sweep.results import SCHEMA_VERSION, read_metadata
+from sweep.space import Space
+from sweep.testing import CountCalls, KillOnce, fake_check, fake_simulate
+
+ray = pytest.importorskip("ray")
+
+FAKE = dict(simulate=fake_simulate, check=fake_check)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")
+    yield
+    if started:
+        ray.shutdown()
+
+
+def space_cfg(strategy="grid", batch_size=100, **search):
+    d = {"name": "t", "model": "llama3.1-8b", "seq_len": 8192, "global_batch": 64,
+         "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+         "space": {"num_gpus": [8, 16, 32], "tp": [1, 2, 4, 8], "pp": [1, 2, 4],
+                   "micro_batch": [1, 2, 4], "recompute": ["none", "selective", "full"],
+                   "zero": [1, 3]},
+         "search": {"strategy": strategy, "batch_size": batch_size, **search}}
+    return parse_space(d)
+
+
+def frame_without_timing(path: Path) -> pd.DataFrame:
+    return pq.read_table(path).to_pandas()
+
+
+@pytest.fixture(scope="module")
+def undisturbed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref")
+    run_search(space_cfg(), out, **FAKE)
+    return frame_without_timing(out / "results.parquet")
+
+
+def test_grid_results(tmp_path, undisturbed):
+    cfg = space_cfg()
+    o = run_search(cfg, tmp_path, **FAKE)
+    size = Space.from_config(cfg).size
+    df = frame_without_timing(tmp_path / "results.parquet")
+    assert len(df) == size and df["config_id"].tolist() == list(range(size))
+    assert set(df["status"]) == {"ok", "oom", "invalid"}
+    assert read_metadata(tmp_path / "results.parquet")["schema_version"] == SCHEMA_VERSION
+    c = o.counts
+    assert c["total"] == size and c["invalid"] + c["simulated"] == size
+    ranking = pd.read_csv(tmp_path / "ranking.csv")
+    assert (ranking["status"] == "ok").all() and ranking["step_time_s"].is_monotonic_increasing
+    assert ranking["rank"].tolist() == list(range(1, len(ranking) + 1))
+    text = o.summary()
+    assert "top 10 by step_time" in text and f"{size:,} total" in text
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["complete"] and len(manifest["batches"]) == -(-size // 100)
+    pd.testing.assert_frame_equal(df, undisturbed)
+
+
+def test_resume_after_interruption(tmp_path, undisturbed):
+    cfg = space_cfg()
+    log1, log2 = tmp_path / "calls1", tmp_path / "calls2"
+    out = tmp_path / "out"
+
+    def stop_after_two(batch_id, done):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as ei:
+        run_search(cfg, out, simulate=CountCalls(log1), check=fake_check, workers=1,
+                   on_batch=stop_after_two)
+    assert ei.value.done == 2 and "run the same command again to resume" in str(ei.value)
+    assert not (out / "results.parquet").exists()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert not manifest["complete"] and len(manifest["batches"]) == 2
+
+    o = run_search(cfg, out, simulate=CountCalls(log2), check=fake_check)
+    nbatches = len(Space.from_config(cfg).batches(100))
+    calls2 = log2.read_text().split()
+    assert len(calls2) <= nbatches - 2  # finished batches are skipped
+    assert o.evaluated == Space.from_config(cfg).size - 200
+    pd.testing.assert_frame_equal(frame_without_timing(out / "results.parquet"), undisturbed)
+
+
+def test_killed_worker_is_retried(tmp_path, undisturbed):
+    marker = tmp_path / "killed"
+    run_search(space_cfg(), tmp_path / "out", simulate=KillOnce(marker), check=fake_check)
+    assert marker.exists()  # a worker really died once
+    pd.testing.assert_frame_equal(frame_without_timing(tmp_path / "out" / "results.parquet"),
+                                  undisturbed)
+
+
+def test_other_space_in_same_dir(tmp_path):
+    run_search(space_cfg(batch_size=500), tmp_path, **FAKE)
+    with pytest.raises(SweepError, match="different space"):
+        run_search(space_cfg(batch_size=400), tmp_path, **FAKE)
+    o = run_search(space_cfg(batch_size=400), tmp_path, fresh=True, **FAKE)
+    assert o.evaluated == Space.from_config(space_cfg()).size
+
+
+def test_rerun_of_finished_sweep_evaluates_nothing(tmp_path):
+    run_search(space_cfg(batch_size=500), tmp_path, **FAKE)
+    o = run_search(space_cfg(batch_size=500), tmp_path, **FAKE)
+    assert o.evaluated == 0 and o.counts["total"] == Space.from_config(space_cfg()).size
+
+
+def test_optuna_finds_the_grid_best(tmp_path, undisturbed):
+    cfg = space_cfg("optuna", batch_size=8, seed=1)
+    size = Space.from_config(cfg).size
+    cfg.search.trials = size // 10
+    o = run_search(cfg, tmp_path, **FAKE)
+    grid_best = undisturbed.sort_values("rank").iloc[0]
+    opt_best = o.best.iloc[0]
+    assert opt_best["step_time_s"] <= grid_best["step_time_s"] * 1.02
+    df = frame_without_timing(tmp_path / "results.parquet")
+    # the budget counts distinct configurations (a tenth of the space)
+    assert df["config_id"].is_unique and len(df) == cfg.search.trials
+    # rows agree with the grid's for the same configuration
+    ref = undisturbed.set_index("config_id").loc[df["config_id"], "step_time_s"]
+    assert (ref.to_numpy()[df.status == "ok"] == df.loc[df.status == "ok", "step_time_s"]).all()
+
+
+def test_optuna_multi_objective_pareto(tmp_path):
+    import optuna
+
+    cfg = space_cfg("optuna", batch_size=16, trials=96, objectives=["step_time", "cost"])
+    o = run_search(cfg, tmp_path, **FAKE)
+    assert len(o.pareto) >= 1 and (tmp_path / "pareto.csv").exists()
+    study = optuna.load_study(study_name="t", storage=_journal(tmp_path))
+    states = {t.state.name for t in study.trials}
+    ids = {Space.from_config(cfg).index_of(t.params) for t in study.trials}
+    assert len(ids) == 96 and len(study.trials) >= 96 and states <= {"COMPLETE", "PRUNED"}
+    assert "PRUNED" in states  # invalid/oom are pruned, not told as fast results
+    best = {t.number for t in study.best_trials}
+    df = frame_without_timing(tmp_path / "results.parquet")
+    pareto_trials = set(df.loc[df["pareto"], "trial"])
+    # every configuration on our Pareto set is a best trial of the study
+    assert pareto_trials <= best | {t.number for t in study.trials if t.number in best}
+
+
+def test_optuna_resume(tmp_path):
+    import optuna
+
+    cfg = space_cfg("optuna", batch_size=16, trials=80)
+
+    def stop(batch_id, done):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted):
+        run_search(cfg, tmp_path, on_batch=stop, **FAKE)
+    o = run_search(cfg, tmp_path, **FAKE)
+    study = optuna.load_study(study_name="t", storage=_journal(tmp_path))
+    assert all(t.state.is_finished() for t in study.trials)
+    ids = {Space.from_config(cfg).index_of(t.params) for t in study.trials}
+    assert o.counts["total"] == len(ids) == 80
+
+
+def _journal(d: Path):
+    from sweep.execution import _storage
+
+    return _storage(d / "optuna.journal")
