@@ -86,3 +86,18 @@ class CountCalls:
         with open(self.log, "a") as f:
             f.write(f"{len(df)}\n")
         return self.inner(df)
+
+
+class RecordNode:
+    """Wraps a simulate function and appends the Ray node id it ran on to a file."""
+
+    def __init__(self, log: str | os.PathLike, inner=fake_simulate):
+        self.log = str(log)
+        self.inner = inner
+
+    def __call__(self, df: pd.DataFrame) -> pd.DataFrame:
+        import ray
+
+        with open(self.log, "a") as f:
+            f.write(ray.get_runtime_context().get_node_id() + "\n")
+        return self.inner(df)
