@@ -102,17 +102,12 @@ def _eval_frame(frame: pd.DataFrame, simulate, check) -> pd.DataFrame:
     return evaluate(frame, simulate, check)
 
 
-_remote_cache: dict = {}
-
-
 def _remote(fn):
-    """The Ray remote version of a task function (created once Ray is imported)."""
-    if fn not in _remote_cache:
-        import ray
+    """The Ray remote version of a task function (made per run: a RemoteFunction kept across
+    ray.shutdown()/ray.init() can point at objects of the old session)."""
+    import ray
 
-        _remote_cache[fn] = ray.remote(num_cpus=1, max_retries=TASK_RETRIES,
-                                       retry_exceptions=False)(fn)
-    return _remote_cache[fn]
+    return ray.remote(num_cpus=1, max_retries=TASK_RETRIES, retry_exceptions=False)(fn)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,8 +132,9 @@ def ray_session(workers: int | None = None, address: str | None = None):
             if address:
                 ray.init(address=address, **quiet)
             else:
-                ray.init(num_cpus=workers or os.cpu_count() or 1, include_dashboard=False,
-                         **quiet)
+                # "local": always a fresh instance, never a stale /tmp/ray/ray_current_cluster
+                ray.init(address="local", num_cpus=workers or os.cpu_count() or 1,
+                         include_dashboard=False, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = f"--address {address}" if address else "local Ray"
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -330,7 +326,7 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
     require_valid(cen, space.name)
     if not space.axes:
         raise SweepError("space: strategy optuna needs at least one field in `space:`")
-    budget = s.trials or max(1, space.size // 10)
+    budget = min(s.trials or max(1, space.size // 10), space.size)
     batch = s.batch_size or DEFAULT_OPTUNA_BATCH  # (raised to 2 per worker below)
     storage = _storage(store.dir / "optuna.journal")
     directions = [OBJECTIVES[o][1] for o in s.objectives]
@@ -357,48 +353,49 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
     # configuration is told its known result at once and does not count (TPE repeats itself
     # often in a discrete space); max_trials bounds the asks.
     max_trials = 4 * budget + 4 * batch
-    with ray_session(workers, address) as cap:
-        if not s.batch_size:
-            batch = max(batch, 2 * cap)
-        task = _remote(_eval_frame)
-        bar = _progress(budget, min(len(known), budget), "cfg", progress)
-        try:
-            while stale or (len(known) < budget and n_trials < max_trials):
-                if stale:
-                    asked, stale = stale[:batch], stale[batch:]
-                else:
-                    k = min(batch, budget - len(known))
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        asked = [study.ask(dists) for _ in range(k)]
-                    n_trials += len(asked)
-                ids = [space.index_of(t.params) for t in asked]
-                new = sorted(set(ids) - set(known))
-                if new:
-                    frame = space.frame_of_ids(new)
-                    chunks = [c for c in np.array_split(np.arange(len(frame)), cap) if len(c)]
-                    refs = [task.remote(frame.iloc[c], simulate, check) for c in chunks]
-                    res = pd.concat([_get(r) for r in refs], ignore_index=True)
-                    res = add_costs(res, prices, s.cost_unit)
-                    for r in res.to_dict("records"):
-                        known[int(r["config_id"])] = r
-                    evaluated += len(new)
-                rows = [dict(known[cid], trial=t.number) for t, cid in zip(asked, ids)]
-                store.write_part(f"o{asked[0].number:07d}", pd.DataFrame(rows),
-                                 trials=[t.number for t in asked])
-                for t, row in zip(asked, rows):
-                    values = [float(row[c]) for c in obj_cols] if row["status"] == "ok" else []
-                    if values and all(np.isfinite(values)):
-                        study.tell(t.number, values)
-                    elif values:
-                        study.tell(t.number, state=TrialState.FAIL)
+    if stale or len(known) < budget:  # else: a finished study, just re-assemble
+        with ray_session(workers, address) as cap:
+            if not s.batch_size:
+                batch = max(batch, 2 * cap)
+            task = _remote(_eval_frame)
+            bar = _progress(budget, min(len(known), budget), "cfg", progress)
+            try:
+                while stale or (len(known) < budget and n_trials < max_trials):
+                    if stale:
+                        asked, stale = stale[:batch], stale[batch:]
                     else:
-                        study.tell(t.number, state=TrialState.PRUNED)
-                bar.update(len(new))
-                if on_batch is not None:
-                    on_batch(asked[0].number, len(store.done))
-        except KeyboardInterrupt:
+                        k = min(batch, budget - len(known))
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore")
+                            asked = [study.ask(dists) for _ in range(k)]
+                        n_trials += len(asked)
+                    ids = [space.index_of(t.params) for t in asked]
+                    new = sorted(set(ids) - set(known))
+                    if new:
+                        frame = space.frame_of_ids(new)
+                        chunks = [c for c in np.array_split(np.arange(len(frame)), cap) if len(c)]
+                        refs = [task.remote(frame.iloc[c], simulate, check) for c in chunks]
+                        res = pd.concat([_get(r) for r in refs], ignore_index=True)
+                        res = add_costs(res, prices, s.cost_unit)
+                        for r in res.to_dict("records"):
+                            known[int(r["config_id"])] = r
+                        evaluated += len(new)
+                    rows = [dict(known[cid], trial=t.number) for t, cid in zip(asked, ids)]
+                    store.write_part(f"o{asked[0].number:07d}", pd.DataFrame(rows),
+                                     trials=[t.number for t in asked])
+                    for t, row in zip(asked, rows):
+                        values = [float(row[c]) for c in obj_cols] if row["status"] == "ok" else []
+                        if values and all(np.isfinite(values)):
+                            study.tell(t.number, values)
+                        elif values:
+                            study.tell(t.number, state=TrialState.FAIL)
+                        else:
+                            study.tell(t.number, state=TrialState.PRUNED)
+                    bar.update(len(new))
+                    if on_batch is not None:
+                        on_batch(asked[0].number, len(store.done))
+            except KeyboardInterrupt:
+                bar.close()
+                raise Interrupted(len(store.done), -(-budget // batch), str(store.dir)) from None
             bar.close()
-            raise Interrupted(len(store.done), -(-budget // batch), str(store.dir)) from None
-        bar.close()
     return _assemble(store, cfg, space, t0, evaluated, "optuna")

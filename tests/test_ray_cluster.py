@@ -72,8 +72,11 @@ def two_node_cluster():
     port = _free_port()
     addr = f"127.0.0.1:{port}"
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED")}
-    # loopback-only test cluster: no token authentication between driver and nodes
-    os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    # Loopback-only test cluster: no token authentication, unless an earlier ray.init() in
+    # this process already switched it on (Ray then keeps it process-wide); the nodes inherit
+    # the driver's mode either way.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     common = ["--block", "--num-cpus=1", "--node-ip-address=127.0.0.1", "--disable-usage-stats"]
     procs = []
     try:
@@ -104,6 +107,13 @@ def two_node_cluster():
             time.sleep(0.05)
         for proc in procs:
             proc.wait(timeout=30)
+        # the head wrote its address here; a stale entry would make a later ray.init() try it
+        current = Path("/tmp/ray/ray_current_cluster")
+        try:
+            if current.read_text().strip().endswith(f":{port}"):
+                current.unlink()
+        except OSError:
+            pass
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -26,7 +26,7 @@ FAKE = dict(simulate=fake_simulate, check=fake_check)
 def local_ray():
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
                  logging_level="ERROR")
     yield
     if started:
