@@ -70,6 +70,8 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     peak_bf16 = b.peak_bf16 * 1e12
     peak_gemm = np.where(fp8, b.peak_fp8, b.peak_bf16) * 1e12
     hbm = b.hbm_bw_gbs * 1e9 * _by_arch(b.sm_arch, "elementwise")
+    # eager (unfused) elementwise ops move more bytes per useful byte
+    hbm_elem = hbm / np.where(b.fused_elementwise, 1.0, _by_arch(b.sm_arch, "unfused_elementwise"))
     attn_half = _by_arch(b.sm_arch, "attn_seq_half")
     seq_eff = b.seq_len / (b.seq_len + attn_half)
     fa2 = b.attention_kernel == 1
@@ -101,8 +103,8 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             wgrad = 0.0
             parts[op.where]["attn_fwd"] = parts[op.where]["attn_fwd"] + fwd
         else:
-            fwd = op.fwd_bytes / hbm
-            bwd = op.bwd_bytes / hbm
+            fwd = op.fwd_bytes / hbm_elem
+            bwd = op.bwd_bytes / hbm_elem
             wgrad = 0.0
             parts[op.where]["elem_fwd"] = parts[op.where]["elem_fwd"] + fwd
         parts[op.where]["fwd"] = parts[op.where]["fwd"] + fwd

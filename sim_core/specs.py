@@ -154,6 +154,9 @@ PARALLEL_COLUMNS = {
     "moe_a2a_overlap": False,
     "grad_reduce_fp32": True,  # fp32 main-grad buffer and reduction (Megatron-LM script default)
     "attention_kernel": "fa3",
+    # norms, rotary, activation functions fused into few kernels (Transformer Engine,
+    # torch.compile); False = eager PyTorch, one kernel per elementary op
+    "fused_elementwise": True,
 }
 
 ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS}

@@ -36,6 +36,8 @@ IMPUTATION = {
     "grad_reduce_fp32": "off for NeMo/Megatron-Bridge (MCore DDP default: bf16 grad buffers), "
                         "on for the Megatron-LM script (forces fp32 for bf16) and torch FSDP "
                         "(reduce_dtype fp32)",
+    "fused_elementwise": "off for eager PyTorch (torchtitan without torch.compile, llm-foundry), "
+                         "on for Transformer Engine (Megatron/NeMo) and torch.compile rows",
     "attention_kernel": "fa2 for torchtitan (2024, SDPA flash) and llm-foundry; fa3 class "
                         "(cuDNN fused attention via Transformer Engine) for Megatron/NeMo",
     "activation": "swiglu for Llama/Qwen/Mixtral/DeepSeek/GPT-OSS, relu2 for Nemotron, "
@@ -169,6 +171,8 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         nics_per_node=8 if nic else 0, nic_bw_gbs=nic,
         grad_reduce_fp32=not bool(re.search(r"nemo|bridge", fw, re.I)),
         attention_kernel="fa2" if re.search(r"torchtitan|llm-foundry", fw, re.I) else "fa3",
+        fused_elementwise=not re.search(r"torchtitan|llm-foundry", fw, re.I)
+        or bool(re.search(r"compile", fw, re.I)),
     )
     if zero == 3 and pp > 1:
         run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
