@@ -1,0 +1,418 @@
+"""White-box NCCL cost model, vectorized over configurations.
+
+Why white-box: NCCL does not run one algorithm. For every call it estimates the time of each
+(algorithm, protocol) pair as latency + bytes / bandwidth and runs the cheapest (NCCL
+src/graph/tuning.cc, ncclTopoTuneModel / ncclTopoGetAlgoTime). Small messages are therefore
+latency-bound (LL, tens of microseconds) and far below peak bus bandwidth, large ones run Simple
+near link speed, and multi-node groups switch between ring, double-binary tree and NVLS-tree.
+This module reproduces that choice with NCCL's own latency tables, protocol efficiencies, chunk
+rules and channel counts, on top of a physical bandwidth model (NVLink per GPU, NIC per GPU, how
+many ranks of the group share a node) calibrated once against published nccl-tests peaks.
+
+Conventions (nccl-tests, see modeling-notes sec. 1): `nbytes` is the all-reduce buffer, the
+all-gather OUTPUT, the reduce-scatter INPUT, the all-to-all bytes each rank sends (incl. to
+itself), the broadcast buffer, the bytes one rank sends in send_recv. busbw = algbw * f with
+f = 2(n-1)/n (all-reduce), (n-1)/n (all-gather, reduce-scatter, all-to-all), 1 otherwise.
+
+Point-to-point (pipeline send/recv, ring-attention exchange) is op "send_recv" with group 2 and
+nodes 1 (same node) or 2; `p2p_time` is a shorthand for that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "p2p")
+PROTOCOLS = ("ll", "ll128", "simple")
+
+AR, AG, RS, A2A, BC, SR = range(6)
+RING, TREE, NVLS, NVLS_TREE, P2P = range(5)
+LL, LL128, SIMPLE = range(3)
+
+# =============================================================================================
+# Constants. Arch-indexed tuples are (SM80 Ampere, SM90 Hopper, SM100 Blackwell).
+# =============================================================================================
+# --- Bandwidth calibration (the only fitted numbers; each from a published nccl-tests peak) ---
+# Ring bus bandwidth NCCL reaches over NVLink, as a fraction of the datasheet per-direction
+# NVLink bandwidth (net["nvlink_bw_gbs"]: A100 300, H100 450, B200 900 GB/s).
+#  SM80: NCCL's own SM80 cap was 235 GB/s (tuning.cc, NCCL 2.8 "busBw = min(busBw, 235)");
+#        8x A100 SXM4 nccl-tests all-reduce 230-250 GB/s (docs.alayanew.com nccl-tests guide)
+#        -> 235/300 = 0.78.
+#  SM90: "450GB/s is the line rate. With the protocol overhead (~20%) NCCL can get an effective
+#        NVLink bandwidth of 370GB/s" (S. Jeaugey, NVIDIA/nccl-tests#212) -> 370/450 = 0.82.
+#  SM100: no public figure found; assumed equal to SM90.
+NVL_EFF = (0.78, 0.82, 0.82)
+# NVLS (NVLink SHARP) single-node all-reduce peak busbw / datasheet NVLink bandwidth.
+#  H100: ~480 GB/s busbw on 8 GPUs (nccl-tests#212, GTC S62129 via nccl#1374), 476 (nccl-tests#290)
+#  H200: 475 (nccl-tests#272); H800 (200 GB/s NVLink): 215 (nccl#1374) -> 480/450 = 1.07.
+#  SM100: scaled by NCCL's nvlsEfficiency Blackwell/Hopper = 0.74/0.85 (tuning.cc).
+NVLS_AR_RATIO = (0.0, 1.07, 1.07 * 0.74 / 0.85)
+# NVLS efficiency for all-gather/reduce-scatter (NCCL tuning.cc nvlsEfficiency, Hopper 0.85,
+# Blackwell 0.74); NCCL scales it by (ppn-1)/ppn, so ring usually wins by default.
+NVLS_EFF = (0.0, 0.85, 0.74)
+# Usable fraction of the NIC line rate: "For NDR @ 400Gbps you should see 46-48GB/s per NIC"
+# (D. Addison, NVIDIA/nccl-tests#290) -> 47/50 = 0.94.
+NIC_EFF = 0.94
+# All-to-all (grouped send/recv) relative to ring: thesis (seed 004) 4x A100 NVLink mesh,
+# alltoall ~190 GB/s vs all-reduce/all-gather 190-220 GB/s -> 0.9.
+A2A_EFF = 0.9
+
+# --- NCCL tuning tables (src/graph/tuning.cc, NCCL 2.2x master) -----------------------------
+# base latency (us) per algorithm x protocol (LL, LL128, Simple)
+BASE_LAT = {RING: (6.6, 14.0, 8.4), TREE: (6.8, 14.0, 8.4), NVLS: (0.0, 0.0, 0.0),
+            NVLS_TREE: (0.0, 0.0, 0.0)}
+# per-hop hardware latency (us): NVLink hop and network hop, per algorithm x protocol
+HW_LAT_NVL = {RING: (0.6, 1.9, 3.4), TREE: (0.6, 1.25, 4.0), NVLS: (0, 0, 25.0),
+              NVLS_TREE: (0, 0, 25.0)}
+HW_LAT_NET = {RING: (2.7, 4.0, 14.0), TREE: (5.0, 8.5, 14.0), NVLS: (0, 0, 18.0),
+              NVLS_TREE: (0, 0, 20.9)}
+# The hop latencies above are scaled by the cluster's latencies relative to these reference
+# values (the catalog defaults, clusters.yaml header), so the default cluster gets NCCL's tables.
+REF_INTRA_LAT_US = 2.0
+REF_INTER_LAT_US = 5.0
+NET_OVERHEAD_US = 1.0  # tuning.cc getNetOverhead (x86 Intel), x3 for Simple, per ring step
+RING_PLATEAU = 1.4  # tuning.cc: multi-node ring/Simple all-reduce latency x1.4 (SM80+)
+# LL max bus bandwidth (GB/s): single node by arch; multi-node by node count (Intel row: N2, N4+)
+LL_MAX_BW_1NODE = (87.7, 141.0, 282.0)
+LL_MAX_BW_NET = (39.0, 20.4)
+# per-channel caps (GB/s): ring LL128, tree (Simple), tree LL128 for N=1, N=2, N>2 nodes
+PER_CH_RING_LL128 = (20.0, 36.7, 40.0)
+PER_CH_TREE = ((24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))
+PER_CH_TREE_LL128 = ((20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))
+PER_CH_NVLS_TREE = ((24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
+LL128_EFF = 0.92  # tuning.cc ring LL128 (~120/128 payload)
+TREE_EFF = 0.92  # tuning.cc tree all-reduce bandwidth factor
+TREE_LL_DIV = 3.8  # tuning.cc tree LL
+# Protocol payload efficiency of a line: LL 8-byte lines carry 4 data bytes, LL128 120/128.
+LL_PAYLOAD = 0.5
+
+# --- Channels, buffers and chunks (src/include/device.h, comm.h, enqueue.cc) ------------------
+# Ring/tree channels: HGX A100 runs 24 channels (NCCL INFO "Channel 23/24", nccl-tests#100);
+# 24 also reproduces Echo Table 6's chunk sizes (any 16..30 does). NVLS uses 16 channels.
+N_CHANNELS = (24, 24, 32)
+N_CHANNELS_NVLS = 16
+NCCL_STEPS = 8
+STEP_BYTES = (  # buffer / NCCL_STEPS
+    8 * 512 * 8 * 16 // NCCL_STEPS,  # LL: lines/thread x threads x steps x 16 B line = 64 KiB
+    120 * 640 * 8 * 8 // NCCL_STEPS,  # LL128: 614,400 B (Echo: "base LL128 step 614,400 B")
+    (1 << 22) // NCCL_STEPS,  # Simple: 4 MiB buffer -> 512 KiB
+)
+RING_CHUNK_STEPS_SIMPLE = 4  # ALLREDUCE/ALLGATHER/REDUCESCATTER_CHUNKSTEPS = NCCL_STEPS/2
+NVLS_CHUNK = 131072  # NCCL_NVLS_CHUNKSIZE default 128 KiB
+# Channel tuning: a call uses fewer channels while nBytes < nc * nthreads * threshold
+THREADS = (512, 640, 512)  # LL, LL128, Simple max threads
+THREAD_THRESHOLD = (8, 8, 64)  # bytes per thread (LL ring: x nRanks)
+# --- Point-to-point / all-to-all (not in tuning.cc; NCCL p2p uses LL below 16 KiB) -----------
+P2P_LL_THRESHOLD = 16384  # NCCL_P2P_LL_THRESHOLD default
+P2P_BASE_US = 5.0  # launch + handshake of a send/recv pair (order of NCCL base latencies)
+A2A_PER_PEER_US = 0.5  # issuing one more send/recv pair inside a grouped all-to-all
+
+DEFAULT_NET = {"sm_arch": 90, "nvlink_bw_gbs": 450.0, "nvls": False, "nic_bw_gbs": 50.0,
+               "intra_latency_us": REF_INTRA_LAT_US, "inter_latency_us": REF_INTER_LAT_US}
+
+# Arithmetic runs in float32 (2-3x faster than float64 on 100k-element arrays; 7 significant
+# digits are far below the model's accuracy); results are returned as float64.
+_DT = np.float32
+_BIG = 1e30  # 'not applicable' time (us), finite so that 0 * _BIG stays 0
+
+_OP_CODE = {name: i for i, name in enumerate(COLLECTIVES)}
+
+
+def bus_factor(op, n):
+    """nccl-tests busbw / algbw for op codes `op` and group sizes `n`."""
+    n = np.asarray(n, dtype=float)
+    nn = np.maximum(n, 1.0)
+    f = np.where(op == AR, 2.0 * (nn - 1) / nn, (nn - 1) / nn)
+    return np.where((op == BC) | (op == SR), 1.0, f)
+
+
+def _arch_take(table, ai):
+    return np.asarray(table, dtype=_DT)[ai]
+
+
+def _log2i(x):
+    """floor(log2(x)) for x >= 1 (NCCL's log2i)."""
+    return np.floor(np.log2(np.maximum(x, 1.0)))
+
+
+def _channels(nbytes, nc_max, proto, n):
+    """Channels NCCL actually uses: it drops channels while bytes < nc * threads * threshold."""
+    thr = THREAD_THRESHOLD[proto] * THREADS[proto] * (n if proto == LL else 1.0)
+    return np.clip(np.floor(nbytes / thr), 1.0, nc_max)
+
+
+def _tree_ll128_chunk(nbytes, nc, nodes, ppn):
+    """Tree/LL128 chunk: NCCL halves the 576,000-B chunk while there are too few per channel.
+
+    This is the rule behind Echo Table 6 (18K..288K for 4..256 MB on 32 H800): the number of
+    rounds eta = bytes / (channels * chunk) follows from it instead of being profiled. NCCL
+    halves while floor(bytes/(nc*chunk)) < A and chunk > floor_size; the closed form below is the
+    number of halvings that loop performs (floor(x) < A  <=>  x < ceil(A)).
+    """
+    c0 = float(STEP_BYTES[LL128] // 16 * 15)
+    steps = 1.0 + _log2i(nodes) + 0.1 * ppn
+    per = nbytes / nc
+    c = c0
+    for mult, floor_size in ((64.0, 131072.0), (16.0, 32768.0)):
+        bound = np.maximum(per / np.ceil(steps * mult / ppn), floor_size)
+        j = np.maximum(np.ceil(np.log2(c / bound) - 1e-9), 0.0)
+        c = c / np.exp2(j)
+    return c
+
+
+def tree_ll128_chunk_bytes(nbytes, group, nodes, sm_arch=90):
+    """Public helper (tests, reports): NCCL's tree/LL128 chunk size for an all-reduce."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    ai = (np.asarray(sm_arch) >= 90).astype(int) + (np.asarray(sm_arch) >= 100)
+    nc = _arch_take(N_CHANNELS, ai)
+    nodes = np.asarray(nodes, dtype=float)
+    return _tree_ll128_chunk(nbytes, nc, nodes, np.asarray(group, dtype=float) / nodes)
+
+
+def _net_arrays(net, shape):
+    out = {}
+    for k, d in DEFAULT_NET.items():
+        v = net.get(k, d) if net is not None else d
+        out[k] = np.broadcast_to(np.asarray(v, dtype=_DT), shape)
+    return out
+
+
+def _sel(m, a, b):
+    """Blend b -> a where the 0/1 float mask m is 1 (np.where is branchy on random masks)."""
+    return b + m * (a - b)
+
+
+def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
+    """Estimated time (s), algorithm, protocol for every element; NCCL-style minimum.
+
+    Every applicable (algorithm, protocol) gets latency + bytes/bandwidth (+ tree pipeline
+    fill); inapplicable pairs get +inf; the minimum wins, as in NCCL's topoGetAlgoInfo.
+    """
+    shape = S.shape
+    arch = net["sm_arch"]
+    ai = (arch >= 90).astype(np.int64) + (arch >= 100)
+    k = np.maximum(np.floor(n / N), 1.0)  # ranks of the group per node
+    multi_b = N > 1
+    multi = multi_b.astype(_DT)
+    s_in = net["intra_latency_us"] / REF_INTRA_LAT_US
+    s_out = net["inter_latency_us"] / REF_INTER_LAT_US
+    nvls_ok = ((net["nvls"] > 0) & (arch >= 90) & (k >= 2)).astype(_DT)
+
+    # ---- physical bus bandwidths (GB/s, nccl-tests busbw convention) ------------------------
+    b_nvl = net["nvlink_bw_gbs"] * _arch_take(NVL_EFF, ai)
+    b_nic = net["nic_bw_gbs"] * NIC_EFF  # per GPU
+    node_nic = k * b_nic  # a node's ranks of this group share k GPUs' NICs
+    # ring: every channel crosses the node boundary once per node, so the NICs of the node
+    # carry the whole ring traffic: busbw = k * NIC per GPU (SimAI: nic_bw * nics_per_node)
+    # (a group with one rank per node never touches NVLink)
+    b_nvl_x = b_nvl + (k == 1) * _BIG
+    b_ring = _sel(multi, np.minimum(b_nvl_x, node_nic), b_nvl)
+    # double binary tree: each node sends/receives 2S per direction for N > 2 (= ring), S for
+    # N = 2 (2x), 1.5S for N = 3 (4/3x); inside the node a chain over NVLink
+    n2 = (N == 2).astype(_DT)
+    nidx = np.minimum(N, 3).astype(np.int64) - 1  # NCCL's index for 1, 2, >2 nodes
+    nc = _arch_take(N_CHANNELS, ai)
+    ll_max = _sel(multi, LL_MAX_BW_NET[1] + n2 * (LL_MAX_BW_NET[0] - LL_MAX_BW_NET[1]),
+                  _arch_take(LL_MAX_BW_1NODE, ai))
+    ppn1 = (k == 1).astype(_DT)
+
+    is_ar = (op == AR).astype(_DT)
+    is_agrs = ((op == AG) | (op == RS)).astype(_DT)
+    is_bc = (op == BC).astype(_DT)
+    is_a2a = (op == A2A).astype(_DT)
+    grp = (n > 1).astype(_DT)
+    # +inf for elements a family does not apply to
+    pen_ring = (1.0 - (is_ar + is_agrs + is_bc) * grp) * _BIG
+    pen_ar = (1.0 - is_ar * grp) * _BIG
+    pen_p2p = (1.0 - (1.0 - is_ar - is_agrs - is_bc) * grp) * _BIG
+    nsteps = n - 1.0 + is_ar * (n - 1.0) + is_bc
+    ninter = multi * (N - 1.0 + is_ar * (N - 1.0) + is_bc)
+    fbus = 1.0 - 1.0 / n + is_ar * (1.0 - 1.0 / n)
+    fbus = fbus + is_bc * (1.0 - fbus) + (op == SR) * (1.0 - fbus)
+    per_ch_ll128 = _arch_take(PER_CH_RING_LL128, ai)
+    S_us = S * 1e-3  # bytes / (GB/s) -> us
+
+    times, codes = [], []
+    log2N = _log2i(N)
+
+    # ---- ring (all-reduce, all-gather, reduce-scatter, broadcast) ---------------------------
+    for p in ((LL, LL128, SIMPLE) if "ring" in families else ()):
+        nc_used = _channels(S, nc, p, n)
+        if p == LL:
+            bus = np.minimum(b_ring * LL_PAYLOAD, ll_max)
+            chunk = STEP_BYTES[LL] / 2
+        elif p == LL128:
+            bus = np.minimum(b_ring * LL128_EFF, nc * per_ch_ll128)
+            chunk = STEP_BYTES[LL128] // 16 * 15
+        else:
+            bus = b_ring
+            chunk = STEP_BYTES[SIMPLE] * RING_CHUNK_STEPS_SIMPLE
+        # small calls run on fewer channels, each at most the per-channel LL128-class rate
+        bus = np.minimum(bus, nc_used * per_ch_ll128 * (2.0 if p == SIMPLE else 1.0))
+        intra = HW_LAT_NVL[RING][p] * s_in
+        if p == LL:
+            intra = intra * (1.0 + 0.8 * multi)
+        inter = (HW_LAT_NET[RING][p] + ppn1 * (HW_LAT_NET[TREE][p] - HW_LAT_NET[RING][p])) * s_out
+        intra = np.maximum(intra, multi * NET_OVERHEAD_US * (3.0 if p == SIMPLE else 1.0))
+        hops = (nsteps - ninter) * intra + ninter * inter
+        # broadcast: NCCL adds nsteps hops (Simple uses the tree's per-hop latency)
+        a_bc = TREE if p == SIMPLE else RING
+        bc_hop = _sel(multi, HW_LAT_NET[a_bc][p] * s_out, HW_LAT_NVL[a_bc][p] * s_in)
+        hops = hops + is_bc * (nsteps * bc_hop - hops)
+        # rounds: a ring loop moves nc * n * chunk bytes (all-reduce), and every loop walks the
+        # ring once more; Echo's eta for the ring
+        loops = np.maximum(np.ceil(S / (nc_used * chunk * (n + is_bc * (1.0 - n)))), 1.0)
+        lat = BASE_LAT[RING][p] + loops * hops
+        if p == SIMPLE:
+            plateau = multi * is_ar * (S >= 64.0 * nc * n)
+            lat = lat * (1.0 + (RING_PLATEAU - 1.0) * plateau)
+        times.append(lat + S_us * fbus / bus + pen_ring)
+        codes.append((RING, p))
+
+    # ---- double binary tree (all-reduce): chain inside the node, tree across nodes ----------
+    if "tree" in families:
+        tree_bonus = 1.0 + n2 + (N == 3) * (1.0 / 3.0)
+        b_tree = _sel(multi, np.minimum(b_nvl_x, tree_bonus * node_nic), b_nvl)
+        depth = 2.0 * ((k - 1.0) + log2N)  # hops up and down
+        tree_bus = np.minimum(b_tree * TREE_EFF, nc * np.asarray(PER_CH_TREE, dtype=_DT)[ai, nidx])
+    for p in ((LL, LL128, SIMPLE) if "tree" in families else ()):
+        if p == LL:
+            bus = np.minimum(tree_bus / TREE_LL_DIV, ll_max)
+            chunk = STEP_BYTES[LL] / 2
+        elif p == LL128:
+            bus = np.minimum(tree_bus * (7.0 / 9.0 + multi * (120.0 / 128.0 - 7.0 / 9.0)),
+                             nc * np.asarray(PER_CH_TREE_LL128, dtype=_DT)[ai, nidx])
+            chunk = _tree_ll128_chunk(S, nc, N, k)
+        else:
+            bus = tree_bus
+            chunk = float(STEP_BYTES[SIMPLE])
+        alg = 0.5 * bus  # NCCL: tree moves the data up and down -> algbw = busBw / 2
+        intra = HW_LAT_NVL[TREE][p] * s_in
+        if p == LL:
+            intra = intra * (1.0 + 0.8 * multi)
+        lat = BASE_LAT[TREE][p] + 2.0 * ((k - 1.0) * intra + log2N * HW_LAT_NET[TREE][p] * s_out)
+        # pipeline fill: a chunk needs `depth` hops to reach the last rank; with eta rounds of
+        # `chunk` per channel the tree runs (eta + depth - 1) chunk slots (Echo's tree formula)
+        nc_used = _channels(S, nc, p, n)
+        chunk_all = np.minimum(chunk * nc_used, S)
+        fill = np.maximum(depth - 1.0, 0.0) * chunk_all
+        times.append(lat + (S + fill) * 1e-3 / alg + pen_ar)
+        codes.append((TREE, p))
+
+    if "nvls" in families:
+        # ---- NVLS: NVLink SHARP inside one node (all-reduce, all-gather, reduce-scatter) --------
+        ratio_ar = _arch_take(NVLS_AR_RATIO, ai)
+        nvls_intra = net["nvlink_bw_gbs"] * ratio_ar
+        bus = _sel(is_ar, nvls_intra, net["nvlink_bw_gbs"] * _arch_take(NVLS_EFF, ai) * (k - 1) / k)
+        ok = nvls_ok * (1.0 - multi) * (is_ar + is_agrs) * (bus > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = HW_LAT_NVL[NVLS][SIMPLE] * s_in + S_us * fbus / bus
+        times.append(np.fmin(t, _BIG) + (1.0 - ok) * _BIG)
+        codes.append((NVLS, SIMPLE))
+
+        # ---- NVLS-tree: NVLS inside each node, tree of nodes over the NICs (all-reduce) ---------
+        # each GPU carries 1/k of the node's data over its own NIC: busbw = k * NIC (x2 at N = 2)
+        bus = np.minimum(nvls_intra, (1.0 + n2) * node_nic)
+        bus = np.minimum(bus, N_CHANNELS_NVLS * np.asarray(PER_CH_NVLS_TREE, dtype=_DT)[ai, nidx])
+        ok = nvls_ok * multi * is_ar * (bus > 0)
+        lat = HW_LAT_NVL[NVLS_TREE][SIMPLE] * s_in + 2.0 * log2N * HW_LAT_NET[NVLS_TREE][SIMPLE] * s_out
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = lat + S_us * fbus / bus
+        times.append(np.fmin(t, _BIG) + (1.0 - ok) * _BIG)
+        codes.append((NVLS_TREE, SIMPLE))
+
+    small = np.zeros(shape, dtype=_DT)
+    if "p2p" in families:
+        # ---- point-to-point: send/recv and all-to-all (grouped send/recv) -----------------------
+        per_peer = S / (1.0 + is_a2a * (n - 1.0))
+        small = (per_peer < P2P_LL_THRESHOLD).astype(_DT)
+        inv_eff = 1.0 + small  # LL carries half its line bytes
+        hop_in = (HW_LAT_NVL[RING][SIMPLE] + small * (HW_LAT_NVL[RING][LL] - HW_LAT_NVL[RING][SIMPLE])) * s_in
+        hop_out = (HW_LAT_NET[RING][SIMPLE] + small * (HW_LAT_NET[RING][LL] - HW_LAT_NET[RING][SIMPLE])) * s_out
+        # send/recv: one peer, over NVLink or this GPU's NIC
+        t_sr = P2P_BASE_US + _sel(multi, hop_out, hop_in) + S_us * inv_eff / _sel(multi, b_nic, b_nvl)
+        # all-to-all: the off-node share (n-k)/n leaves through this GPU's NIC while the on-node
+        # share (k-1)/n goes over NVLink, concurrently
+        t_on = S_us * (k - 1.0) / n * inv_eff / (b_nvl * A2A_EFF)
+        t_off = S_us * (n - k) / n * inv_eff / (b_nic * A2A_EFF)
+        t_a2a = (P2P_BASE_US + hop_in + multi * hop_out + (n - 1.0) * A2A_PER_PEER_US
+                 + np.maximum(t_on, t_off))
+        times.append(_sel(is_a2a, t_a2a, t_sr) + pen_p2p)
+        codes.append((P2P, -1))
+
+    # ---- NCCL's choice: the lowest estimate --------------------------------------------------
+    best_t = times[0]
+    best_i = np.zeros(shape, dtype=_DT)
+    for i in range(1, len(times)):
+        better = (times[i] < best_t).astype(_DT)
+        best_t = np.minimum(best_t, times[i])
+        best_i = best_i + better * (i - best_i)
+    best_i = best_i.astype(np.int64)
+    algo = np.array([c[0] for c in codes])[best_i]
+    proto_tab = np.array([c[1] for c in codes])[best_i]
+    proto = np.where(proto_tab < 0, np.where(small > 0, LL, SIMPLE), proto_tab)
+    return best_t.astype(float) * 1e-6, algo, proto
+
+
+_FAMILIES = {AR: ("ring", "tree", "nvls"), AG: ("ring", "nvls"), RS: ("ring", "nvls"),
+             BC: ("ring",), A2A: ("p2p",), SR: ("p2p",)}
+_GROUPS = ((AR,), (AG, RS), (BC,), (A2A, SR))
+
+
+def _by_family(op, S, n, N, net):
+    """Evaluate each op group only with the algorithms that apply to it (NCCL has no tree
+    all-gather, no ring all-to-all): one pass when all elements share an op, as the step
+    composer calls it, else one pass per group on its subset."""
+    counts = np.bincount(op, minlength=len(COLLECTIVES))
+    present = [g for g in _GROUPS if counts[list(g)].sum() > 0]
+    if len(present) == 1:
+        fam = tuple(sorted({f for c in present[0] for f in _FAMILIES[c]}))
+        return _analytical(op, S, n, N, net, fam)
+    t = np.empty(op.shape)
+    a = np.empty(op.shape, dtype=np.int64)
+    p = np.empty(op.shape, dtype=np.int64)
+    for g in present:
+        idx = np.flatnonzero(np.isin(op, g))
+        fam = tuple(sorted({f for c in g for f in _FAMILIES[c]}))
+        sub = {key: v[idx] for key, v in net.items()}
+        t[idx], a[idx], p[idx] = _analytical(op[idx], S[idx], n[idx], N[idx], sub, fam)
+    return t, a, p
+
+
+def collective_time(op, nbytes, group, nodes, net, profile=None) -> dict:
+    """Time of one NCCL collective per element, the (algorithm, protocol) NCCL would pick.
+
+    op: int codes into COLLECTIVES (or one name); nbytes, group, nodes: arrays (broadcast);
+    net: dict of arrays/scalars (see DEFAULT_NET for the keys and defaults); profile: optional
+    `nccl_tests.Profile` whose measured busbw replaces the estimate for matching (op, group,
+    nodes). Returns {"time_s", "algo", "proto", "busbw_gbs"} (algo -1 = measured profile).
+    """
+    if isinstance(op, str):
+        op = _OP_CODE[op]
+    op, S, n, N = np.broadcast_arrays(np.asarray(op, dtype=np.int64), np.asarray(nbytes, dtype=float),
+                                      np.asarray(group, dtype=float), np.asarray(nodes, dtype=float))
+    shape = np.broadcast_shapes(op.shape, *(np.shape(v) for v in (net or {}).values()))
+    op = np.broadcast_to(op, shape).ravel()
+    S, n, N = (np.broadcast_to(x, shape).ravel().astype(_DT) for x in (S, n, N))
+    N = np.clip(N, 1.0, np.maximum(n, 1.0))
+    netb = {k: v.ravel() for k, v in _net_arrays(net, shape).items()}
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        t, a, p = _by_family(op, S, n, N, netb)
+    if profile is not None:
+        t_meas, hit = profile.lookup(op, S, n, N)
+        t = np.where(hit, t_meas, t)
+        a = np.where(hit, -1, a)
+        p = np.where(hit, -1, p)
+    idle = (n <= 1) | (S <= 0)
+    t = np.where(idle, 0.0, t)
+    fb = bus_factor(op, n)
+    busbw = np.where(t > 0, S / np.where(t > 0, t, 1.0) * fb / 1e9, 0.0)
+    return {"time_s": t.reshape(shape), "algo": a.reshape(shape), "proto": p.reshape(shape),
+            "busbw_gbs": busbw.reshape(shape)}
+
+
+def p2p_time(nbytes, intra, net) -> np.ndarray:
+    """Seconds to send `nbytes` to one peer (pipeline stage boundary): send_recv, 2 ranks."""
+    intra = np.asarray(intra, dtype=bool)
+    return collective_time(SR, nbytes, 2, np.where(intra, 1, 2), net)["time_s"]
