@@ -127,8 +127,16 @@ def bus_factor(op, n):
     return np.where((op == BC) | (op == SR), 1.0, f)
 
 
+def _uniform(idx):
+    """The single value of an index array if all equal (then tables give scalars), else it."""
+    if np.ndim(idx) and idx.size and (idx == idx.flat[0]).all():
+        return int(idx.flat[0])
+    return idx
+
+
 def _arch_take(table, ai):
-    return np.asarray(table, dtype=_DT)[ai]
+    t = np.asarray(table, dtype=_DT)[ai]
+    return float(t) if np.ndim(t) == 0 else t
 
 
 def _log2i(x):
@@ -191,7 +199,7 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
     """
     shape = S.shape
     arch = net["sm_arch"]
-    ai = (arch >= 90).astype(np.int64) + (arch >= 100)
+    ai = _uniform((arch >= 90).astype(np.int64) + (arch >= 100))
     k = np.maximum(np.floor(n / N), 1.0)  # ranks of the group per node
     multi_b = N > 1
     multi = multi_b.astype(_DT)
@@ -211,7 +219,7 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
     # double binary tree: each node sends/receives 2S per direction for N > 2 (= ring), S for
     # N = 2 (2x), 1.5S for N = 3 (4/3x); inside the node a chain over NVLink
     n2 = (N == 2).astype(_DT)
-    nidx = np.minimum(N, 3).astype(np.int64) - 1  # NCCL's index for 1, 2, >2 nodes
+    nidx = _uniform(np.minimum(N, 3).astype(np.int64) - 1)  # NCCL's index: 1, 2, >2 nodes
     nc = _arch_take(N_CHANNELS, ai)
     ll_max = _sel(multi, LL_MAX_BW_NET[1] + n2 * (LL_MAX_BW_NET[0] - LL_MAX_BW_NET[1]),
                   _arch_take(LL_MAX_BW_1NODE, ai))
@@ -221,11 +229,21 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
     is_agrs = ((op == AG) | (op == RS)).astype(_DT)
     is_bc = (op == BC).astype(_DT)
     is_a2a = (op == A2A).astype(_DT)
-    grp = (n > 1).astype(_DT)
-    # +inf for elements a family does not apply to
-    pen_ring = (1.0 - (is_ar + is_agrs + is_bc) * grp) * _BIG
-    pen_ar = (1.0 - is_ar * grp) * _BIG
-    pen_p2p = (1.0 - (1.0 - is_ar - is_agrs - is_bc) * grp) * _BIG
+    any_bc = bool(is_bc.any())
+
+    def penalty(applies):
+        """+_BIG (us) where a family does not apply (groups of 1 are zeroed by the caller)."""
+        return 0.0 if bool(applies.all()) else (1.0 - applies) * _BIG
+
+    pen_ring = penalty(is_ar + is_agrs + is_bc)
+    pen_ar = penalty(is_ar)
+    pen_p2p = penalty(1.0 - is_ar - is_agrs - is_bc)
+    chan = {}
+
+    def channels(p):
+        if p not in chan:
+            chan[p] = _channels(S, nc, p, n)
+        return chan[p]
     nsteps = n - 1.0 + is_ar * (n - 1.0) + is_bc
     ninter = multi * (N - 1.0 + is_ar * (N - 1.0) + is_bc)
     fbus = 1.0 - 1.0 / n + is_ar * (1.0 - 1.0 / n)
@@ -238,7 +256,7 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
 
     # ---- ring (all-reduce, all-gather, reduce-scatter, broadcast) ---------------------------
     for p in ((LL, LL128, SIMPLE) if "ring" in families else ()):
-        nc_used = _channels(S, nc, p, n)
+        nc_used = channels(p)
         if p == LL:
             bus = np.minimum(b_ring * LL_PAYLOAD, ll_max)
             chunk = STEP_BYTES[LL] / 2
@@ -257,12 +275,16 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
         intra = np.maximum(intra, multi * NET_OVERHEAD_US * (3.0 if p == SIMPLE else 1.0))
         hops = (nsteps - ninter) * intra + ninter * inter
         # broadcast: NCCL adds nsteps hops (Simple uses the tree's per-hop latency)
-        a_bc = TREE if p == SIMPLE else RING
-        bc_hop = _sel(multi, HW_LAT_NET[a_bc][p] * s_out, HW_LAT_NVL[a_bc][p] * s_in)
-        hops = hops + is_bc * (nsteps * bc_hop - hops)
+        if any_bc:
+            a_bc = TREE if p == SIMPLE else RING
+            bc_hop = _sel(multi, HW_LAT_NET[a_bc][p] * s_out, HW_LAT_NVL[a_bc][p] * s_in)
+            hops = hops + is_bc * (nsteps * bc_hop - hops)
+            ranks_per_loop = n + is_bc * (1.0 - n)
+        else:
+            ranks_per_loop = n
         # rounds: a ring loop moves nc * n * chunk bytes (all-reduce), and every loop walks the
         # ring once more; Echo's eta for the ring
-        loops = np.maximum(np.ceil(S / (nc_used * chunk * (n + is_bc * (1.0 - n)))), 1.0)
+        loops = np.maximum(np.ceil(S / (nc_used * (chunk * ranks_per_loop))), 1.0)
         lat = BASE_LAT[RING][p] + loops * hops
         if p == SIMPLE:
             plateau = multi * is_ar * (S >= 64.0 * nc * n)
@@ -275,14 +297,14 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
         tree_bonus = 1.0 + n2 + (N == 3) * (1.0 / 3.0)
         b_tree = _sel(multi, np.minimum(b_nvl_x, tree_bonus * node_nic), b_nvl)
         depth = 2.0 * ((k - 1.0) + log2N)  # hops up and down
-        tree_bus = np.minimum(b_tree * TREE_EFF, nc * np.asarray(PER_CH_TREE, dtype=_DT)[ai, nidx])
+        tree_bus = np.minimum(b_tree * TREE_EFF, nc * _arch_take(PER_CH_TREE, (ai, nidx)))
     for p in ((LL, LL128, SIMPLE) if "tree" in families else ()):
         if p == LL:
             bus = np.minimum(tree_bus / TREE_LL_DIV, ll_max)
             chunk = STEP_BYTES[LL] / 2
         elif p == LL128:
             bus = np.minimum(tree_bus * (7.0 / 9.0 + multi * (120.0 / 128.0 - 7.0 / 9.0)),
-                             nc * np.asarray(PER_CH_TREE_LL128, dtype=_DT)[ai, nidx])
+                             nc * _arch_take(PER_CH_TREE_LL128, (ai, nidx)))
             chunk = _tree_ll128_chunk(S, nc, N, k)
         else:
             bus = tree_bus
@@ -294,7 +316,7 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
         lat = BASE_LAT[TREE][p] + 2.0 * ((k - 1.0) * intra + log2N * HW_LAT_NET[TREE][p] * s_out)
         # pipeline fill: a chunk needs `depth` hops to reach the last rank; with eta rounds of
         # `chunk` per channel the tree runs (eta + depth - 1) chunk slots (Echo's tree formula)
-        nc_used = _channels(S, nc, p, n)
+        nc_used = channels(p)
         chunk_all = np.minimum(chunk * nc_used, S)
         fill = np.maximum(depth - 1.0, 0.0) * chunk_all
         times.append(lat + (S + fill) * 1e-3 / alg + pen_ar)
@@ -314,7 +336,7 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
         # ---- NVLS-tree: NVLS inside each node, tree of nodes over the NICs (all-reduce) ---------
         # each GPU carries 1/k of the node's data over its own NIC: busbw = k * NIC (x2 at N = 2)
         bus = np.minimum(nvls_intra, (1.0 + n2) * node_nic)
-        bus = np.minimum(bus, N_CHANNELS_NVLS * np.asarray(PER_CH_NVLS_TREE, dtype=_DT)[ai, nidx])
+        bus = np.minimum(bus, N_CHANNELS_NVLS * _arch_take(PER_CH_NVLS_TREE, (ai, nidx)))
         ok = nvls_ok * multi * is_ar * (bus > 0)
         lat = HW_LAT_NVL[NVLS_TREE][SIMPLE] * s_in + 2.0 * log2N * HW_LAT_NET[NVLS_TREE][SIMPLE] * s_out
         with np.errstate(divide="ignore", invalid="ignore"):
