@@ -188,8 +188,16 @@ register("check", "validate a search space and count its valid configurations",
          _check_args, cmd_check)
 
 
+
+
+def _load_plugins() -> None:
+    """Subcommands that live in their own modules register themselves on import."""
+    from . import validate  # noqa: F401
+
+
 # ---------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    _load_plugins()
     parser = argparse.ArgumentParser(
         prog="sweep", description="Search LLM training parallelism settings with a simulator.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
