@@ -33,13 +33,28 @@ def set_model(model) -> None:
 
 
 def slowdown(sm_arch: np.ndarray, kernel_class: str, features: dict | None = None) -> np.ndarray:
-    """Factor (>= 1) by which overlapped compute of `kernel_class` is slowed."""
+    """Factor (>= 1) by which overlapped compute of `kernel_class` is slowed.
+
+    `features` describes each overlap (sm_arch, kernel_class, dim, collective, comm_s, window_s,
+    nbytes, group); a learned model sees them, the prior needs only the class and architecture.
+    """
     if _model is not None and features is not None:
         return np.maximum(np.asarray(_model(features), dtype=np.float64), 1.0)
     out = np.full(sm_arch.shape, PRIOR[max(PRIOR)][kernel_class])
     for arch, row in PRIOR.items():
         out[sm_arch == arch] = row[kernel_class]
     return out
+
+
+def overlap_with(comm: np.ndarray, window: np.ndarray, sm_arch: np.ndarray, kernel_class: str,
+                 dim: str, collective: str, nbytes=None, group=None):
+    """`overlapped` with the slowdown factor of this particular overlap."""
+    zeros = np.zeros_like(comm)
+    feats = {"sm_arch": sm_arch, "kernel_class": kernel_class, "dim": dim,
+             "collective": collective, "comm_s": comm, "window_s": window,
+             "nbytes": zeros if nbytes is None else nbytes,
+             "group": zeros if group is None else group}
+    return overlapped(comm, window, slowdown(sm_arch, kernel_class, feats))
 
 
 def overlapped(comm: np.ndarray, window: np.ndarray, factor: np.ndarray):

@@ -54,8 +54,6 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     m = wl.num_microbatches
     p, v, t = b.pp, b.vpp, b.tp
     arch = b.sm_arch
-    sf_gemm = overlap.slowdown(arch, "gemm")
-    sf_attn = overlap.slowdown(arch, "attention")
 
     totals = {dim: np.zeros_like(m) for dim in ("tp", "cp", "ep", "dp", "pp")}
     per_mb = {dim: np.zeros_like(m) for dim in ("tp", "cp", "ep", "pp")}
@@ -81,24 +79,29 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     attn_window = st["layer_attn_fwd"] * 3.5
     # TP: exposed unless TP-comm overlap (userbuffers / AsyncTP) splits each collective into
     # tp chunks pipelined with the GEMM; the first chunk stays exposed
-    tp_exp_ov, tp_extra = overlap.overlapped(per_mb["tp"], gemm_window, sf_gemm)
+    tp_exp_ov, tp_extra = overlap.overlap_with(per_mb["tp"], gemm_window, arch, "gemm", "tp",
+                                                  "all_gather")
     tp_exp_ov = tp_exp_ov + per_mb["tp"] / np.maximum(t, 2)
     ov = b.tp_comm_overlap
     tp_exposed = np.where(ov, tp_exp_ov, per_mb["tp"]) + tp_edge
     slow = np.where(ov, tp_extra, 0.0)
     # CP: the ring exchange of K/V blocks overlaps the attention of the block in hand
-    cp_exposed, cp_extra = overlap.overlapped(per_mb["cp"], attn_window, sf_attn)
+    cp_exposed, cp_extra = overlap.overlap_with(per_mb["cp"], attn_window, arch, "attention",
+                                                  "cp", "send_recv")
     slow = slow + cp_extra
     # EP: all-to-all is on the critical path unless the A2A-overlap schedule hides it behind
     # another micro-batch's compute
-    ep_ov_exp, ep_extra = overlap.overlapped(per_mb["ep"], lay_fwd + lay_bwd, sf_gemm)
+    ep_ov_exp, ep_extra = overlap.overlap_with(per_mb["ep"], lay_fwd + lay_bwd, arch, "gemm",
+                                                   "ep", "all_to_all")
     ep_exposed = np.where(b.moe_a2a_overlap, ep_ov_exp, per_mb["ep"])
     slow = slow + np.where(b.moe_a2a_overlap, ep_extra, 0.0)
     # ZeRO-2/3: per micro-batch gradient reduce-scatter behind backward, parameter all-gather
     # behind forward (prefetch); the first layer's gather cannot be hidden
     L_stage = wl.layers_per_stage
-    z_bwd_exp, z_bwd_extra = overlap.overlapped(dp_per_mb["backward"], lay_bwd, sf_gemm)
-    z_fwd_exp, z_fwd_extra = overlap.overlapped(dp_per_mb["forward"], lay_fwd + lay_bwd, sf_gemm)
+    z_bwd_exp, z_bwd_extra = overlap.overlap_with(dp_per_mb["backward"], lay_bwd, arch, "gemm",
+                                                    "dp", "reduce_scatter")
+    z_fwd_exp, z_fwd_extra = overlap.overlap_with(dp_per_mb["forward"], lay_fwd + lay_bwd, arch,
+                                                    "gemm", "dp", "all_gather")
     z_exposed = z_bwd_exp + z_fwd_exp + dp_per_mb["forward"] / np.maximum(2 * L_stage, 1)
     slow = slow + z_bwd_extra + z_fwd_extra
 
@@ -125,10 +128,12 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     # except the last bucket; params: all-gather overlaps the first micro-batch's forward
     grad_c, param_c = dp_parts["backward"], dp_parts["forward"]
     last_bucket = np.minimum(1.0, BUCKET_PARAMS / np.maximum(wl.params_stage, 1.0))
-    g_exp, g_extra = overlap.overlapped(grad_c * (1 - last_bucket), lay_bwd, sf_gemm)
+    g_exp, g_extra = overlap.overlap_with(grad_c * (1 - last_bucket), lay_bwd, arch, "gemm",
+                                          "dp", "reduce_scatter")
     g_exp = g_exp + grad_c * last_bucket
     g_exp = np.where(b.overlap_grad_reduce, g_exp, grad_c)
-    p_exp, p_extra = overlap.overlapped(param_c * (1 - last_bucket), lay_fwd, sf_gemm)
+    p_exp, p_extra = overlap.overlap_with(param_c * (1 - last_bucket), lay_fwd, arch, "gemm",
+                                          "dp", "all_gather")
     p_exp = p_exp + param_c * last_bucket
     p_exp = np.where(b.overlap_param_gather, p_exp, param_c)
     slow = slow * m + np.where(b.overlap_grad_reduce, g_extra, 0.0) + np.where(
