@@ -3,7 +3,9 @@
 GEMMs run at `peak * gemm_max * wave_efficiency * K/(K + k_half)` unless their bytes make them
 memory-bound; attention at `peak * attn_eff * s/(s + s_half)`; elementwise ops at a fraction of
 HBM bandwidth. The constants live in catalogs/efficiency.yaml with their sources. A learned
-per-op model (sweep calibrate) can replace `gemm_efficiency` through `set_gemm_model`.
+per-op model (sweep calibrate) can replace `gemm_efficiency` through `set_gemm_model` and the
+attention efficiency through `set_attention_model`; where a learned model returns NaN (a GPU it
+was not trained for) the roofline curve is used.
 """
 
 from __future__ import annotations
@@ -20,12 +22,20 @@ from .workload import Workload
 TILE_M, TILE_N = 128, 128  # output tile of a tensor-core GEMM kernel (cuBLAS/CUTLASS default)
 
 _gemm_model = None  # optional learned model: f(batch, m, n, k, is_fp8) -> efficiency array
+_attention_model = None  # optional learned model: f(batch, backward: bool) -> efficiency array
 
 
 def set_gemm_model(model) -> None:
     """Install a learned GEMM-efficiency model (None restores the roofline curve)."""
     global _gemm_model
     _gemm_model = model
+
+
+def set_attention_model(model) -> None:
+    """Install a learned attention-efficiency model f(batch, backward) -> fraction of the bf16
+    dense peak per configuration, NaN where it has no opinion (None restores the curve)."""
+    global _attention_model
+    _attention_model = model
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,7 +60,16 @@ def _by_arch(arch: np.ndarray, key: str, sub: str | None = None) -> np.ndarray:
 def gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
     """Fraction of dense peak a GEMM of shape (m, n, k) achieves on each configuration's GPU."""
     if _gemm_model is not None:
-        return _gemm_model(b, m, n, k, fp8)
+        learned = np.asarray(_gemm_model(b, m, n, k, fp8), dtype=np.float64)
+        miss = np.isnan(learned)
+        if not miss.any():
+            return learned
+        return np.where(miss, roofline_gemm_efficiency(b, m, n, k, fp8), learned)
+    return roofline_gemm_efficiency(b, m, n, k, fp8)
+
+
+def roofline_gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
+    """The default curve: gemm_max x wave quantization x K/(K + k_half)."""
     arch = b.sm_arch
     emax = np.where(fp8, _by_arch(arch, "gemm_max", "fp8"), _by_arch(arch, "gemm_max", "bf16"))
     tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
@@ -79,6 +98,14 @@ def stage_times(b: Batch, wl: Workload) -> dict:
                                             _by_arch(b.sm_arch, "attn_fwd", "fa3"))
     attn_b = peak_bf16 * seq_eff * np.where(fa2, _by_arch(b.sm_arch, "attn_bwd", "fa2"),
                                             _by_arch(b.sm_arch, "attn_bwd", "fa3"))
+    if _attention_model is not None:
+        for bwd in (False, True):
+            eff = np.asarray(_attention_model(b, bwd), dtype=np.float64)
+            learned = np.where(np.isnan(eff), np.nan, peak_bf16 * eff)
+            if bwd:
+                attn_b = np.where(np.isnan(learned), attn_b, learned)
+            else:
+                attn_f = np.where(np.isnan(learned), attn_f, learned)
     overhead = _by_arch(b.sm_arch, "layer_overhead_us") * 1e-6 * wl.layers_per_stage
 
     parts = {w: {"fwd": 0.0, "bwd": 0.0, "wgrad": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,
@@ -87,10 +114,12 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     for op in wl.ops:
         if op.op_class == "gemm":
             is_fp8 = fp8 & (op.where == "layer")  # LM head stays bf16 (TE recipes)
-            eff = gemm_efficiency(b, op.gemm_m, op.gemm_n, op.gemm_k, is_fp8)
+            # an op absent from a configuration (e.g. expert GEMMs of a dense model) has zero
+            # FLOPs; clamp its dims so that its efficiency stays finite
+            m, n, k = (np.maximum(x, 1.0) for x in (op.gemm_m, op.gemm_n, op.gemm_k))
+            eff = gemm_efficiency(b, m, n, k, is_fp8)
             rate = np.where(is_fp8, peak_gemm, peak_bf16) * eff
             # memory-bound floor: bytes moved per FLOP of the representative GEMM
-            m, n, k = op.gemm_m, op.gemm_n, op.gemm_k
             bytes_per_flop = (m * k + k * n + m * n) / (m * n * k)  # 2 bytes / 2 flops
             sec_per_flop = np.maximum(1.0 / rate, bytes_per_flop / hbm)
             fwd = op.fwd_flops * sec_per_flop

@@ -69,7 +69,7 @@ def current() -> dict:
 def dense_rows() -> pd.DataFrame:
     """The fitting set: usable dense rows on A100/H100, unstated knobs imputed once."""
     data = validation.load_published()
-    use = data[(data["skip"] == "") & data["gpu"].str.match(r"^(a100|h100)")]
+    use = data[(data["skip"] == "") & ~data["is_moe"] & data["gpu"].str.match(r"^(a100|h100)")]
     return validation._impute(use)
 
 

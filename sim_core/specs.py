@@ -157,6 +157,11 @@ PARALLEL_COLUMNS = {
     # norms, rotary, activation functions fused into few kernels (Transformer Engine,
     # torch.compile); False = eager PyTorch, one kernel per elementary op
     "fused_elementwise": True,
+    # MoE routing: dropless (every token reaches its experts) or token dropping with a capacity
+    # factor; expert_skew is the Zipf exponent of expert popularity (0 = balanced)
+    "moe_dropless": True,
+    "capacity_factor": 1.0,
+    "expert_skew": 0.0,
 }
 
 ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS}

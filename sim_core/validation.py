@@ -33,6 +33,9 @@ IMPUTATION = {
     "tp_comm_overlap": "on for NeMo/Megatron-Bridge/Megatron-Core rows with tp > 1 (their "
                        "H100 recipes enable it) and torchtitan AsyncTP rows",
     "ffn": "4 x hidden when not stated (GPT family)",
+    "etp": "1 for MoE rows (Megatron-Bridge MoE recipes set expert_tensor_parallel_size=1)",
+    "moe": "MoE rows use the catalog model (experts, MLA, dense layers); 'tokendrop' rows drop "
+           "tokens at capacity factor 1, others are dropless; routing is force-balanced",
     "grad_reduce_fp32": "off for NeMo/Megatron-Bridge (MCore DDP default: bf16 grad buffers), "
                         "on for the Megatron-LM script (forces fp32 for bf16) and torch FSDP "
                         "(reduce_dtype fp32)",
@@ -101,11 +104,22 @@ def _catalog_model(name: str) -> str:
     return ""
 
 
+_MOE_MODELS = [(r"deepseek.?v3", "deepseek-v3"), (r"qwen3.?30b", "qwen3-30b-a3b"),
+               (r"qwen3.?235b", "qwen3-235b-a22b"), (r"gpt.?oss.?120b", "gpt-oss-120b"),
+               (r"mixtral.?8x22b", "mixtral-8x22b"), (r"mixtral.?8x7b", "mixtral-8x7b")]
+
+
+def _moe_model(name: str) -> str:
+    """Catalog id of a MoE row's model (the catalog carries experts, MLA and dense layers)."""
+    for pat, mid in _MOE_MODELS:
+        if re.search(pat, name, re.I):
+            return mid
+    return ""
+
+
 def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     """One dataset row -> (run fields, skip reason or '')."""
     fw = f"{r['framework']} {r['source']}"
-    if str(r["moe"]).strip():
-        return {}, "MoE row (issue 4)"
     gpu = _gpu_id(str(r["gpu"]))
     if not gpu:
         return {}, f"unknown GPU '{r['gpu']}'"
@@ -117,7 +131,12 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     if np.isnan(tp) or np.isnan(pp):
         return {}, "parallel layout (tp/pp) not stated"
     run: dict = {}
-    if np.isnan(_num(r["layers"])):
+    moe_id = _moe_model(str(r["model"])) if str(r["moe"]).strip() else ""
+    if str(r["moe"]).strip() and not moe_id:
+        return {}, "MoE model not in the catalog"
+    if moe_id:
+        run["model"] = moe_id
+    elif np.isnan(_num(r["layers"])):
         mid = _catalog_model(str(r["model"]))
         if not mid:
             return {}, "model shape not stated and not in the catalog"
@@ -165,9 +184,11 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     nic = 50.0 if "400gb/s rdma/gpu" in ic else 25.0 if ("1600 gbps" in ic or "hdr" in ic) else 0.0
     run.update(
         seq_len=_num(r["seq_len"]), global_batch=_num(r["gbs_seqs"]), precision=prec, gpu=gpu,
-        num_gpus=_num(r["num_gpus"]), gpus_per_node=8, tp=tp, pp=pp, cp=cp, ep=1,
+        num_gpus=_num(r["num_gpus"]), gpus_per_node=8, tp=tp, pp=pp, cp=cp,
         vpp=vpp, micro_batch=mbs, recompute=recompute, sequence_parallel=sp,
         zero=zero, distributed_optimizer=zero >= 1, tp_comm_overlap=overlap,
+        ep=_num(r["ep"], 1.0), moe_dropless=not re.search(r"tokendrop", str(r["model"]), re.I),
+        etp=1 if moe_id else 0,
         nics_per_node=8 if nic else 0, nic_bw_gbs=nic,
         grad_reduce_fp32=not bool(re.search(r"nemo|bridge", fw, re.I)),
         attention_kernel="fa2" if re.search(r"torchtitan|llm-foundry", fw, re.I) else "fa3",
@@ -205,6 +226,7 @@ def load_published(path=None) -> pd.DataFrame:
         if not skip and np.isnan(step):
             skip = "no measured step time or throughput"
         recs.append({"id": r["id"], "source": r["source"], "family": _family(r["source"]),
+                     "is_moe": bool(str(r["moe"]).strip()),
                      "reliability": r["reliability"], "label": r["model"], "skip": skip,
                      "measured_step_s": step, "measured_from": how,
                      "measured_mem_gib": _num(r["peak_mem_gib"]), **run})
@@ -248,7 +270,7 @@ def validate(data: pd.DataFrame | None = None) -> pd.DataFrame:
     use = data[data["skip"] == ""].copy()
     use = _impute(use)
     pred = simulate_frame(use)
-    out = use[["id", "family", "source", "reliability", "label", "gpu", "num_gpus", "precision",
+    out = use[["id", "is_moe", "family", "source", "reliability", "label", "gpu", "num_gpus", "precision",
                "tp", "pp", "cp", "vpp", "micro_batch", "recompute", "zero",
                "imputed", "measured_step_s", "measured_from", "measured_mem_gib"]].copy()
     out["predicted_step_s"] = pred["step_time_s"]

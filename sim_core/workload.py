@@ -103,6 +103,29 @@ def model_dims(b: Batch) -> dict:
                 n_dense_layers=n_dense_layers)
 
 
+def expert_load_factor(b: Batch) -> np.ndarray:
+    """How much more work the busiest EP rank gets than a balanced one (>= 1).
+
+    Routing skew is a Zipf law with exponent `expert_skew` over the experts (0 = balanced, as
+    in force-balanced benchmarks). The rank holding the hottest expert carries that expert's
+    share plus an average share for its other experts. Token dropping (not dropless) caps any
+    expert at `capacity_factor` times its balanced share, so the factor cannot exceed it.
+    """
+    E = np.maximum(b.experts, 1.0)
+    alpha = b.expert_skew
+    out = np.ones_like(E)
+    skewed = (alpha > 0) & (b.experts > 0)
+    if skewed.any():
+        # harmonic numbers H(E, alpha) for the distinct (E, alpha) pairs only
+        pairs, inv = np.unique(np.stack([E[skewed], alpha[skewed]]), axis=1, return_inverse=True)
+        top = np.array([1.0 / np.sum(np.arange(1, int(n) + 1) ** -a) for n, a in pairs.T])[inv]
+        local = E[skewed] / b.ep[skewed]
+        rank_share = top + (local - 1) * (1 - top) / np.maximum(E[skewed] - 1, 1)
+        out[skewed] = np.maximum(rank_share * b.ep[skewed], 1.0)
+    capped = ~b.moe_dropless & (b.experts > 0)
+    return np.where(capped, np.minimum(out, np.maximum(b.capacity_factor, 1.0)), out)
+
+
 def param_counts(b: Batch, dims: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Total and active (per token) parameter counts of the whole model."""
     d = dims or model_dims(b)
@@ -135,19 +158,20 @@ def build(b: Batch) -> Workload:
     moe_frac = d["n_moe_layers"] / b.layers  # share of layers that are MoE
 
     # ---- GEMMs of one (average) layer, forward, per GPU --------------------------------------
+    # attention projections and dense MLPs see all T tokens; a MoE layer's routed experts see
+    # only the tokens routed to them, so their GEMMs are smaller (grouped GEMM over local experts)
+    load = expert_load_factor(b)  # slowest EP rank's load / balanced load (>= 1)
     attn_gemm = 2 * T * d["attn_params"] / t
-    dense_mlp = 2 * T * d["mlp_params"] / t
+    dense_mlp = (1 - moe_frac) * 2 * T * d["mlp_params"] / t
+    routed = 2 * T * b.top_k * d["expert_params"] / t * load
+    shared = 2 * T * b.shared_experts * d["expert_params"] / t
     router = 2 * T * h * b.experts / t
-    moe_mlp = 2 * T * (b.top_k + b.shared_experts) * d["expert_params"] / t + router
-    mlp_gemm = (1 - moe_frac) * dense_mlp + moe_frac * moe_mlp
-    gemm_fwd = attn_gemm + mlp_gemm
-    # representative GEMM dims: tokens x (sharded output) x (input)
-    ffn_eff = np.where(d["moe"], b.expert_ffn, b.ffn)
-    # tokens one local expert sees: every EP rank sends T*top_k copies spread over all experts
-    gemm_m = np.where(d["moe"], np.maximum(T * b.top_k * e / np.maximum(b.experts, 1), 1.0), T)
-    gemm_n = np.minimum(d["q_dim"] / t, ffn_eff / np.where(d["moe"], etp, t))
-    gemm_k = h
+    moe_mlp = moe_frac * (routed + shared + router)
+    # rows of one local expert's GEMM: each EP rank dispatches T*top_k copies (split over the
+    # tp ranks unless experts are tensor-parallel too: etp) spread over all experts
+    tok_expert = np.maximum(T * b.top_k * e * etp / (np.maximum(b.experts, 1) * t), 1.0) * load
 
+    # ---- attention core (flash-style, causal) -------------------------------------------------
     # ---- attention core (flash-style, causal) -------------------------------------------------
     # Each query attends to on average s/2 keys (causal); CP load-balances the causal mask.
     attn_core_fwd = 2 * T * (s / 2) * (a / t) * (d["dqk"] + d["dv"])
@@ -156,11 +180,18 @@ def build(b: Batch) -> Workload:
     h_shard = np.where(sp, t, 1.0)
     act_rw = np.where(b.activation == 1, 6.0, 4.0)  # swiglu reads 2 f-wide inputs
     f_width = (1 - moe_frac) * b.ffn + moe_frac * (b.top_k + b.shared_experts) * b.expert_ffn
+    # MoE: permute + unpermute of the routed token copies (read and write each once)
+    permute = moe_frac * 2 * 2 * ACT_BYTES * T * b.top_k * h / t * load
     elem_fwd_bytes = ACT_BYTES * (20 * T * h / h_shard + act_rw / 2 * T * f_width / t
-                                  + 2 * T * (d["q_dim"] + 2 * d["kv_dim"]) / t)
+                                  + 2 * T * (d["q_dim"] + 2 * d["kv_dim"]) / t) + permute
+    zero = 0 * T
+    gemm = lambda name, fwd, m_, n_: Op(name, "gemm", fwd * L_stage, 2 * fwd * L_stage,  # noqa
+                                        fwd * L_stage, zero, zero, m_, n_, h)
     ops = [
-        Op("layer_gemm", "gemm", gemm_fwd * L_stage, 2 * gemm_fwd * L_stage, gemm_fwd * L_stage,
-           0 * T, 0 * T, gemm_m, gemm_n, gemm_k),
+        gemm("attn_gemm", attn_gemm, T, d["q_dim"] / t),
+        gemm("mlp_gemm", dense_mlp + moe_frac * (shared + router), T,
+             np.where(b.ffn > 0, b.ffn, b.expert_ffn) / t),
+        gemm("expert_gemm", moe_frac * routed, tok_expert, b.expert_ffn / etp),
         Op("attention", "attention", attn_core_fwd * L_stage, 2.5 * attn_core_fwd * L_stage,
            0 * T, 0 * T, 0 * T),
         Op("elementwise", "elementwise", 0 * T, 0 * T, 0 * T, elem_fwd_bytes * L_stage,
@@ -272,7 +303,8 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     e = b.ep
     moe_layers = L * np.where(d["moe"], (b.layers - b.first_dense_layers) / b.layers, 0.0)
     ep_nodes = span_nodes(e, t * c, gpn)
-    a2a_bytes = ACT_BYTES * T / t * h * b.top_k  # each routed copy of each token
+    # each routed copy of each token; the busiest rank receives `load` times the average
+    a2a_bytes = ACT_BYTES * T / t * h * b.top_k * expert_load_factor(b)
     n_a2a = moe_layers * m * 2 * (2 + full_rc)  # dispatch + combine, fwd (+rc) and bwd
     comms.append(Comm("ep", "all_to_all", a2a_bytes, e, ep_nodes, np.where(e > 1, n_a2a, 0.0),
                       "none"))

@@ -97,7 +97,7 @@ def run(args) -> int:
         raise SweepError(f"dataset: not in the published_runs format ({exc})") from None
     table = validation.validate(data)
     if args.dense_only:
-        table = table[table["gpu"].str.match(r"^(a100|h100)")]
+        table = table[table["gpu"].str.match(r"^(a100|h100)") & ~table["is_moe"]]
     pd.set_option("display.width", 250)
     shown = table[TABLE_COLUMNS].copy()
     shown["label"] = shown["label"].str.slice(0, 22)

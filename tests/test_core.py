@@ -25,7 +25,8 @@ def test_gemm_flops_match_megatron_formula():
     ops = {op.name: op for op in wl.ops}
     per_gpu_mb = lambda op: float((op.fwd_flops + op.bwd_flops)[0])  # noqa: E731
     t, p, dp, m = 8, 16, float(wl.dp[0]), float(wl.num_microbatches[0])
-    layers = per_gpu_mb(ops["layer_gemm"]) * t * p * dp * m
+    layer_ops = [op for op in wl.ops if op.op_class == "gemm" and op.where == "layer"]
+    layers = sum(per_gpu_mb(op) for op in layer_ops) * t * p * dp * m
     head = per_gpu_mb(ops["lm_head"]) * t * dp * m
     B, s, L, h, V = 1536, 2048, 96, 12288, 51200
     expected = 72 * B * s * L * h * h * (1 + V / (12 * L * h))

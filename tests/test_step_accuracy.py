@@ -8,7 +8,7 @@ from sim_core import validation
 
 def test_dense_step_time_accuracy():
     t = validation.validate()
-    dense = t[t["gpu"].str.match(r"^(a100|h100)")]
+    dense = t[t["gpu"].str.match(r"^(a100|h100)") & ~t["is_moe"]]
     print()
     print(dense[["id", "family", "label", "gpu", "num_gpus", "tp", "pp", "cp", "micro_batch",
                  "recompute", "measured_step_s", "predicted_step_s", "step_error"]]
