@@ -118,6 +118,8 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             # FLOPs; clamp its dims so that its efficiency stays finite
             m, n, k = (np.maximum(x, 1.0) for x in (op.gemm_m, op.gemm_n, op.gemm_k))
             eff = gemm_efficiency(b, m, n, k, is_fp8)
+            if op.name == "expert_gemm":
+                eff = eff * _by_arch(b.sm_arch, "grouped_gemm")
             rate = np.where(is_fp8, peak_gemm, peak_bf16) * eff
             # memory-bound floor: bytes moved per FLOP of the representative GEMM
             bytes_per_flop = (m * k + k * n + m * n) / (m * n * k)  # 2 bytes / 2 flops
@@ -125,6 +127,11 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             fwd = op.fwd_flops * sec_per_flop
             bwd = op.bwd_flops * sec_per_flop
             wgrad = op.bwd_wgrad_flops * sec_per_flop
+            # FP8: each GEMM input is cast (input rows x k elements per 2*m*n*k FLOPs); backward
+            # casts the output gradient too
+            cast = np.where(is_fp8, _by_arch(b.sm_arch, "fp8_cast_bytes") / (2 * n) / hbm, 0.0)
+            fwd = fwd + op.fwd_flops * cast
+            bwd = bwd + op.bwd_flops * cast
             parts[op.where]["gemm_fwd"] = parts[op.where]["gemm_fwd"] + fwd
         elif op.op_class == "attention":
             fwd = op.fwd_flops / attn_f

@@ -31,6 +31,11 @@ FITTED = {
     (90, "attn_fwd", "fa2"): np.round(np.arange(0.16, 0.361, 0.02), 3),
     ("all", "gemm_k_half", None): np.array([64, 128, 192, 256, 384, 512]),
 }
+# MoE: the expert-GEMM efficiency relative to dense GEMMs, fitted on the H100 MoE rows after
+# the dense constants are fixed
+FITTED_MOE = {
+    (90, "grouped_gemm", None): np.round(np.arange(0.20, 1.001, 0.05), 3),
+}
 # FA2 backward / forward efficiency ratio on Hopper, held fixed while fitting the forward
 # (FlashAttention-3 paper's FA2 curves: ~0.82)
 FA2_BWD_RATIO = 0.82
@@ -57,10 +62,10 @@ def constants(values: dict):
         table.update(saved)
 
 
-def current() -> dict:
+def current(params: dict = FITTED) -> dict:
     table = compute.efficiency_table()
     out = {}
-    for arch, key, sub in FITTED:
+    for arch, key, sub in params:
         row = table[max(table) if arch == "all" else arch]
         out[(arch, key, sub)] = row[key] if sub is None else row[key][sub]
     return out
@@ -73,6 +78,13 @@ def dense_rows() -> pd.DataFrame:
     return validation._impute(use)
 
 
+def moe_rows() -> pd.DataFrame:
+    """The MoE fitting set: usable MoE rows on H100, unstated knobs imputed once."""
+    data = validation.load_published()
+    use = data[(data["skip"] == "") & data["is_moe"] & data["gpu"].str.match(r"^h100")]
+    return validation._impute(use)
+
+
 def loss(rows: pd.DataFrame, values: dict) -> float:
     with constants(values):
         pred = simulate_frame(rows)["step_time_s"].to_numpy()
@@ -80,11 +92,11 @@ def loss(rows: pd.DataFrame, values: dict) -> float:
     return float(np.nanmean(err))
 
 
-def fit(rows: pd.DataFrame, rounds: int = 3) -> dict:
-    values = current()
+def fit(rows: pd.DataFrame, rounds: int = 3, params: dict = FITTED) -> dict:
+    values = current(params)
     best = loss(rows, values)
     for _ in range(rounds):
-        for key, grid in FITTED.items():
+        for key, grid in params.items():
             for v in grid:
                 trial = {**values, key: v}
                 score = loss(rows, trial)
@@ -99,12 +111,13 @@ def errors(rows: pd.DataFrame, values: dict) -> pd.Series:
     return pd.Series(pred / rows["measured_step_s"].to_numpy() - 1, index=rows.index)
 
 
-def leave_one_source_out(rows: pd.DataFrame) -> pd.DataFrame:
-    """For each source family: fit on the others, report the held-out family's error."""
+def leave_one_source_out(rows: pd.DataFrame, by: str = "family",
+                         params: dict = FITTED) -> pd.DataFrame:
+    """For each group (source family, or model): fit on the others, report the held-out error."""
     out = []
-    for fam in sorted(rows["family"].unique()):
-        train, test = rows[rows["family"] != fam], rows[rows["family"] == fam]
-        vals = fit(train)
+    for fam in sorted(rows[by].unique()):
+        train, test = rows[rows[by] != fam], rows[rows[by] == fam]
+        vals = fit(train, params=params)
         e = errors(test, vals)
         out.append({"held_out": fam, "rows": len(test), "median_abs_err": e.abs().median(),
                     "max_abs_err": e.abs().max(), "bias": e.median()})
@@ -115,7 +128,28 @@ def _fmt(values: dict) -> str:
     return "\n".join(f"  {a}/{k}{'/' + s if s else ''}: {v}" for (a, k, s), v in values.items())
 
 
+def main_moe() -> None:
+    rows = moe_rows()
+    rows = rows.assign(model_id=rows["model"])
+    print(f"fitting {list(FITTED_MOE)} on {len(rows)} H100 MoE rows: "
+          + " ".join(rows["id"].astype(str)))
+    start = current(FITTED_MOE)
+    e0 = errors(rows, start)
+    print(f"shipped: median |err| {e0.abs().median():.3f}, max {e0.abs().max():.3f}")
+    vals = fit(rows, params=FITTED_MOE)
+    e1 = errors(rows, vals)
+    print(f"fitted: median |err| {e1.abs().median():.3f}, max {e1.abs().max():.3f}")
+    print(_fmt(vals))
+    print("\nleave-one-model-out (fit without the model, error on it):")
+    print(leave_one_source_out(rows, by="model_id", params=FITTED_MOE)
+          .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
 def main() -> None:
+    import sys
+
+    if "--moe" in sys.argv:
+        return main_moe()
     rows = dense_rows()
     print(f"fitting on {len(rows)} dense A100/H100 rows, families: "
           + ", ".join(f"{f} ({n})" for f, n in rows["family"].value_counts().items()))

@@ -35,7 +35,8 @@ IMPUTATION = {
     "ffn": "4 x hidden when not stated (GPT family)",
     "etp": "1 for MoE rows (Megatron-Bridge MoE recipes set expert_tensor_parallel_size=1)",
     "moe": "MoE rows use the catalog model (experts, MLA, dense layers); 'tokendrop' rows drop "
-           "tokens at capacity factor 1, others are dropless; routing is force-balanced",
+           "tokens at capacity factor 1, others are dropless; routing is force-balanced; "
+           "unstated EP all-to-all overlap (moe_a2a_overlap) is imputed like micro-batch",
     "grad_reduce_fp32": "off for NeMo/Megatron-Bridge (MCore DDP default: bf16 grad buffers), "
                         "on for the Megatron-LM script (forces fp32 for bf16) and torch FSDP "
                         "(reduce_dtype fp32)",
@@ -238,7 +239,10 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
     the way the publisher would have tuned them (IMPUTATION). Uses no measured value."""
     runs = runs.copy()
     runs["imputed"] = ""
-    todo = (runs["micro_batch"] == 0) | (runs["recompute"] == "")
+    moe = runs["is_moe"] if "is_moe" in runs else pd.Series(False, index=runs.index)
+    if "moe_a2a_overlap" not in runs:
+        runs["moe_a2a_overlap"] = np.where(moe, None, False)
+    todo = (runs["micro_batch"] == 0) | (runs["recompute"] == "") | runs["moe_a2a_overlap"].isna()
     if not todo.any():
         return runs
     sub = runs.loc[todo]
@@ -247,19 +251,23 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
     trials = []
     for mb in mbs_opts:
         for rc in rc_opts:
-            t = sub.copy()
-            t["micro_batch"] = np.where(sub["micro_batch"] == 0, mb, sub["micro_batch"])
-            t["recompute"] = np.where(sub["recompute"] == "", rc, sub["recompute"])
-            trials.append(t)
+            for a2a in (False, True):
+                t = sub.copy()
+                t["micro_batch"] = np.where(sub["micro_batch"] == 0, mb, sub["micro_batch"])
+                t["recompute"] = np.where(sub["recompute"] == "", rc, sub["recompute"])
+                t["moe_a2a_overlap"] = np.where(sub["moe_a2a_overlap"].isna(), a2a,
+                                                sub["moe_a2a_overlap"]).astype(bool)
+                trials.append(t)
     cand = pd.concat(trials)
     pred = simulate_frame(cand.reset_index(drop=True))
     cand = cand.assign(_t=np.where(pred["fits"] & pred["valid"], pred["step_time_s"], np.inf))
     cand = cand.assign(_row=np.tile(np.arange(len(sub)), len(trials)))
     best = cand.sort_values(["_row", "_t"]).groupby("_row").head(1).sort_values("_row")
-    for col in ("micro_batch", "recompute"):
+    for col in ("micro_batch", "recompute", "moe_a2a_overlap"):
         was = sub[col].to_numpy()
         runs.loc[todo, col] = best[col].to_numpy()
-        unstated = (was == 0) if col == "micro_batch" else (was == "")
+        unstated = {"micro_batch": was == 0, "recompute": was == "",
+                    "moe_a2a_overlap": pd.isna(was)}[col]
         runs.loc[sub.index[unstated], "imputed"] += f"{col} "
     return runs
 
@@ -270,7 +278,8 @@ def validate(data: pd.DataFrame | None = None) -> pd.DataFrame:
     use = data[data["skip"] == ""].copy()
     use = _impute(use)
     pred = simulate_frame(use)
-    out = use[["id", "is_moe", "family", "source", "reliability", "label", "gpu", "num_gpus", "precision",
+    out = use[["id", "is_moe", "family", "source", "reliability", "label", "gpu", "num_gpus",
+               "seq_len", "precision",
                "tp", "pp", "cp", "vpp", "micro_batch", "recompute", "zero",
                "imputed", "measured_step_s", "measured_from", "measured_mem_gib"]].copy()
     out["predicted_step_s"] = pred["step_time_s"]

@@ -23,6 +23,14 @@ TABLE_COLUMNS = ["id", "family", "label", "gpu", "num_gpus", "precision", "tp", 
                  "mem_error"]
 
 
+SUBSETS = {
+    "all": lambda t: pd.Series(True, index=t.index),
+    "dense": lambda t: t["gpu"].str.match(r"^(a100|h100)") & ~t["is_moe"],
+    "moe": lambda t: t["is_moe"],
+    "long-context": lambda t: (t["seq_len"] >= 32768) | (t["cp"] > 1),
+}
+
+
 def spearman(a: pd.Series, b: pd.Series) -> float:
     """Rank correlation (ties averaged); NaN for fewer than three points."""
     if len(a) < 3:
@@ -82,8 +90,10 @@ def _args(p: argparse.ArgumentParser) -> None:
                    help="CSV in the published_runs format (default: the shipped dataset)")
     p.add_argument("--out", default=None,
                    help="folder for validation.csv and validation.png (default: print only)")
-    p.add_argument("--dense-only", action="store_true",
-                   help="keep A100/H100 dense rows only (the accuracy target of the simulator)")
+    p.add_argument("--subset", choices=sorted(SUBSETS), default="all",
+                   help="dense: A100/H100 dense rows; moe: MoE rows; long-context: sequence "
+                        ">= 32k or context parallel; all (default)")
+    p.add_argument("--dense-only", action="store_true", help="same as --subset dense")
 
 
 def run(args) -> int:
@@ -96,8 +106,8 @@ def run(args) -> int:
     except (KeyError, pd.errors.ParserError) as exc:
         raise SweepError(f"dataset: not in the published_runs format ({exc})") from None
     table = validation.validate(data)
-    if args.dense_only:
-        table = table[table["gpu"].str.match(r"^(a100|h100)") & ~table["is_moe"]]
+    subset = "dense" if args.dense_only else args.subset
+    table = table[SUBSETS[subset](table)]
     pd.set_option("display.width", 250)
     shown = table[TABLE_COLUMNS].copy()
     shown["label"] = shown["label"].str.slice(0, 22)
