@@ -94,7 +94,10 @@ def estimate(b: Batch, wl: Workload) -> dict:
     weights = np.where(fsdp, 2.0 * P_shard, 2.0 * P)
     # FP8 (Transformer Engine) caches an FP8 copy of each layer weight for the step
     fp8 = (b.precision == 1) & (b.has_fp8 > 0)
-    weights = weights + np.where(fp8 & ~fsdp, 1.0 * (P - wl.params_embed), 0.0)
+    # (with fp8_param_gather the FP8 copy is the primary weight: no bf16 copy of layer weights)
+    fp8_primary = fp8 & b.fp8_param_gather
+    weights = weights + np.where(fp8 & ~fsdp & ~fp8_primary, 1.0 * (P - wl.params_embed),
+                                 np.where(fp8_primary & ~fsdp, -1.0 * (P - wl.params_embed), 0.0))
     g_bytes = np.where(b.grad_reduce_fp32, 4.0, 2.0)  # fp32 or bf16 main-grad buffer
     grads = np.where(z >= 2, g_bytes * P_shard, g_bytes * P)
     master_adam = 12.0

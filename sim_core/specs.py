@@ -20,6 +20,7 @@ ATTENTION = ("mha", "mla")  # mha covers MHA/GQA/MQA through kv_heads
 # Flash-attention kernel family: fa2 (FlashAttention-2, torch SDPA's flash backend) or fa3
 # (FlashAttention-3 / cuDNN fused attention, what Transformer Engine uses on Hopper+)
 ATTENTION_KERNEL = ("fa3", "fa2")
+CP_COMM = ("ring", "allgather")
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,10 @@ PARALLEL_COLUMNS = {
     "fused_elementwise": True,
     # MoE routing: dropless (every token reaches its experts) or token dropping with a capacity
     # factor; expert_skew is the Zipf exponent of expert popularity (0 = balanced)
+    # context parallel communication: ring (p2p, overlapped with attention) or allgather
+    "cp_comm": "ring",
+    # FP8 primary weights: parameters stored and all-gathered in FP8 (TE fp8_model_params)
+    "fp8_param_gather": False,
     "moe_dropless": True,
     "capacity_factor": 1.0,
     "expert_skew": 0.0,
@@ -167,7 +172,7 @@ PARALLEL_COLUMNS = {
 ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS}
 
 CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
-               "attention_kernel": ATTENTION_KERNEL}
+               "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM}
 
 
 @dataclass

@@ -58,6 +58,7 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     totals = {dim: np.zeros_like(m) for dim in ("tp", "cp", "ep", "dp", "pp")}
     per_mb = {dim: np.zeros_like(m) for dim in ("tp", "cp", "ep", "pp")}
     tp_edge = np.zeros_like(m)
+    cp_edge = np.zeros_like(m)  # CP collectives that nothing hides (all-gather variant)
     dp_parts = {"backward": np.zeros_like(m), "forward": np.zeros_like(m)}
     dp_per_mb = {"backward": np.zeros_like(m), "forward": np.zeros_like(m)}
     for cm, per_call in comm_times(b, wl, profile):
@@ -70,6 +71,8 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
                 dp_parts[cm.overlap] += np.where(z3 & (cm.calls_per_step >= m), 0.0, total)
         elif cm.dim == "tp" and cm.overlap == "none":
             tp_edge += total / m
+        elif cm.dim == "cp" and cm.overlap == "none":
+            cp_edge += total / m
         else:
             per_mb[cm.dim] += total / m
 
@@ -88,6 +91,7 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     # CP: the ring exchange of K/V blocks overlaps the attention of the block in hand
     cp_exposed, cp_extra = overlap.overlap_with(per_mb["cp"], attn_window, arch, "attention",
                                                   "cp", "send_recv")
+    cp_exposed = cp_exposed + cp_edge
     slow = slow + cp_extra
     # EP: all-to-all is on the critical path unless the A2A-overlap schedule hides it behind
     # another micro-batch's compute

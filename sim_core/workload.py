@@ -268,12 +268,23 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     # vocab-parallel embedding / LM head / cross-entropy (first and last stage only)
     comms.append(Comm("tp", "all_reduce", act, t, tp_nodes, np.where(p > 1, 1.0, 2.0) * m,
                       "none"))
-    # ---- CP: ring attention passes K and V blocks around the CP ring, forward and backward ----
+    # ---- CP: K/V of the other sequence shards ------------------------------------------------
+    # ring (Megatron cp_comm_type p2p): c-1 send/recv steps of one K,V block per layer, forward
+    # (+ recompute) and backward (K,V and dK,dV), each hidden behind the attention of the block
+    # in hand; all-gather: K,V gathered once per layer pass (+ dK,dV reduce-scattered in
+    # backward), exposed, but with c-1 fewer latencies
     cp_nodes = span_nodes(c, t, gpn)
     kv_block = ACT_BYTES * T * 2 * d["kv_dim"] / t
+    ring = (b.cp_comm == 0) & (c > 1)
+    gather = (b.cp_comm == 1) & (c > 1)
     n_cp = L * m * (c - 1) * (1 + full_rc + 2)  # fwd (+recompute) K,V; bwd K,V and dK,dV
-    comms.append(Comm("cp", "send_recv", kv_block, c, cp_nodes, np.where(c > 1, n_cp, 0.0),
+    comms.append(Comm("cp", "send_recv", kv_block, c, cp_nodes, np.where(ring, n_cp, 0.0),
                       "attention"))
+    n_pass = L * m * (1 + full_rc + 1)
+    comms.append(Comm("cp", "all_gather", kv_block * c, c, cp_nodes,
+                      np.where(gather, n_pass, 0.0), "none"))
+    comms.append(Comm("cp", "reduce_scatter", kv_block * c, c, cp_nodes,
+                      np.where(gather, L * m, 0.0), "none"))
     # ---- PP: one activation forward and one gradient backward per micro-batch per boundary ----
     pp_nodes = span_nodes(np.full_like(p, 2.0), t * c * dp, gpn)
     p2p = act / np.where(sp, t, 1.0)
@@ -285,7 +296,9 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     dense_params = wl.params_stage * (1 - wl.expert_fraction)
     g_bytes = np.where(b.grad_reduce_fp32, 4.0, 2.0)  # main grads reduced in fp32 or bf16
     grad_bytes = g_bytes * dense_params
-    param_bytes = 2.0 * dense_params
+    # parameters are gathered in bf16, or in FP8 with fp8_param_gather (TE FP8 primary weights)
+    param_bytes = np.where(b.fp8_param_gather & (b.precision == 1) & (b.has_fp8 > 0), 1.0,
+                           2.0) * dense_params
     z = b.zero
     per_mb = z >= 2  # sharded grads must be reduced every micro-batch (ZeRO-2/3, FSDP)
     # ZeRO-0: one all-reduce of all grads per step; ZeRO>=1 reduce-scatter + param all-gather
