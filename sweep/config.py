@@ -35,7 +35,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from sim_core.specs import ACTIVATION, ATTENTION_KERNEL, PARALLEL_COLUMNS, PRECISION, RECOMPUTE
+from sim_core.specs import (ACTIVATION, ATTENTION_KERNEL, CP_COMM, PARALLEL_COLUMNS, PRECISION,
+                            RECOMPUTE)
 
 from .errors import ConfigError
 
@@ -59,7 +60,11 @@ EXPECT: dict[str, tuple[str, str]] = {
                             "v_head_dim")},
     **{k: _BOOL for k in ("sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                           "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap", "fsdp",
-                          "tied_embeddings", "grad_reduce_fp32")},
+                          "tied_embeddings", "grad_reduce_fp32", "fused_elementwise",
+                          "fp8_param_gather", "moe_dropless")},
+    "capacity_factor": ("a number >= 1", "numbers >= 1"),
+    "expert_skew": ("a number >= 0 (Zipf exponent; 0 = balanced)", "numbers >= 0"),
+    "cp_comm": ("one of " + ", ".join(CP_COMM), "values among " + ", ".join(CP_COMM)),
     "zero": ("an integer 0-3 (3 = FSDP)", "integers 0-3"),
     "nic_bw_gbs": ("a positive number", "positive numbers"),
     "price_per_hour": ("a positive number", "positive numbers"),
@@ -109,6 +114,12 @@ class ParallelConfig(_Strict):
     moe_a2a_overlap: StrictBool | None = None
     grad_reduce_fp32: StrictBool | None = None
     attention_kernel: Literal[ATTENTION_KERNEL] | None = None  # type: ignore[valid-type]
+    fused_elementwise: StrictBool | None = None
+    cp_comm: Literal[CP_COMM] | None = None  # type: ignore[valid-type]
+    fp8_param_gather: StrictBool | None = None
+    moe_dropless: StrictBool | None = None
+    capacity_factor: Annotated[float, Field(ge=1)] | None = None
+    expert_skew: Annotated[float, Field(ge=0)] | None = None
 
 
 OBJECTIVES = {
@@ -153,9 +164,10 @@ _INT_AXES = {"seq_len", "global_batch", "global_batch_tokens", "num_gpus", "node
              "gpus_per_node", "nics_per_node", "tp", "pp", "cp", "ep", "vpp", "micro_batch"}
 _BOOL_AXES = {k for k, v in PARALLEL_COLUMNS.items() if isinstance(v, bool)}
 _ENUM_AXES = {"recompute": RECOMPUTE, "precision": PRECISION,
-              "attention_kernel": ATTENTION_KERNEL}
-AXES = sorted(_INT_AXES | _BOOL_AXES | set(_ENUM_AXES)
-              | {"etp", "zero", "gpu", "model", "nic_bw_gbs"})
+              "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM}
+_FLOAT_AXES = {"nic_bw_gbs": 0.0, "capacity_factor": 1.0, "expert_skew": 0.0}  # name: minimum
+AXES = sorted(_INT_AXES | _BOOL_AXES | set(_ENUM_AXES) | set(_FLOAT_AXES)
+              | {"etp", "zero", "gpu", "model"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,8 +479,10 @@ def _check_value(name: str, v, where: str):
         if not isinstance(v, bool):
             raise ConfigError(bad)
         return v
-    if name == "nic_bw_gbs":
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+    if name in _FLOAT_AXES:
+        low = _FLOAT_AXES[name]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < low or (
+                name == "nic_bw_gbs" and v <= 0):
             raise ConfigError(bad)
         return float(v)
     if name in _ENUM_AXES:
