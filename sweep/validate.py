@@ -94,6 +94,27 @@ def _args(p: argparse.ArgumentParser) -> None:
                    help="dense: A100/H100 dense rows; moe: MoE rows; long-context: sequence "
                         ">= 32k or context parallel; all (default)")
     p.add_argument("--dense-only", action="store_true", help="same as --subset dense")
+    p.add_argument("--markdown", action="store_true",
+                   help="print only the accuracy summary as a Markdown table (for the README)")
+
+
+def markdown_summary(table: pd.DataFrame) -> str:
+    """Per-subset accuracy as a Markdown table (what the README shows)."""
+    lines = ["| rows | n | median abs err | p90 abs err | max abs err | bias | within 10% |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in ("dense", "moe", "long-context"):
+        sub = table[SUBSETS[name](table)]
+        for fam, g in [(f"{name}: all", sub)] + [(f"{name}: {k}", v)
+                                                  for k, v in sub.groupby("family")]:
+            e = g["step_error"].dropna()
+            lines.append(f"| {fam} | {len(e)} | {e.abs().median():.1%} | "
+                         f"{e.abs().quantile(0.9):.1%} | {e.abs().max():.1%} | "
+                         f"{e.median():+.1%} | {(e.abs() <= 0.10).mean():.0%} |")
+    mem = table["mem_error"].dropna()
+    lines.append(f"| peak memory (torchtitan rows) | {len(mem)} | {mem.abs().median():.1%} | "
+                 f"{mem.abs().quantile(0.9):.1%} | {mem.abs().max():.1%} | "
+                 f"{mem.median():+.1%} | {(mem.abs() <= 0.10).mean():.0%} |")
+    return "\n".join(lines)
 
 
 def run(args) -> int:
@@ -106,6 +127,9 @@ def run(args) -> int:
     except (KeyError, pd.errors.ParserError) as exc:
         raise SweepError(f"dataset: not in the published_runs format ({exc})") from None
     table = validation.validate(data)
+    if args.markdown:
+        print(markdown_summary(table))
+        return 0
     subset = "dense" if args.dense_only else args.subset
     table = table[SUBSETS[subset](table)]
     pd.set_option("display.width", 250)
