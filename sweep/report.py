@@ -1,0 +1,660 @@
+"""`sweep report RESULTS_DIR [--out DIR] [--screenshot report.png]`: a self-contained HTML
+report (plots embedded as PNG data URIs, no script, opens offline) and a Markdown summary.
+
+Sections: the recommendation; the cost-vs-throughput Pareto frontier across GPU types and
+cluster sizes (USD per million tokens against cluster tokens/s; with --tokens also total cost
+and days), frontier points numbered and listed by configuration; the step-time breakdown of
+the top configurations as stacked bars; a TP x PP heatmap of the best step time (fits only) on
+the winner's cluster; memory per category for the winner; and why the winner beats the rule
+of thumb (TP = GPUs per node, smallest PP that fits, no CP, micro-batch 1, full recompute only
+if needed), found in the same results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import export
+from .errors import SweepError
+from .frontier import pareto_front
+from .recommend import (OBJECTIVES, Constraints, constraint_args, constraints_from, derive,
+                        feasible, load_run, parse_prices, recommend, reprice)
+
+TIME_PARTS = [  # column, label, colour
+    ("time_compute", "compute", "#4c78a8"),
+    ("time_recompute", "recompute", "#9ecae9"),
+    ("time_tp", "TP comm (exposed)", "#f58518"),
+    ("time_cp", "CP comm (exposed)", "#ffbf79"),
+    ("time_ep", "EP comm (exposed)", "#e45756"),
+    ("time_dp", "DP comm (exposed)", "#54a24b"),
+    ("time_pp", "PP p2p (exposed)", "#b279a2"),
+    ("time_bubble", "pipeline bubble", "#bab0ac"),
+    ("time_optimizer", "optimizer", "#72b7b2"),
+    ("time_slowdown", "overlap slowdown", "#eeca3b"),
+]
+MEM_LABELS = {"mem_weights": "weights", "mem_grads": "gradients", "mem_optimizer": "optimizer",
+              "mem_activations": "activations", "mem_logits": "logits", "mem_working": "working",
+              "mem_buffers": "comm buffers", "mem_optimizer_temp": "optimizer temp",
+              "mem_runtime": "runtime"}
+GPU_COLOURS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#72b7b2", "#eeca3b",
+               "#9d755d"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+E = html.escape
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+def short(d: dict) -> str:
+    """A compact label of a configuration's parallel layout."""
+    d = export.config_of(d) if not isinstance(d, dict) or "dp" not in d else d
+    parts = [f"TP{d['tp']}", f"PP{d['pp']}"]
+    if d.get("vpp", 1) > 1:
+        parts[-1] += f"x{d['vpp']}"
+    if d.get("cp", 1) > 1:
+        parts.append(f"CP{d['cp']}")
+    if d.get("ep", 1) > 1:
+        parts.append(f"EP{d['ep']}")
+    parts.append(f"DP{d['dp']}")
+    parts.append(f"mb{d['micro_batch']}")
+    if d.get("recompute", "none") != "none":
+        parts.append({"full": "full-rc", "selective": "sel-rc"}[d["recompute"]])
+    parts.append(f"z{d.get('zero', 1)}")
+    return " ".join(parts)
+
+
+def frontier(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows on the cost (USD/Mtok, lower better) vs cluster tokens/s (higher better) frontier,
+    sorted by throughput."""
+    mask = pareto_front(df["cost_per_mtok_usd"].to_numpy(float), df["tokens_per_s"].to_numpy(float))
+    return df[mask].sort_values(["tokens_per_s", "cost_per_mtok_usd"])
+
+
+def rule_of_thumb(df: pd.DataFrame, like: pd.Series) -> tuple[pd.Series | None, str]:
+    """The rule-of-thumb configuration on the same cluster/model as `like`:
+    TP = min(8, GPUs per node), no CP, micro-batch 1, no interleaving, the smallest PP that
+    fits, recompute only if needed (none, else full, else selective), with sequence parallel
+    and ZeRO-1 (distributed optimizer) where the results hold them; the fastest of what is
+    left. Returns (row or None, description of the rule)."""
+    tp = int(min(8, like.get("gpus_per_node", 8) or 8))
+    rule = f"TP={tp} within a node, smallest PP that fits, no CP, micro-batch 1, " \
+           "full recompute only if needed, sequence parallel, distributed optimizer"
+    same = np.ones(len(df), dtype=bool)
+    for c in ("model", "gpu", "num_gpus", "seq_len", "global_batch", "precision"):
+        if c in df.columns:
+            same &= (df[c] == like[c]).to_numpy()
+    sub = df[same]
+    cond = (sub["tp"] == tp) & (sub.get("cp", 1) == 1) & (sub["micro_batch"] == 1)
+    if "vpp" in sub.columns:
+        cond &= sub["vpp"] == 1
+    sub = sub[cond]
+    # Megatron's usual companions of TP: sequence parallel and the distributed optimizer
+    for col, val in (("sequence_parallel", True), ("zero", 1)):
+        if col in sub.columns and (sub[col] == val).any():
+            sub = sub[sub[col] == val]
+    sub = sub[sub["status"] == "ok"]
+    if not len(sub):
+        return None, rule
+    pp = sub["pp"].min()
+    sub = sub[sub["pp"] == pp]
+    for rc in ("none", "full", "selective"):
+        pick = sub[sub["recompute"] == rc]
+        if len(pick):
+            sub = pick
+            break
+    return sub.sort_values(["step_time_s", "config_id"]).iloc[0], rule
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots (matplotlib, Agg) -> PNG bytes
+# ---------------------------------------------------------------------------------------------
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def plot_frontier(fits: pd.DataFrame, front: pd.DataFrame, tokens: float | None) -> bytes:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9.5, 5.6))
+    gpus = sorted(fits["gpu"].unique())
+    sizes = sorted(fits["num_gpus"].unique())
+    for gi, g in enumerate(gpus):
+        for si, n in enumerate(sizes):
+            pts = fits[(fits["gpu"] == g) & (fits["num_gpus"] == n)]
+            if not len(pts):
+                continue
+            ax.scatter(pts["tokens_per_s"], pts["cost_per_mtok_usd"], s=9, alpha=0.35,
+                       color=GPU_COLOURS[gi % len(GPU_COLOURS)], marker=MARKERS[si % len(MARKERS)],
+                       linewidths=0, rasterized=True)
+    f = front.sort_values("tokens_per_s")
+    ax.plot(f["tokens_per_s"], f["cost_per_mtok_usd"], "-", color="black", lw=1.2, zorder=3,
+            drawstyle="steps-post", label="Pareto frontier")
+    ax.scatter(f["tokens_per_s"], f["cost_per_mtok_usd"], s=34, facecolors="white",
+               edgecolors="black", zorder=4)
+    for k, (_, r) in enumerate(f.iterrows(), start=1):
+        ax.annotate(str(k), (r["tokens_per_s"], r["cost_per_mtok_usd"]), xytext=(4, 4),
+                    textcoords="offset points", fontsize=8, fontweight="bold", zorder=5)
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=GPU_COLOURS[i % len(GPU_COLOURS)], marker="o", ls="",
+                      label=g) for i, g in enumerate(gpus)]
+    handles += [Line2D([], [], color="grey", marker=MARKERS[i % len(MARKERS)], ls="",
+                       label=f"{n} GPUs") for i, n in enumerate(sizes)]
+    handles.append(Line2D([], [], color="black", marker="o", mfc="white", label="frontier"))
+    ax.legend(handles=handles, fontsize=8, loc="upper left", ncol=2, frameon=False)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("throughput (tokens/s, whole cluster)")
+    ax.set_ylabel("cost (USD per million tokens)")
+    if tokens:
+        sec = ax.secondary_yaxis("right", functions=(lambda y: y * tokens / 1e6 / 1e3,
+                                                     lambda y: y * 1e3 * 1e6 / tokens))
+        sec.set_ylabel(f"total cost for {tokens:.3g} tokens (thousand USD)")
+        top = ax.secondary_xaxis("top", functions=(lambda x: tokens / np.maximum(x, 1e-9) / 86400,
+                                                   lambda d: tokens / np.maximum(d, 1e-9) / 86400))
+        top.set_xlabel(f"days to train on {tokens:.3g} tokens")
+    ax.grid(True, which="both", alpha=0.2)
+    return _png(fig)
+
+
+def plot_breakdown(rows: pd.DataFrame, labels: list[str]) -> bytes:
+    plt = _plt()
+    parts = [p for p in TIME_PARTS if p[0] in rows.columns and rows[p[0]].fillna(0).abs().sum() > 0]
+    fig, ax = plt.subplots(figsize=(9.5, 0.45 * len(rows) + 1.6))
+    y = np.arange(len(rows))[::-1]
+    left = np.zeros(len(rows))
+    for col, label, colour in parts:
+        v = rows[col].fillna(0).to_numpy(float)
+        ax.barh(y, v, left=left, color=colour, label=label, height=0.7)
+        left += v
+    for yi, total in zip(y, rows["step_time_s"].to_numpy(float)):
+        ax.text(total, yi, f" {total:.2f} s", va="center", fontsize=8)
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlabel("step time (s)")
+    ax.set_xlim(0, float(np.nanmax(rows["step_time_s"])) * 1.15)
+    ax.legend(fontsize=8, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.5 / len(rows)),
+              frameon=False)
+    return _png(fig)
+
+
+def heatmap_table(df: pd.DataFrame, like: pd.Series) -> pd.DataFrame:
+    """Best step time over everything else, per (TP, PP), on the winner's cluster; NaN where
+    nothing fits."""
+    same = np.ones(len(df), dtype=bool)
+    for c in ("model", "gpu", "num_gpus", "seq_len", "global_batch", "precision"):
+        if c in df.columns:
+            same &= (df[c] == like[c]).to_numpy()
+    sub = df[same]
+    tps = sorted(sub["tp"].unique())
+    pps = sorted(sub["pp"].unique())
+    fits = sub[sub["status"] == "ok"]
+    t = fits.groupby(["pp", "tp"])["step_time_s"].min().unstack("tp")
+    return t.reindex(index=pps, columns=tps)
+
+
+def plot_heatmap(t: pd.DataFrame, best: pd.Series) -> bytes:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(1.1 * len(t.columns) + 2.4, 0.55 * len(t.index) + 1.6))
+    data = t.to_numpy(float)
+    masked = np.ma.masked_invalid(data)
+    cmap = plt.get_cmap("viridis_r").copy()
+    cmap.set_bad("#eeeeee")
+    im = ax.imshow(masked, cmap=cmap, aspect="auto")
+    ax.set_xticks(range(len(t.columns)))
+    ax.set_xticklabels([str(c) for c in t.columns])
+    ax.set_yticks(range(len(t.index)))
+    ax.set_yticklabels([str(i) for i in t.index])
+    ax.set_xlabel("TP")
+    ax.set_ylabel("PP")
+    for i in range(data.shape[0]):
+        for j in range(data.shape[1]):
+            v = data[i, j]
+            txt = "—" if not np.isfinite(v) else f"{v:.2f}"
+            is_best = (t.index[i] == best["pp"] and t.columns[j] == best["tp"])
+            ax.text(j, i, txt, ha="center", va="center", fontsize=8,
+                    fontweight="bold" if is_best else "normal",
+                    color="white" if np.isfinite(v) and v < np.nanmedian(data) else "black")
+            if is_best:
+                ax.add_patch(_plt().Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, lw=2,
+                                              ec="red"))
+    fig.colorbar(im, ax=ax, label="best step time (s)")
+    ax.set_title("best step time per TP x PP (fits only; — = nothing fits or invalid)",
+                 fontsize=9)
+    return _png(fig)
+
+
+def plot_memory(best: pd.Series, capacity: float, other: pd.Series | None = None,
+                other_label: str = "") -> bytes:
+    plt = _plt()
+    cols = [c for c in MEM_LABELS if c in best.index]
+    rows = [("winner", best)] + ([(other_label, other)] if other is not None else [])
+    fig, ax = plt.subplots(figsize=(9.5, 0.7 * len(rows) + 1.7))
+    colours = plt.get_cmap("tab10").colors
+    for yi, (_, r) in enumerate(rows):
+        left = 0.0
+        for ci, c in enumerate(cols):
+            v = float(r[c]) if pd.notna(r[c]) else 0.0
+            if v <= 0:
+                continue
+            ax.barh(len(rows) - 1 - yi, v, left=left, color=colours[ci % 10], height=0.6,
+                    label=MEM_LABELS[c] if yi == 0 else None)
+            if v > capacity * 0.06:
+                ax.text(left + v / 2, len(rows) - 1 - yi, f"{v:.1f}", ha="center", va="center",
+                        fontsize=7, color="white")
+            left += v
+    ax.axvline(capacity, color="red", ls="--", lw=1.2)
+    ax.text(capacity, len(rows) - 0.45, f" HBM {capacity:.0f} GiB", color="red", fontsize=8)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([lab for lab, _ in rows][::-1])
+    ax.set_xlabel("GiB per GPU (worst rank)")
+    ax.legend(fontsize=8, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.35), frameon=False)
+    return _png(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Why the best beats the rule of thumb
+# ---------------------------------------------------------------------------------------------
+def why(best: pd.Series, rot: pd.Series | None, rule: str) -> list[str]:
+    """Sentences (plain text) comparing the winner with the rule-of-thumb configuration."""
+    if rot is None:
+        return [f"The rule of thumb ({rule}) has no configuration that fits in these results "
+                f"on {best['num_gpus']} x {best['gpu']}, so the search is the only way to a "
+                "working layout here."]
+    b, r = export.config_of(best), export.config_of(rot)
+    if int(best["config_id"]) == int(rot["config_id"]):
+        return [f"The winner is the rule-of-thumb configuration itself ({rule})."]
+    gain = r["step_time_s"] / b["step_time_s"] - 1
+    out = [f"Rule of thumb ({rule}) on the same {b['num_gpus']} x {b['gpu']}: {short(r)} at "
+           f"{r['step_time_s']:.3f} s/step; the winner {short(b)} takes {b['step_time_s']:.3f} "
+           f"s/step: {gain:.0%} more throughput"
+           + (f", ${b['cost_per_mtok_usd']:.3f} instead of ${r['cost_per_mtok_usd']:.3f} per "
+              f"million tokens" if b.get("cost_per_mtok_usd") and r.get("cost_per_mtok_usd")
+              else "") + "."]
+    notes = {
+        "time_bubble": lambda: (f"pipeline bubble: PP {r['pp']} -> {b['pp']}"
+                                + (f", {b['vpp']} virtual stages per rank" if b.get("vpp", 1) > 1
+                                   else "")
+                                + f", {_int(b.get('num_microbatches'))} microbatches per step "
+                                f"(was {_int(r.get('num_microbatches'))})"),
+        "time_recompute": lambda: (f"recompute {r['recompute']} -> {b['recompute']}: the winner "
+                                   f"fits at {b['peak_memory_gib']:.1f} GiB without replaying "
+                                   "the forward pass" if b["recompute"] == "none" else
+                                   f"recompute {r['recompute']} -> {b['recompute']}"),
+        "time_tp": lambda: (f"TP {r['tp']} -> {b['tp']}: fewer/smaller exposed all-reduce or "
+                            "reduce-scatter per layer"
+                            + (" (sequence parallel)" if b.get("sequence_parallel") else "")),
+        "time_compute": lambda: (f"compute: GEMMs of TP {b['tp']} x micro-batch "
+                                 f"{b['micro_batch']} run closer to peak than TP {r['tp']} x "
+                                 f"micro-batch {r['micro_batch']}"),
+        "time_dp": lambda: f"data-parallel gradient sync: DP {r['dp']} -> {b['dp']}, ZeRO "
+                           f"{r.get('zero')} -> {b.get('zero')}",
+        "time_pp": lambda: f"pipeline p2p: PP {r['pp']} -> {b['pp']}",
+        "time_cp": lambda: f"context parallel: CP {r['cp']} -> {b['cp']}",
+        "time_ep": lambda: f"expert parallel: EP {r['ep']} -> {b['ep']}",
+        "time_optimizer": lambda: "optimizer step",
+        "time_slowdown": lambda: "compute slowed by overlapped communication",
+    }
+    diffs = []
+    for col, label, _ in TIME_PARTS:
+        if col in best.index and col in rot.index:
+            d = float(rot[col] or 0) - float(best[col] or 0)
+            diffs.append((d, col, label))
+    diffs.sort(reverse=True)
+    saved = [x for x in diffs if x[0] > 0.005 * r["step_time_s"]]
+    lost = [x for x in diffs if x[0] < -0.005 * r["step_time_s"]]
+    for d, col, label in saved[:4]:
+        out.append(f"saves {d:.3f} s on {label} ({float(rot[col]):.3f} -> {float(best[col]):.3f} "
+                   f"s): {notes[col]()}.")
+    for d, col, label in lost[:2]:
+        out.append(f"pays {-d:.3f} s more on {label} ({float(rot[col]):.3f} -> "
+                   f"{float(best[col]):.3f} s): {notes[col]()}.")
+    out.append(f"memory: {b['peak_memory_gib']:.1f} GiB for the winner vs "
+               f"{r['peak_memory_gib']:.1f} GiB for the rule of thumb.")
+    return out
+
+
+def _int(v) -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else str(int(v))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------
+def _fmt(col: str, v) -> str:
+    if v is None or v is pd.NA or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    f = {"step_time_s": "{:.3f}", "tokens_per_s": "{:,.0f}", "tokens_per_s_per_gpu": "{:,.0f}",
+         "mfu": "{:.1%}", "peak_memory_gib": "{:.1f}", "headroom_gib": "{:.1f}",
+         "cost_per_mtok_usd": "{:.3f}", "days": "{:.1f}", "total_cost_usd": "{:,.0f}",
+         "price_per_hour": "{:.2f}"}.get(col)
+    if f:
+        return f.format(float(v))
+    return str(export._py(v))
+
+
+def frontier_rows(front: pd.DataFrame, tokens: float | None) -> tuple[list[str], list[list[str]]]:
+    heads = ["#", "GPU", "GPUs", "configuration", "tokens/s", "$/Mtok", "MFU", "mem GiB"]
+    cols = ["tokens_per_s", "cost_per_mtok_usd", "mfu", "peak_memory_gib"]
+    if tokens:
+        heads += ["days", "total $"]
+        cols += ["days", "total_cost_usd"]
+    rows = []
+    for k, (_, r) in enumerate(front.iterrows(), start=1):
+        rows.append([str(k), str(r["gpu"]), str(int(r["num_gpus"])), short(export.config_of(r))]
+                    + [_fmt(c, r[c]) for c in cols])
+    return heads, rows
+
+
+def top_rows(top: pd.DataFrame, labels: list[str], tokens) -> tuple[list[str], list[list[str]]]:
+    heads = ["", "GPU", "GPUs", "configuration", "step s", "tokens/s/GPU", "MFU", "mem GiB",
+             "free GiB", "$/Mtok"]
+    cols = ["step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "headroom_gib",
+            "cost_per_mtok_usd"]
+    if tokens:
+        heads += ["days", "total $"]
+        cols += ["days", "total_cost_usd"]
+    rows = [[lab, str(r["gpu"]), str(int(r["num_gpus"])), short(export.config_of(r))]
+            + [_fmt(c, r[c]) for c in cols] for lab, (_, r) in zip(labels, top.iterrows())]
+    return heads, rows
+
+
+def html_table(heads, rows) -> str:
+    h = "".join(f"<th>{E(x)}</th>" for x in heads)
+    b = "".join("<tr>" + "".join(f"<td>{E(x)}</td>" for x in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{h}</tr></thead><tbody>{b}</tbody></table>"
+
+
+def md_table(heads, rows) -> str:
+    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    out = ["| " + " | ".join(esc(h) for h in heads) + " |",
+           "|" + "|".join("---" for _ in heads) + "|"]
+    out += ["| " + " | ".join(esc(x) for x in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------------------------
+CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;
+max-width:1100px;color:#222;line-height:1.4}
+h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:12px;margin:8px 0}
+th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}
+th{background:#f4f4f4}td:nth-child(-n+4){text-align:left}
+img{max-width:100%;display:block;margin:8px 0}
+.muted{color:#666;font-size:12px}pre{background:#f7f7f7;padding:8px;font-size:11px;overflow-x:auto}
+"""
+
+
+def build(run_dir: str | Path, *, objective: str | None = None,
+          constraints: Constraints | None = None, prices: dict | None = None,
+          top: int = 8) -> dict:
+    """Everything the report shows: tables, texts and PNGs (bytes)."""
+    df, meta = load_run(run_dir)
+    df = reprice(df, prices or {})
+    c = constraints or Constraints()
+    from .recommend import _default_objective
+
+    obj = objective or _default_objective(meta)
+    rec = recommend(df, obj, c, run_name=str(meta.get("space", "")))
+    d = derive(df, c.tokens)
+    mask, _ = feasible(d, c)
+    fits = d[mask & d["cost_per_mtok_usd"].notna() & d["tokens_per_s"].notna()]
+    if not rec.found or not len(fits):
+        raise SweepError(f"{run_dir}: no configuration fits in memory and meets the constraints; "
+                         "nothing to report")
+    front = frontier(fits)
+    best = d.loc[d["config_id"] == rec.best["config_id"]].iloc[0]
+    col, asc = OBJECTIVES[obj]
+    topn = fits.sort_values([col, "config_id"], ascending=[asc, True]).head(top)
+    rot, rule = rule_of_thumb(d, best)
+    bars = topn.copy()
+    labels = [f"#{i + 1} {r['gpu']} x{int(r['num_gpus'])} {short(export.config_of(r))}"
+              for i, (_, r) in enumerate(topn.iterrows())]
+    if rot is not None and int(rot["config_id"]) not in set(topn["config_id"].astype(int)):
+        bars = pd.concat([bars, rot.to_frame().T])
+        labels.append(f"rule of thumb {short(export.config_of(rot))}")
+    for c_ in [p[0] for p in TIME_PARTS] + ["step_time_s"]:
+        if c_ in bars.columns:
+            bars[c_] = pd.to_numeric(bars[c_], errors="coerce")
+    heat = heatmap_table(d, best)
+    cap = float(best["capacity_gib"])
+    prices_used = (d.groupby("gpu")["price_per_hour"].first().sort_index()
+                   if "price_per_hour" in d.columns else pd.Series(dtype=float))
+    from sim_core import catalog
+
+    price_rows = []
+    for g, p in prices_used.items():
+        try:
+            cat = catalog.get_gpu(g).price_per_hour
+        except Exception:  # noqa: BLE001
+            cat = float("nan")
+        src = "catalog" if abs(cat - p) < 1e-9 else "override"
+        price_rows.append([str(g), f"{p:.2f}", src])
+    from .results import counts
+
+    return {
+        "run": str(meta.get("space") or Path(run_dir).name), "meta": meta, "counts": counts(df),
+        "objective": obj, "constraints": c, "rec": rec, "best": best, "front": front,
+        "fits": fits, "top": topn, "rot": rot, "rule": rule, "why": why(best, rot, rule),
+        "model": str(best.get("model")), "gpus": sorted(d["gpu"].unique()),
+        "sizes": sorted(int(x) for x in d["num_gpus"].unique()), "price_rows": price_rows,
+        "png": {"frontier": plot_frontier(fits, front, c.tokens),
+                "breakdown": plot_breakdown(bars, labels),
+                "heatmap": plot_heatmap(heat, best),
+                "memory": plot_memory(best, cap, rot, "rule of thumb")},
+        "megatron": export.megatron_text(best),
+    }
+
+
+def _img(png: bytes, alt: str) -> str:
+    return (f'<img alt="{E(alt)}" src="data:image/png;base64,'
+            f'{base64.b64encode(png).decode()}">')
+
+
+def render_html(r: dict) -> str:
+    cnt, rec, c = r["counts"], r["rec"], r["constraints"]
+    from .recommend import render as rec_text
+
+    rec_rows = pd.concat([rec.best.to_frame().T, rec.runner_ups])
+    rec_rows = derive(rec_rows.reset_index(drop=True).infer_objects(), c.tokens)
+    labels = ["best"] + [f"robust {i + 1}" for i in range(len(rec.runner_ups))]
+    th, tr = top_rows(rec_rows, labels, c.tokens)
+    fh, fr = frontier_rows(r["front"], c.tokens)
+    cons = "; ".join(c.describe()) or "none"
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>sweep report: {E(r['run'])}</title>", f"<style>{CSS}</style></head><body>",
+        f"<h1>sweep report: {E(r['run'])}</h1>",
+        f"<p class=muted>model {E(r['model'])}; GPU types {E(', '.join(r['gpus']))}; cluster "
+        f"sizes {E(', '.join(str(s) for s in r['sizes']))}; {cnt['total']:,} configurations "
+        f"({cnt['invalid']:,} invalid, {cnt['oom']:,} out of memory, {cnt['ok']:,} fit); "
+        f"objective {E(r['objective'])}; constraints: {E(cons)}</p>",
+        "<h2>Recommendation</h2>", html_table(th, tr),
+        f"<p class=muted>robust runner-ups: within {rec.within:.0%} of the best "
+        f"{E(rec.objective)} with more memory headroom. Recipes: <code>sweep recommend "
+        f"RUN --format megatron|torchtitan|yaml</code>.</p>",
+        "<h2>Cost vs throughput: Pareto frontier</h2>",
+        _img(r["png"]["frontier"], "cost vs throughput frontier"),
+        f"<p class=muted>{len(r['fits']):,} configurations that fit; {len(r['front'])} on the "
+        "frontier (no other configuration is both cheaper per token and faster).</p>",
+        html_table(fh, fr),
+        "<h2>Step-time breakdown of the top configurations</h2>",
+        _img(r["png"]["breakdown"], "step time breakdown"),
+        f"<h2>TP x PP: best step time on {E(str(r['best']['num_gpus']))} x "
+        f"{E(str(r['best']['gpu']))}</h2>", _img(r["png"]["heatmap"], "TP x PP heatmap"),
+        "<h2>Memory per category (winner vs rule of thumb)</h2>",
+        _img(r["png"]["memory"], "memory per category"),
+        "<h2>Why the best beats the rule of thumb</h2>",
+        "<ul>" + "".join(f"<li>{E(s)}</li>" for s in r["why"]) + "</ul>",
+        "<h2>Prices</h2>", html_table(["GPU", "USD per GPU-hour", "source"], r["price_rows"]),
+        "<h2>Megatron-LM flags for the winner</h2>", f"<pre>{E(r['megatron'])}</pre>",
+        f"<pre class=muted>{E(rec_text(rec))}</pre>",
+        "</body></html>"]
+    return "\n".join(parts)
+
+
+def render_md(r: dict, plot_dir: str | None) -> str:
+    rec, c = r["rec"], r["constraints"]
+    rec_rows = derive(pd.concat([rec.best.to_frame().T, rec.runner_ups]).reset_index(drop=True)
+                      .infer_objects(), c.tokens)
+    labels = ["best"] + [f"robust {i + 1}" for i in range(len(rec.runner_ups))]
+    cnt = r["counts"]
+    out = [f"# sweep report: {r['run']}", "",
+           f"model {r['model']}; GPU types {', '.join(r['gpus'])}; cluster sizes "
+           f"{', '.join(str(s) for s in r['sizes'])}; {cnt['total']:,} configurations "
+           f"({cnt['ok']:,} fit); objective {r['objective']}; constraints: "
+           f"{'; '.join(c.describe()) or 'none'}", "",
+           "## Recommendation", "", md_table(*top_rows(rec_rows, labels, c.tokens)), "",
+           "## Cost vs throughput: Pareto frontier", ""]
+    if plot_dir:
+        out += [f"![frontier]({plot_dir}/frontier.png)", ""]
+    out += [md_table(*frontier_rows(r["front"], c.tokens)), ""]
+    if plot_dir:
+        out += ["## Step-time breakdown", "", f"![breakdown]({plot_dir}/breakdown.png)", "",
+                "## TP x PP heatmap", "", f"![heatmap]({plot_dir}/heatmap.png)", "",
+                "## Memory of the winner", "", f"![memory]({plot_dir}/memory.png)", ""]
+    out += ["## Why the best beats the rule of thumb", ""] + [f"- {s}" for s in r["why"]]
+    out += ["", "## Megatron-LM flags for the winner", "", "```bash", r["megatron"].rstrip(),
+            "```", ""]
+    return "\n".join(out)
+
+
+def write_report(run_dir: str | Path, out_dir: str | Path | None = None, **kw) -> dict:
+    """Write report.html, report.md and report_plots/*.png; returns the build dict + paths."""
+    out = Path(out_dir) if out_dir else Path(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    r = build(run_dir, **kw)
+    plots = out / "report_plots"
+    plots.mkdir(exist_ok=True)
+    for name, png in r["png"].items():
+        (plots / f"{name}.png").write_bytes(png)
+    (out / "report.html").write_text(render_html(r), encoding="utf-8")
+    (out / "report.md").write_text(render_md(r, "report_plots"), encoding="utf-8")
+    r["html"], r["md"] = out / "report.html", out / "report.md"
+    return r
+
+
+# ---------------------------------------------------------------------------------------------
+# Headless Chromium
+# ---------------------------------------------------------------------------------------------
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+
+def find_chromium() -> str | None:
+    env = os.environ.get("SWEEP_CHROMIUM")
+    if env:
+        return env if shutil.which(env) or Path(env).exists() else None
+    for b in BROWSERS:
+        p = shutil.which(b)
+        if p:
+            return p
+    return None
+
+
+def chromium_cmd(browser: str, profile: str) -> list[str]:
+    return [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-extensions", "--disable-dev-shm-usage", "--hide-scrollbars",
+            "--mute-audio", f"--user-data-dir={profile}"]
+
+
+def run_chromium(html_path: str | Path, *extra: str, timeout: float = 60) -> \
+        subprocess.CompletedProcess:
+    browser = find_chromium()
+    if not browser:
+        raise SweepError("no Chromium found (install chromium, or set SWEEP_CHROMIUM)")
+    url = Path(html_path).resolve().as_uri()
+    with tempfile.TemporaryDirectory(prefix="sweep-chromium-") as prof:
+        return subprocess.run(chromium_cmd(browser, prof) + list(extra) + [url],
+                              capture_output=True, text=True, timeout=timeout)
+
+
+def page_height(html_text: str) -> int:
+    """A generous estimate of the page height in CSS pixels (images at 110 dpi, tables)."""
+    import re
+
+    h = 400
+    for b64 in re.findall(r'src="data:image/png;base64,([^"]+)"', html_text):
+        png = base64.b64decode(b64[:64] + "=" * (-len(b64[:64]) % 4))
+        w, hh = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+        h += int(hh * min(1.0, 1052 / max(w, 1))) + 40
+    h += 24 * html_text.count("<tr>") + 16 * html_text.count("\n", html_text.find("<pre>"))
+    h += 60 * html_text.count("<h2>") + 40 * html_text.count("<li>")
+    return min(h, 16000)
+
+
+def screenshot(html_path: str | Path, png_path: str | Path, width: int = 1200) -> Path:
+    """Render the report with headless Chromium into a PNG (full page, estimated height)."""
+    html_path, png_path = Path(html_path), Path(png_path).resolve()
+    height = page_height(html_path.read_text(encoding="utf-8"))
+    res = run_chromium(html_path, f"--window-size={width},{height}",
+                       f"--screenshot={png_path}")
+    if not png_path.exists():
+        raise SweepError(f"chromium wrote no screenshot (exit {res.returncode}): "
+                         f"{(res.stderr or '').strip().splitlines()[-1:]}")
+    return png_path
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------
+def _args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="results folder of `sweep search`")
+    p.add_argument("--out", help="folder for report.html / report.md (default: the run folder)")
+    p.add_argument("--objective", choices=list(OBJECTIVES),
+                   help="objective of the recommendation and the top list (default step_time)")
+    constraint_args(p)
+    p.add_argument("--top", type=int, default=8, help="configurations in the breakdown (8)")
+    p.add_argument("--screenshot", metavar="PNG",
+                   help="also render the HTML with headless Chromium into this PNG")
+
+
+def cmd_report(args) -> int:
+    r = write_report(args.run, args.out, objective=args.objective,
+                     constraints=constraints_from(args), prices=parse_prices(args.price),
+                     top=args.top)
+    print(f"wrote {r['html']} and {r['md']} ({len(r['front'])} frontier points, "
+          f"{len(r['fits']):,} configurations that fit)")
+    for s in r["why"][:1]:
+        print(s)
+    if args.screenshot:
+        print(f"wrote {screenshot(r['html'], args.screenshot)}")
+    return 0
+
+
+def _register() -> None:
+    from .cli import register
+
+    register("report", "HTML + Markdown report: cost-vs-throughput frontier, breakdowns, "
+             "TP x PP heatmap, memory, why the best beats the rule of thumb",
+             _args, cmd_report)
+
+
+_register()
