@@ -159,6 +159,8 @@ def cmd_search(args) -> int:
     outcome = run_search(cfg, args.out, workers=args.workers, address=args.address,
                          progress=progress, fresh=args.fresh)
     print(outcome.summary())
+    from .recommend import recommend_after_search
+    print(recommend_after_search(outcome.out_dir))
     return 0
 
 
@@ -193,6 +195,7 @@ register("check", "validate a search space and count its valid configurations",
 def _load_plugins() -> None:
     """Subcommands that live in their own modules register themselves on import."""
     from . import validate  # noqa: F401
+    from . import recommend, report  # noqa: F401
 
 
 # ---------------------------------------------------------------------------------------------
