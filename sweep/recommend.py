@@ -134,7 +134,7 @@ _UNITS = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 def parse_tokens(text) -> float:
     """'300B', '1.2T', '5e11', '500M' -> a number of tokens."""
     s = str(text).strip().lower().replace("_", "").replace(",", "")
-    m = re.fullmatch(r"([0-9.]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)(?:tok(?:ens)?)?", s)
+    m = re.fullmatch(r"([0-9.]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*(?:tok(?:ens)?)?", s)
     if not m:
         raise SweepError(f"--tokens: expected a number like 300B, 1.2T or 3e11, got {text!r}")
     v = float(m.group(1)) * _UNITS.get(m.group(2), 1.0)

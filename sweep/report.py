@@ -177,6 +177,11 @@ def plot_frontier(fits: pd.DataFrame, front: pd.DataFrame, tokens: float | None)
         top = ax.secondary_xaxis("top", functions=(lambda x: tokens / np.maximum(x, 1e-9) / 86400,
                                                    lambda d: tokens / np.maximum(d, 1e-9) / 86400))
         top.set_xlabel(f"days to train on {tokens:.3g} tokens")
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
     ax.grid(True, which="both", alpha=0.2)
     return _png(fig)
 
@@ -222,8 +227,7 @@ def plot_heatmap(t: pd.DataFrame, best: pd.Series) -> bytes:
     fig, ax = plt.subplots(figsize=(1.1 * len(t.columns) + 2.4, 0.55 * len(t.index) + 1.6))
     data = t.to_numpy(float)
     masked = np.ma.masked_invalid(data)
-    cmap = plt.get_cmap("viridis_r").copy()
-    cmap.set_bad("#eeeeee")
+    cmap = plt.get_cmap("viridis_r").with_extremes(bad="#eeeeee")
     im = ax.imshow(masked, cmap=cmap, aspect="auto")
     ax.set_xticks(range(len(t.columns)))
     ax.set_xticklabels([str(c) for c in t.columns])

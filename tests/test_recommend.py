@@ -1,0 +1,128 @@
+"""`sweep recommend`: objective, constraints (headroom, max GPUs, budget, deadline), robust
+runner-ups, recipe files and the hook at the end of a search."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sweep import recommend as R
+from sweep.cli import main
+from sweep.errors import SweepError
+
+from .results_fixture import make_results
+
+SPACE = {
+    "name": "rec", "model": "gpt3-175b", "seq_len": 2048, "global_batch": 1536,
+    "cluster": {"gpu": "a100-80gb", "num_gpus": 512},
+    "space": {"gpu": ["a100-80gb", "h100-sxm"], "num_gpus": [512, 1024], "tp": [4, 8],
+              "pp": [4, 8, 16], "vpp": [1, 2], "micro_batch": [1, 2],
+              "recompute": ["none", "selective", "full"], "sequence_parallel": [True],
+              "zero": [1]},
+}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return make_results(SPACE, tmp_path_factory.mktemp("rec") / "run")
+
+
+@pytest.fixture(scope="module")
+def df(run):
+    return R.load_run(run)[0]
+
+
+def test_parsers():
+    assert R.parse_tokens("300B") == 300e9 and R.parse_tokens("1.5T") == 1.5e12
+    assert R.parse_tokens("3e11") == 3e11 and R.parse_tokens("500M tokens") == 5e8
+    assert R.parse_headroom("8") == (8.0, "gib") and R.parse_headroom("8GiB") == (8.0, "gib")
+    assert R.parse_headroom("10%") == (0.1, "frac") and R.parse_headroom("0.25") == (0.25, "frac")
+    for bad in ("x", "-1", "150%"):
+        with pytest.raises(SweepError):
+            R.parse_headroom(bad)
+    with pytest.raises(SweepError):
+        R.parse_tokens("lots")
+
+
+def test_best_is_fastest_fit(df):
+    rec = R.recommend(df)
+    ok = df[df["status"] == "ok"]
+    assert rec.found and rec.best["step_time_s"] == ok["step_time_s"].min()
+    assert rec.best["status"] == "ok"
+
+
+def test_objective_cost(df):
+    rec = R.recommend(df, "cost")
+    assert rec.best["cost_per_mtok_usd"] == df[df["status"] == "ok"]["cost_per_mtok_usd"].min()
+
+
+def test_constraints(df):
+    d = R.derive(df)
+    rec = R.recommend(df, constraints=R.Constraints(headroom="20"))
+    assert rec.best["headroom_gib"] >= 20
+    fit = d[(d["status"] == "ok") & (d["headroom_gib"] >= 20)]
+    assert rec.best["step_time_s"] == fit["step_time_s"].min()
+    rec = R.recommend(df, constraints=R.Constraints(headroom="40%"))
+    assert rec.best["peak_memory_gib"] <= 0.6 * rec.best["capacity_gib"] + 1e-9
+    rec = R.recommend(df, constraints=R.Constraints(max_gpus=512, gpus=["a100-80gb"]))
+    assert rec.best["num_gpus"] <= 512 and rec.best["gpu"] == "a100-80gb"
+    # budget and deadline on a token budget
+    d = R.derive(df, 300e9)
+    fit = d[d["status"] == "ok"]
+    budget = fit["total_cost_usd"].median()
+    rec = R.recommend(df, constraints=R.Constraints(tokens=300e9, budget=budget))
+    assert rec.found and rec.best["total_cost_usd"] <= budget
+    assert rec.best["step_time_s"] == fit[fit["total_cost_usd"] <= budget]["step_time_s"].min()
+    slow_ok = R.recommend(df, "cost", R.Constraints(tokens=300e9, deadline=30))
+    assert slow_ok.best["days"] <= 30
+    none = R.recommend(df, constraints=R.Constraints(tokens=300e9, budget=1.0))
+    assert not none.found and "no configuration meets" in R.render(none)
+    with pytest.raises(SweepError):
+        R.recommend(df, constraints=R.Constraints(budget=1e6))  # no --tokens
+
+
+def test_robust_runner_ups(df):
+    rec = R.recommend(df, within=0.10, runner_ups=50)
+    best = rec.best
+    assert len(rec.runner_ups)
+    r = rec.runner_ups
+    assert (r["step_time_s"] <= best["step_time_s"] * 1.10 + 1e-12).all()
+    assert (r["headroom_gib"] > best["headroom_gib"]).all()
+    assert list(r["headroom_gib"]) == sorted(r["headroom_gib"], reverse=True)
+    # nothing that qualifies is missing
+    d = R.derive(df)
+    q = d[(d["status"] == "ok") & (d["step_time_s"] <= best["step_time_s"] * 1.10)
+          & (d["headroom_gib"] > best["headroom_gib"])]
+    assert len(q) == len(r)
+
+
+def test_cli_table_formats_and_recipe(run, capsys):
+    assert main(["recommend", str(run), "--headroom", "10%", "--tokens", "300B"]) == 0
+    out = capsys.readouterr().out
+    assert "best" in out and "$/Mtok" in out and "days" in out
+    rec = json.loads((run / "recipe" / "recommendation.json").read_text())
+    assert rec["best"]["status"] == "ok"
+    for name in ("megatron_args.sh", "torchtitan.toml", "run.yaml", "recommendation.txt"):
+        assert (run / "recipe" / name).exists()
+    assert main(["recommend", str(run), "--format", "megatron", "--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert "--tensor-model-parallel-size" in out and "MEGATRON_ARGS=(" in out
+    assert main(["recommend", str(run), "--format", "torchtitan", "--no-write"]) == 0
+    assert "[parallelism]" in capsys.readouterr().out
+    assert main(["recommend", str(run), "--tokens", "1T", "--budget", "1"]) == 1
+    assert main(["recommend", str(run), "--budget", "1"]) == 2
+    assert "need --tokens" in capsys.readouterr().err
+    assert main(["recommend", str(run.parent / "missing")]) == 2
+
+
+def test_price_override(df):
+    cheap = R.reprice(df, {"h100-sxm": 0.5})
+    rec = R.recommend(cheap, "cost")
+    assert rec.best["gpu"] == "h100-sxm" and rec.best["price_per_hour"] == 0.5
+
+
+def test_recommend_after_search(run):
+    text = R.recommend_after_search(run)
+    assert "recommendation for rec" in text and "recipe" in text
+    assert "(no recommendation" in R.recommend_after_search(run.parent / "nothing-here")
