@@ -1,0 +1,260 @@
+"""`sweep calibrate`: fit the simulator's optional learned parts to measurements and save them as
+a named profile that `sweep simulate` / `sweep search` accept (`--profile NAME`).
+
+    sweep calibrate compute KERNELS.csv [MORE...] [--gpu h100-sxm] --profile NAME
+    sweep calibrate overlap TABLE.csv --profile NAME
+    sweep calibrate nccl all_reduce_perf.txt [MORE...] [--gpu h100-sxm] --profile NAME
+    sweep calibrate show NAME
+    sweep calibrate list
+
+Formats, features and metrics: docs/calibration.md and sim_core/learned.py. Profiles live in
+$SWEEP_PROFILES/NAME (default ~/.cache/sweep/profiles/NAME); a path is accepted too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .cli import register
+from .errors import SweepError
+
+EPILOG = """\
+examples (synthetic data shipped in sim_core/data/calibration_examples/):
+  D=sim_core/data/calibration_examples
+  sweep calibrate compute $D/kernels_h100_synthetic.csv --profile demo
+  sweep calibrate overlap $D/overlap_synthetic.csv --profile demo
+  sweep calibrate nccl $D/*_perf_*.txt --profile demo
+  sweep calibrate show demo
+kernel table columns: gpu, op_class (gemm|attention), dtype, m, n, k, batch, heads, seq,
+head_dim, causal, direction (fwd|bwd), time_us[, source]; also accepted: nsys
+cuda_gpu_kern_sum CSV and PyTorch profiler chrome traces (record_shapes=True), with --gpu.
+overlap table columns: gpu or sm_arch, kernel_class, collective, nbytes, group,
+time_alone_us, time_overlap_us[, source].
+"""
+
+
+def _pct(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def _metrics_line(m: dict) -> str:
+    return (f"median {_pct(m.get('median_abs_err'))}, p90 {_pct(m.get('p90_abs_err'))}, "
+            f"max {_pct(m.get('max_abs_err'))}, within 5% {_pct(m.get('within_5pct'))}, "
+            f"10% {_pct(m.get('within_10pct'))}")
+
+
+def _need(paths) -> list[Path]:
+    out = []
+    for p in paths:
+        p = Path(p)
+        if not p.is_file():
+            raise SweepError(f"{p}: no such file")
+        out.append(p)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+def cmd_compute(args) -> int:
+    from sim_core import learned, profiles
+
+    files = _need(args.files)
+    df = pd.concat([learned.load_kernels(p, args.format, args.gpu) for p in files],
+                   ignore_index=True)
+    if args.gpu:
+        df = df[df["gpu"].astype(str) == args.gpu]
+    print(f"kernel table: {len(df)} rows from {len(files)} file(s)")
+    models = learned.train_kernel_models(df, folds=args.folds, rounds=args.rounds)
+    if not models:
+        raise SweepError("no (gpu, op class) had enough shaped gemm/attention rows to train")
+    for (gpu, oc), m in models.items():
+        cv = m.meta["cv"]
+        print(f"  {gpu} {oc}: {m.meta['rows']} rows; predicted/measured kernel time")
+        print(f"    train          {_metrics_line(m.meta['train'])}")
+        for k, v in cv.items():
+            if k.startswith("kfold"):
+                print(f"    {k:<14} {_metrics_line(v)}")
+        for src, v in cv.get("leave_one_source_out", {}).items():
+            print(f"    LOSO {src:<9} {_metrics_line(v)}")
+
+    records = []
+    for (gpu, oc), m in models.items():
+        m.meta["file"] = str(Path("compute") / f"{gpu}_{oc}.json")
+        records.append({"gpu": gpu, "op_class": oc, **m.meta})
+
+    def write(d: Path):
+        (d / "compute").mkdir(exist_ok=True)
+        for m in models.values():
+            m.save(d / m.meta["file"])
+        return [r["file"] for r in records]
+
+    man = profiles.save_component(args.profile, "compute", {"models": records}, files, write)
+    print(f"saved profile {man['name']} version {man['version']} "
+          f"({profiles.profile_dir(args.profile)})")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+def cmd_overlap(args) -> int:
+    from sim_core import learned, profiles
+
+    (path,) = _need([args.table])
+    df = learned.load_overlap_table(path)
+    print(f"overlap table: {len(df)} rows ({df['kernel_class'].nunique()} kernel classes, "
+          f"{df['collective'].nunique()} collectives, archs "
+          f"{sorted(int(a) for a in df['sm_arch'].unique())})")
+    model = learned.train_overlap_model(df, rounds=args.rounds)
+    meta = model.meta
+    h = meta["holdout_80_20"]
+    print("Echo settings: XGBRegressor(objective='reg:squarederror', max_depth=12, "
+          "random_state=42), 80/20 split + 5-fold CV; error = predicted / measured slowdown")
+    print(f"  80/20 hold-out  {_metrics_line(h)}, 15% {_pct(h.get('within_15pct'))}, "
+          f"RMSE {h['rmse']:.4f}")
+    for k, v in meta["cv"].items():
+        if k.startswith("kfold"):
+            print(f"  {k:<15} {_metrics_line(v)}")
+    for src, v in meta["cv"].get("leave_one_source_out", {}).items():
+        print(f"  LOSO {src:<10} {_metrics_line(v)}")
+    print(f"  prior (default) {_metrics_line(meta['prior_on_data'])}")
+
+    def write(d: Path):
+        (d / "overlap").mkdir(exist_ok=True)
+        model.save(d / "overlap" / "slowdown.json")
+        return ["overlap/slowdown.json"]
+
+    man = profiles.save_component(args.profile, "overlap", {**meta, "file": "overlap/slowdown.json"},
+                                  [path], write)
+    print(f"saved profile {man['name']} version {man['version']} "
+          f"({profiles.profile_dir(args.profile)})")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+def cmd_nccl(args) -> int:
+    from sim_core import learned, profiles
+
+    files = _need(args.files)
+    df = learned.nccl_rows(files)
+    gpu = args.gpu
+    if not gpu:
+        gpu = learned.guess_gpu("\n".join(p.read_text() for p in files))
+        if not gpu:
+            raise SweepError("cannot tell the GPU from the nccl-tests headers; give --gpu")
+    net = learned.base_network(gpu, args.cluster)
+    runs = df.groupby(["op", "group", "nodes"]).size()
+    print(f"nccl-tests: {len(df)} rows from {len(files)} file(s), GPU {gpu}: "
+          + ", ".join(f"{op} {g} ranks/{n} node(s)" for (op, g, n) in runs.index))
+    scales = learned.fit_nccl_scales(df, net)
+    rep = learned.nccl_fit_report(df, net, scales)
+    free = learned._identifiable(df)
+    print("fitted scales (least squares on log time; 1 = catalog value):")
+    for s, v in scales.items():
+        print(f"  {s:<14} x{v:.3f}" + ("" if s in free else "   (not seen by the data)"))
+    print("fit error per collective and size (median |model/measured - 1|):")
+    tab = rep.assign(ad=rep["err_default"].abs(), af=rep["err_fitted"].abs()).groupby(
+        ["op", "group", "nodes", "size_bucket"], sort=False)[["ad", "af"]].median()
+    for (op, g, n, b), r in tab.iterrows():
+        print(f"  {op:<15} {g:>3} ranks {n} node(s) {b:<12} default {_pct(r['ad']):>6} "
+              f"-> fitted {_pct(r['af']):>6}")
+    if args.verbose:
+        print(rep.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    loso = learned.nccl_loso(df, net)
+    if len(loso):
+        print("leave-one-file-out (fit on the others, error on the held-out file):")
+        for r in loso.itertuples():
+            extra = f"  [scales not seen in training: {r.unseen_scales}]" if r.unseen_scales else ""
+            print(f"  {r.held_out:<45} median {_pct(r.median_abs_err)}, max "
+                  f"{_pct(r.max_abs_err)}{extra}")
+
+    def write(d: Path):
+        (d / "nccl").mkdir(exist_ok=True)
+        rep.to_csv(d / "nccl" / "fit_errors.csv", index=False)
+        return ["nccl/fit_errors.csv"]
+
+    info = {"gpu": gpu, "cluster": args.cluster, "network": {k: (bool(v) if k == "nvls" else v)
+                                                            for k, v in net.items()},
+            "scales": scales, "free_scales": free, "rows": int(len(df)),
+            "use_measured": not args.no_measured,
+            "median_abs_err_default": float(rep["err_default"].abs().median()),
+            "median_abs_err_fitted": float(rep["err_fitted"].abs().median()),
+            "loso": loso.to_dict("records")}
+    man = profiles.save_component(args.profile, "nccl", info, files, write)
+    print(f"saved profile {man['name']} version {man['version']} "
+          f"({profiles.profile_dir(args.profile)})")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+def cmd_show(args) -> int:
+    from sim_core import profiles
+
+    print(profiles.describe(args.name))
+    bad = profiles.verify(args.name)
+    if bad:
+        print(f"WARNING: input copies changed since fitting: {', '.join(bad)}")
+    return 0
+
+
+def cmd_list(args) -> int:
+    from sim_core import profiles
+
+    names = profiles.list_profiles()
+    print(f"profiles in {profiles.root()}: " + (", ".join(names) if names else "none"))
+    return 0
+
+
+def _args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="calibrate_command", metavar="WHAT")
+    sub.required = True
+
+    def add(name, help, fn):
+        q = sub.add_parser(name, help=help, description=help)
+        q.set_defaults(_calibrate=fn)
+        return q
+
+    q = add("compute", "train XGBoost kernel-efficiency models per GPU and op class", cmd_compute)
+    q.add_argument("files", nargs="+", help="kernel tables (CSV, nsys kern-sum CSV, torch trace)")
+    q.add_argument("--gpu", help="GPU of the rows (required for profiler exports); filters tables")
+    q.add_argument("--format", default="auto", choices=["auto", "csv", "nsys", "torch"])
+    q.add_argument("--folds", type=int, default=5, help="k of the k-fold CV (default 5)")
+    q.add_argument("--rounds", type=int, default=300, help="boosting rounds (default 300)")
+    q.add_argument("--profile", required=True, help="profile name or folder")
+
+    q = add("overlap", "train the Echo overlap-slowdown model", cmd_overlap)
+    q.add_argument("table", help="CSV: kernel times alone and with overlapping communication")
+    q.add_argument("--rounds", type=int, default=100, help="trees (default 100, XGBRegressor's)")
+    q.add_argument("--profile", required=True, help="profile name or folder")
+
+    q = add("nccl", "fit the NCCL model's cluster scales to nccl-tests outputs", cmd_nccl)
+    q.add_argument("files", nargs="+", help="nccl-tests stdout files (all_reduce_perf etc.)")
+    q.add_argument("--gpu", help="GPU (default: from the device names in the output header)")
+    q.add_argument("--cluster", help="catalog cluster for NIC count/bandwidth and latencies "
+                                     "(default: the GPU's default cluster)")
+    q.add_argument("--no-measured", action="store_true",
+                   help="do not use the measured curves as an override, only the fitted scales")
+    q.add_argument("--verbose", action="store_true", help="print every row's fit error")
+    q.add_argument("--profile", required=True, help="profile name or folder")
+
+    q = add("show", "print a profile: version, data hashes, CV metrics", cmd_show)
+    q.add_argument("name", help="profile name or folder")
+    add("list", "list saved profiles", cmd_list)
+
+
+def cmd_calibrate(args) -> int:
+    from sim_core.profiles import ProfileError
+
+    try:
+        return args._calibrate(args)
+    except ProfileError as exc:
+        raise SweepError(str(exc)) from None
+
+
+_HELP = "fit learned compute/overlap models and NCCL scales into a profile"
+if "epilog" in inspect.signature(register).parameters:
+    register("calibrate", _HELP, _args, cmd_calibrate, EPILOG)
+else:
+    register("calibrate", _HELP, _args, cmd_calibrate)
