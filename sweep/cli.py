@@ -195,6 +195,7 @@ register("check", "validate a search space and count its valid configurations",
 def _load_plugins() -> None:
     """Subcommands that live in their own modules register themselves on import."""
     from . import validate  # noqa: F401
+    from . import calibrate  # noqa: F401
     from . import recommend, report  # noqa: F401
 
 
