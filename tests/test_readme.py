@@ -28,3 +28,20 @@ def test_two_setup_commands():
     assert "pytest" in commands[1]
     ci = (README.parent / ".ci" / "run").read_text()
     assert "python -m pytest -q" in commands[1] and "python -m pytest -q" in ci
+
+
+def test_gpt3_flags_block_is_the_export(tmp_path):
+    """The README's Megatron-LM flags are what `sweep recommend --format megatron` prints for
+    the best GPT-3 175B configuration on 1024 A100 in the bundled space."""
+    from sweep import export, recommend
+    from tests.results_fixture import ROOT, make_results
+
+    out = make_results(ROOT / "search_spaces" / "gpt3-175b-1024xa100.yaml", tmp_path / "r")
+    df, _ = recommend.load_run(out)
+    rec = recommend.recommend(df, "step_time",
+                              recommend.Constraints(gpus=["a100-80gb"], num_gpus=[1024]))
+    expected = export.megatron_text(rec.best).strip()
+    text = README.read_text()
+    block = re.search(r"<!-- gpt3-flags:begin -->\n```bash\n(.*?)\n```\n<!-- gpt3-flags:end -->",
+                      text, re.S)
+    assert block and block.group(1).strip() == expected
