@@ -672,8 +672,7 @@ def overlap_hook(model: SlowdownModel):
 # NCCL: per-cluster scales of the white-box model, fitted to nccl-tests output
 # =============================================================================================
 SCALES = ("nvlink_bw", "nic_bw", "intra_latency", "inter_latency")
-_NET_KEY = {"nvlink_bw": "nvlink_bw_gbs", "nic_bw": "nic_bw_gbs",
-            "intra_latency": "intra_latency_us", "inter_latency": "inter_latency_us"}
+_NET_KEY = nccl.CALIBRATION_KEYS
 _GPU_HINTS = (("gb200", "gb200"), ("b200", "b200"), ("h200", "h200"), ("h800", "h800"),
               ("h100", "h100-sxm"), ("a100-sxm4-40gb", "a100-40gb"), ("a100", "a100-80gb"))
 
@@ -705,12 +704,7 @@ def base_network(gpu: str, cluster: str | None = None) -> dict:
 
 
 def scale_net(net: dict | None, scales: dict) -> dict:
-    net = dict(nccl.DEFAULT_NET if net is None else net)
-    for s, key in _NET_KEY.items():
-        f = scales.get(s, 1.0)
-        if f != 1.0:
-            net[key] = np.asarray(net.get(key, nccl.DEFAULT_NET[key]), dtype=float) * f
-    return net
+    return nccl.scale_net(net, scales)
 
 
 def nccl_rows(paths) -> pd.DataFrame:

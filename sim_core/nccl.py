@@ -402,6 +402,37 @@ def _by_family(op, S, n, N, net):
     return t, a, p
 
 
+# Process-wide calibration (a named profile, `sweep calibrate nccl`): scales on the network
+# parameters and measured nccl-tests curves used when a caller passes no profile of its own.
+CALIBRATION_KEYS = {"nvlink_bw": "nvlink_bw_gbs", "nic_bw": "nic_bw_gbs",
+                    "intra_latency": "intra_latency_us", "inter_latency": "inter_latency_us"}
+_calibration: dict = {"scales": {}, "profile": None}
+
+
+def set_calibration(scales: dict | None = None, profile=None) -> None:
+    """Install (or, with no arguments, remove) a cluster calibration for every later call."""
+    unknown = set(scales or {}) - set(CALIBRATION_KEYS)
+    if unknown:
+        raise ValueError(f"unknown NCCL calibration scales {sorted(unknown)}; "
+                         f"allowed: {', '.join(CALIBRATION_KEYS)}")
+    _calibration["scales"] = dict(scales or {})
+    _calibration["profile"] = profile
+
+
+def calibration() -> dict:
+    return dict(_calibration)
+
+
+def scale_net(net: dict | None, scales: dict) -> dict:
+    """The network parameters with calibration scales applied (missing keys take defaults)."""
+    net = dict(DEFAULT_NET if net is None else net)
+    for s, key in CALIBRATION_KEYS.items():
+        f = scales.get(s, 1.0)
+        if f != 1.0:
+            net[key] = np.asarray(net.get(key, DEFAULT_NET[key]), dtype=float) * f
+    return net
+
+
 def collective_time(op, nbytes, group, nodes, net, profile=None) -> dict:
     """Time of one NCCL collective per element, the (algorithm, protocol) NCCL would pick.
 
@@ -412,6 +443,10 @@ def collective_time(op, nbytes, group, nodes, net, profile=None) -> dict:
     """
     if isinstance(op, str):
         op = _OP_CODE[op]
+    if _calibration["scales"]:
+        net = scale_net(net, _calibration["scales"])
+    if profile is None:
+        profile = _calibration["profile"]
     op, S, n, N = np.broadcast_arrays(np.asarray(op, dtype=np.int64), np.asarray(nbytes, dtype=float),
                                       np.asarray(group, dtype=float), np.asarray(nodes, dtype=float))
     shape = np.broadcast_shapes(op.shape, *(np.shape(v) for v in (net or {}).values()))

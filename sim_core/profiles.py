@@ -41,7 +41,6 @@ ENV_ACTIVE = "SWEEP_PROFILE"  # optional: activate_from_env() reads it (e.g. in 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _active: dict | None = None  # {"dir", "version", "manifest"}
-_orig_collective_time = None
 
 
 class ProfileError(ValueError):
@@ -219,8 +218,7 @@ def deactivate() -> None:
     compute.set_gemm_model(None)
     compute.set_attention_model(None)
     overlap.set_model(None)
-    if _orig_collective_time is not None:
-        nccl.collective_time = _orig_collective_time
+    nccl.set_calibration(None)
     _active = None
 
 
@@ -236,24 +234,10 @@ def activate_from_env() -> dict | None:
 
 
 def _install_nccl(scales: dict, measured) -> None:
-    """Wrap nccl.collective_time: scaled network, measured curves when the caller gives none.
+    """Scaled network and measured curves for every NCCL call (nccl.set_calibration)."""
+    from . import nccl
 
-    step.py calls `nccl.collective_time` through the module, so the wrapper is seen there and
-    by nccl.p2p_time; deactivate() puts the original function back."""
-    global _orig_collective_time
-    from . import learned, nccl
-
-    if _orig_collective_time is None:
-        _orig_collective_time = nccl.collective_time
-    orig = _orig_collective_time
-
-    def collective_time(op, nbytes, group, nodes, net, profile=None):
-        return orig(op, nbytes, group, nodes, learned.scale_net(net, scales),
-                    profile=measured if profile is None else profile)
-
-    collective_time.__doc__ = orig.__doc__
-    collective_time._calibrated = scales
-    nccl.collective_time = collective_time
+    nccl.set_calibration(scales, measured)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -61,8 +61,14 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     cp_edge = np.zeros_like(m)  # CP collectives that nothing hides (all-gather variant)
     dp_parts = {"backward": np.zeros_like(m), "forward": np.zeros_like(m)}
     dp_per_mb = {"backward": np.zeros_like(m), "forward": np.zeros_like(m)}
+    # the largest message each dimension sends, and its group: features of its overlaps
+    msg = {dim: np.zeros_like(m) for dim in ("tp", "cp", "ep", "dp", "pp")}
+    grp = {dim: np.zeros_like(m) for dim in msg}
     for cm, per_call in comm_times(b, wl, profile):
         total = per_call * cm.calls_per_step
+        bigger = (cm.calls_per_step > 0) & (cm.nbytes > msg[cm.dim])
+        msg[cm.dim] = np.where(bigger, cm.nbytes, msg[cm.dim])
+        grp[cm.dim] = np.where(bigger, cm.group, grp[cm.dim])
         if cm.dim == "dp":
             z3 = b.zero >= 2
             if cm.overlap in dp_parts:
@@ -83,29 +89,31 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     # TP: exposed unless TP-comm overlap (userbuffers / AsyncTP) splits each collective into
     # tp chunks pipelined with the GEMM; the first chunk stays exposed
     tp_exp_ov, tp_extra = overlap.overlap_with(per_mb["tp"], gemm_window, arch, "gemm", "tp",
-                                                  "all_gather")
+                                                  "all_gather", msg["tp"], grp["tp"])
     tp_exp_ov = tp_exp_ov + per_mb["tp"] / np.maximum(t, 2)
     ov = b.tp_comm_overlap
     tp_exposed = np.where(ov, tp_exp_ov, per_mb["tp"]) + tp_edge
     slow = np.where(ov, tp_extra, 0.0)
     # CP: the ring exchange of K/V blocks overlaps the attention of the block in hand
     cp_exposed, cp_extra = overlap.overlap_with(per_mb["cp"], attn_window, arch, "attention",
-                                                  "cp", "send_recv")
+                                                  "cp", "send_recv", msg["cp"], grp["cp"])
     cp_exposed = cp_exposed + cp_edge
     slow = slow + cp_extra
     # EP: all-to-all is on the critical path unless the A2A-overlap schedule hides it behind
     # another micro-batch's compute
     ep_ov_exp, ep_extra = overlap.overlap_with(per_mb["ep"], lay_fwd + lay_bwd, arch, "gemm",
-                                                   "ep", "all_to_all")
+                                                   "ep", "all_to_all", msg["ep"], grp["ep"])
     ep_exposed = np.where(b.moe_a2a_overlap, ep_ov_exp, per_mb["ep"])
     slow = slow + np.where(b.moe_a2a_overlap, ep_extra, 0.0)
     # ZeRO-2/3: per micro-batch gradient reduce-scatter behind backward, parameter all-gather
     # behind forward (prefetch); the first layer's gather cannot be hidden
     L_stage = wl.layers_per_stage
     z_bwd_exp, z_bwd_extra = overlap.overlap_with(dp_per_mb["backward"], lay_bwd, arch, "gemm",
-                                                    "dp", "reduce_scatter")
+                                                    "dp", "reduce_scatter", msg["dp"],
+                                                    grp["dp"])
     z_fwd_exp, z_fwd_extra = overlap.overlap_with(dp_per_mb["forward"], lay_fwd + lay_bwd, arch,
-                                                    "gemm", "dp", "all_gather")
+                                                    "gemm", "dp", "all_gather", msg["dp"],
+                                                    grp["dp"])
     z_exposed = z_bwd_exp + z_fwd_exp + dp_per_mb["forward"] / np.maximum(2 * L_stage, 1)
     slow = slow + z_bwd_extra + z_fwd_extra
 
@@ -133,11 +141,11 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     grad_c, param_c = dp_parts["backward"], dp_parts["forward"]
     last_bucket = np.minimum(1.0, BUCKET_PARAMS / np.maximum(wl.params_stage, 1.0))
     g_exp, g_extra = overlap.overlap_with(grad_c * (1 - last_bucket), lay_bwd, arch, "gemm",
-                                          "dp", "reduce_scatter")
+                                          "dp", "reduce_scatter", msg["dp"], grp["dp"])
     g_exp = g_exp + grad_c * last_bucket
     g_exp = np.where(b.overlap_grad_reduce, g_exp, grad_c)
     p_exp, p_extra = overlap.overlap_with(param_c * (1 - last_bucket), lay_fwd, arch, "gemm",
-                                          "dp", "all_gather")
+                                          "dp", "all_gather", msg["dp"], grp["dp"])
     p_exp = p_exp + param_c * last_bucket
     p_exp = np.where(b.overlap_param_gather, p_exp, param_c)
     slow = slow * m + np.where(b.overlap_grad_reduce, g_extra, 0.0) + np.where(
