@@ -106,7 +106,9 @@ def stage_times(b: Batch, wl: Workload) -> dict:
                 attn_b = np.where(np.isnan(learned), attn_b, learned)
             else:
                 attn_f = np.where(np.isnan(learned), attn_f, learned)
-    overhead = _by_arch(b.sm_arch, "layer_overhead_us") * 1e-6 * wl.layers_per_stage
+    moe_frac = np.where(b.experts > 0, (b.layers - b.first_dense_layers) / b.layers, 0.0)
+    overhead = (_by_arch(b.sm_arch, "layer_overhead_us")
+                + moe_frac * _by_arch(b.sm_arch, "moe_layer_overhead_us")) * 1e-6 * wl.layers_per_stage
 
     parts = {w: {"fwd": 0.0, "bwd": 0.0, "wgrad": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,
                  "elem_fwd": 0.0}
@@ -118,7 +120,7 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             # FLOPs; clamp its dims so that its efficiency stays finite
             m, n, k = (np.maximum(x, 1.0) for x in (op.gemm_m, op.gemm_n, op.gemm_k))
             eff = gemm_efficiency(b, m, n, k, is_fp8)
-            if op.name == "expert_gemm":
+            if op.name.startswith("expert_"):
                 eff = eff * _by_arch(b.sm_arch, "grouped_gemm")
             rate = np.where(is_fp8, peak_gemm, peak_bf16) * eff
             # memory-bound floor: bytes moved per FLOP of the representative GEMM

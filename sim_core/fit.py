@@ -35,6 +35,7 @@ FITTED = {
 # the dense constants are fixed
 FITTED_MOE = {
     (90, "grouped_gemm", None): np.round(np.arange(0.20, 1.001, 0.05), 3),
+    ("all", "moe_layer_overhead_us", None): np.array([0, 50, 100, 200, 300, 400, 600, 800]),
 }
 # FA2 backward / forward efficiency ratio on Hopper, held fixed while fitting the forward
 # (FlashAttention-3 paper's FA2 curves: ~0.82)
@@ -85,21 +86,23 @@ def moe_rows() -> pd.DataFrame:
     return validation._impute(use)
 
 
-def loss(rows: pd.DataFrame, values: dict) -> float:
+def loss(rows: pd.DataFrame, values: dict, robust: bool = False) -> float:
+    """Mean |log error| (median with robust=True, for row sets that disagree with each other)."""
     with constants(values):
         pred = simulate_frame(rows)["step_time_s"].to_numpy()
     err = np.abs(np.log(pred / rows["measured_step_s"].to_numpy()))
-    return float(np.nanmean(err))
+    return float(np.nanmedian(err) if robust else np.nanmean(err))
 
 
 def fit(rows: pd.DataFrame, rounds: int = 3, params: dict = FITTED) -> dict:
+    robust = params is FITTED_MOE
     values = current(params)
-    best = loss(rows, values)
+    best = loss(rows, values, robust)
     for _ in range(rounds):
         for key, grid in params.items():
             for v in grid:
                 trial = {**values, key: v}
-                score = loss(rows, trial)
+                score = loss(rows, trial, robust)
                 if score < best - 1e-9:
                     best, values = score, trial
     return values

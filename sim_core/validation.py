@@ -185,7 +185,8 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     nic = 50.0 if "400gb/s rdma/gpu" in ic else 25.0 if ("1600 gbps" in ic or "hdr" in ic) else 0.0
     run.update(
         seq_len=_num(r["seq_len"]), global_batch=_num(r["gbs_seqs"]), precision=prec, gpu=gpu,
-        num_gpus=_num(r["num_gpus"]), gpus_per_node=8, tp=tp, pp=pp, cp=cp,
+        num_gpus=_num(r["num_gpus"]),
+        gpus_per_node=catalog.default_cluster_for_gpu(gpu).gpus_per_node, tp=tp, pp=pp, cp=cp,
         vpp=vpp, micro_batch=mbs, recompute=recompute, sequence_parallel=sp,
         zero=zero, distributed_optimizer=zero >= 1, tp_comm_overlap=overlap,
         ep=_num(r["ep"], 1.0), moe_dropless=not re.search(r"tokendrop", str(r["model"]), re.I),

@@ -103,6 +103,44 @@ def model_dims(b: Batch) -> dict:
                 n_dense_layers=n_dense_layers)
 
 
+def _gemm_shapes(b: Batch, d: dict, T, t, etp, moe_frac, load, tok_expert) -> list:
+    """(name, forward FLOPs per layer and micro-batch on one GPU, m, n, k) of every GEMM.
+
+    Column-parallel layers shard their output (n / tp), row-parallel ones their input (k / tp),
+    as Megatron does; ops present in only some layers (dense MLP vs MoE) carry that share.
+    """
+    h, a, n_up = d["h"], d["a"], np.where(b.activation == 1, 2.0, 1.0)
+    dense, moe = 1.0 - moe_frac, moe_frac
+    shapes = []
+
+    def add(name, share, m, n, k):
+        shapes.append((name, share * 2 * m * n * k, m, n, k))
+
+    mla = d["mla"]
+    # attention projections: MHA/GQA (q, k, v fused) or MLA (low-rank down and up projections)
+    gqa = ~mla
+    add("qkv_proj", gqa * 1.0, T, (d["q_dim"] + 2 * d["kv"] * d["hd"]) / t, h)
+    ql = b.q_lora_rank
+    add("q_down_proj", mla * (ql > 0), T, ql / t, h)
+    add("q_up_proj", mla * 1.0, T, d["q_dim"] / t, np.where(ql > 0, ql, h))
+    add("kv_down_proj", mla * 1.0, T, (b.kv_lora_rank + b.qk_rope_head_dim) / t, h)
+    add("kv_up_proj", mla * 1.0, T, a * (b.qk_nope_head_dim + d["dv"]) / t, b.kv_lora_rank)
+    add("out_proj", 1.0, T, h, a * d["dv"] / t)
+    # dense MLP: FC1 (gate+up for SwiGLU) and FC2
+    add("fc1", dense, T, n_up * b.ffn / t, h)
+    add("fc2", dense, T, h, b.ffn / t)
+    # MoE: router, shared experts (all tokens), routed experts (grouped GEMM, busiest rank)
+    add("router", moe * (b.experts > 0), T, b.experts / t, h)
+    add("shared_fc1", moe * (b.shared_experts > 0), T, n_up * b.shared_experts * b.expert_ffn / t, h)
+    add("shared_fc2", moe * (b.shared_experts > 0), T, h, b.shared_experts * b.expert_ffn / t)
+    local = np.maximum(b.experts / b.ep, 1.0)  # experts one GPU holds
+    for name, n, k in (("expert_fc1", n_up * b.expert_ffn / etp, h),
+                       ("expert_fc2", h, b.expert_ffn / etp)):
+        m = tok_expert
+        shapes.append((name, moe * (b.experts > 0) * local * 2 * m * n * k, m, n, k))
+    return shapes
+
+
 def expert_load_factor(b: Batch) -> np.ndarray:
     """How much more work the busiest EP rank gets than a balanced one (>= 1).
 
@@ -161,17 +199,11 @@ def build(b: Batch) -> Workload:
     # attention projections and dense MLPs see all T tokens; a MoE layer's routed experts see
     # only the tokens routed to them, so their GEMMs are smaller (grouped GEMM over local experts)
     load = expert_load_factor(b)  # slowest EP rank's load / balanced load (>= 1)
-    attn_gemm = 2 * T * d["attn_params"] / t
-    dense_mlp = (1 - moe_frac) * 2 * T * d["mlp_params"] / t
-    routed = 2 * T * b.top_k * d["expert_params"] / t * load
-    shared = 2 * T * b.shared_experts * d["expert_params"] / t
-    router = 2 * T * h * b.experts / t
-    moe_mlp = moe_frac * (routed + shared + router)
     # rows of one local expert's GEMM: each EP rank dispatches T*top_k copies (split over the
     # tp ranks unless experts are tensor-parallel too: etp) spread over all experts
     tok_expert = np.maximum(T * b.top_k * e * etp / (np.maximum(b.experts, 1) * t), 1.0) * load
+    gemm_shapes = _gemm_shapes(b, d, T, t, etp, moe_frac, load, tok_expert)
 
-    # ---- attention core (flash-style, causal) -------------------------------------------------
     # ---- attention core (flash-style, causal) -------------------------------------------------
     # Each query attends to on average s/2 keys (causal); CP load-balances the causal mask.
     attn_core_fwd = 2 * T * (s / 2) * (a / t) * (d["dqk"] + d["dv"])
@@ -185,13 +217,10 @@ def build(b: Batch) -> Workload:
     elem_fwd_bytes = ACT_BYTES * (20 * T * h / h_shard + act_rw / 2 * T * f_width / t
                                   + 2 * T * (d["q_dim"] + 2 * d["kv_dim"]) / t) + permute
     zero = 0 * T
-    gemm = lambda name, fwd, m_, n_: Op(name, "gemm", fwd * L_stage, 2 * fwd * L_stage,  # noqa
-                                        fwd * L_stage, zero, zero, m_, n_, h)
-    ops = [
-        gemm("attn_gemm", attn_gemm, T, d["q_dim"] / t),
-        gemm("mlp_gemm", dense_mlp + moe_frac * (shared + router), T,
-             np.where(b.ffn > 0, b.ffn, b.expert_ffn) / t),
-        gemm("expert_gemm", moe_frac * routed, tok_expert, b.expert_ffn / etp),
+    # forward = 2*m*n*k per layer that has the op; backward = input grad + weight grad (2x)
+    ops = [Op(name, "gemm", fwd * L_stage, 2 * fwd * L_stage, fwd * L_stage, zero, zero,
+              m_, n_, k_) for name, fwd, m_, n_, k_ in gemm_shapes]
+    ops += [
         Op("attention", "attention", attn_core_fwd * L_stage, 2.5 * attn_core_fwd * L_stage,
            0 * T, 0 * T, 0 * T),
         Op("elementwise", "elementwise", 0 * T, 0 * T, 0 * T, elem_fwd_bytes * L_stage,

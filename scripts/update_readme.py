@@ -1,0 +1,50 @@
+"""Regenerate the README's generated blocks after a change to the simulator:
+the accuracy table (`sweep validate --markdown`) and the GPT-3 175B / 1024 A100 Megatron flags
+(`sweep recommend ... --format megatron` on the bundled space, simulated in-process).
+
+    python scripts/update_readme.py
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim_core import validation  # noqa: E402
+from sweep import export, recommend  # noqa: E402
+from sweep.validate import markdown_summary  # noqa: E402
+from tests.results_fixture import make_results  # noqa: E402
+
+
+def gpt3_flags() -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = make_results(ROOT / "search_spaces" / "gpt3-175b-1024xa100.yaml", Path(tmp) / "r")
+        df, _ = recommend.load_run(out)
+        rec = recommend.recommend(df, "step_time",
+                                  recommend.Constraints(gpus=["a100-80gb"], num_gpus=[1024]))
+        return export.megatron_text(rec.best).strip()
+
+
+def replace(text: str, marker: str, body: str) -> str:
+    pattern = rf"(<!-- {marker}:begin -->\n)(.*?)(\n<!-- {marker}:end -->)"
+    if not re.search(pattern, text, re.S):
+        raise SystemExit(f"README has no {marker} markers")
+    return re.sub(pattern, lambda m: m.group(1) + body + m.group(3), text, flags=re.S)
+
+
+def main() -> None:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    text = replace(text, "accuracy", markdown_summary(validation.validate()).strip())
+    text = replace(text, "gpt3-flags", "```bash\n" + gpt3_flags() + "\n```")
+    readme.write_text(text)
+    print(f"updated {readme}")
+
+
+if __name__ == "__main__":
+    main()
