@@ -211,23 +211,31 @@ def _build_model(d: dict, name: str, file: str) -> ModelSpec:
     return ModelSpec(name=name, **out)
 
 
+def _build_entries(entries: dict, build, file: str) -> dict:
+    """Validate every entry of a catalog file into its spec, keyed by normalised id."""
+    out = {}
+    for key, entry in entries.items():
+        name = _check_id(key, file)
+        out[name] = build(entry, name, file)
+    return out
+
+
+def _lookup(kind: str, name: str, table: dict):
+    """``table[name]`` (case-insensitive, ``_`` == ``-``) or a one-line did-you-mean error."""
+    spec = table.get(_norm(name))
+    if spec is None:
+        raise _unknown(kind, name, table)
+    return spec
+
+
 @functools.lru_cache(maxsize=None)
 def _models() -> dict[str, ModelSpec]:
-    raw = _load_yaml(MODELS_FILE)
-    out = {}
-    for key, entry in raw.items():
-        name = _check_id(key, MODELS_FILE)
-        out[name] = _build_model(entry, name, MODELS_FILE)
-    return out
+    return _build_entries(_load_yaml(MODELS_FILE), _build_model, MODELS_FILE)
 
 
 def get_model(name: str) -> ModelSpec:
     """The catalog model ``name`` (case-insensitive, ``_`` == ``-``)."""
-    models = _models()
-    spec = models.get(_norm(name))
-    if spec is None:
-        raise _unknown("model", name, models)
-    return spec
+    return _lookup("model", name, _models())
 
 
 def model_names() -> list[str]:
@@ -370,20 +378,11 @@ def _build_gpu(d: dict, name: str, file: str) -> GPUSpec:
 
 @functools.lru_cache(maxsize=None)
 def _gpus() -> dict[str, GPUSpec]:
-    raw = _load_yaml(GPUS_FILE)
-    out = {}
-    for key, entry in raw.items():
-        name = _check_id(key, GPUS_FILE)
-        out[name] = _build_gpu(entry, name, GPUS_FILE)
-    return out
+    return _build_entries(_load_yaml(GPUS_FILE), _build_gpu, GPUS_FILE)
 
 
 def get_gpu(name: str) -> GPUSpec:
-    gpus = _gpus()
-    spec = gpus.get(_norm(name))
-    if spec is None:
-        raise _unknown("gpu", name, gpus)
-    return spec
+    return _lookup("gpu", name, _gpus())
 
 
 def gpu_names() -> list[str]:
@@ -451,10 +450,7 @@ def _clusters() -> tuple[dict[str, ClusterSpec], dict[str, str]]:
     entries = raw.get("clusters") or {}
     if not isinstance(entries, dict):
         raise CatalogError(f"{CLUSTERS_FILE}: 'clusters' must be a mapping")
-    clusters = {}
-    for key, entry in entries.items():
-        name = _check_id(key, CLUSTERS_FILE)
-        clusters[name] = _build_cluster(entry, name, CLUSTERS_FILE)
+    clusters = _build_entries(entries, _build_cluster, CLUSTERS_FILE)
     raw_defaults = raw.get("defaults") or {}
     if not isinstance(raw_defaults, dict):
         raise CatalogError(f"{CLUSTERS_FILE}: 'defaults' must be a mapping gpu -> cluster")
@@ -478,11 +474,7 @@ def _clusters() -> tuple[dict[str, ClusterSpec], dict[str, str]]:
 
 
 def get_cluster(name: str) -> ClusterSpec:
-    clusters, _ = _clusters()
-    spec = clusters.get(_norm(name))
-    if spec is None:
-        raise _unknown("cluster", name, clusters)
-    return spec
+    return _lookup("cluster", name, _clusters()[0])
 
 
 def cluster_names() -> list[str]:
