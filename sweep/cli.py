@@ -17,12 +17,12 @@ import traceback
 
 from .errors import Interrupted, SweepError
 
-SUBCOMMANDS: list[tuple[str, str, callable, callable]] = []
+SUBCOMMANDS: list[tuple[str, str, callable, callable, str | None]] = []
 
 
-def register(name: str, help: str, add_args, run) -> None:
+def register(name: str, help: str, add_args, run, epilog: str | None = None) -> None:
     """Add a subcommand (later ones: validate, report, recommend)."""
-    SUBCOMMANDS.append((name, help, add_args, run))
+    SUBCOMMANDS.append((name, help, add_args, run, epilog))
 
 
 def _positive_int(text: str) -> int:
@@ -129,6 +129,32 @@ def cmd_simulate(args) -> int:
 # ---------------------------------------------------------------------------------------------
 # sweep search SPACE.yaml
 # ---------------------------------------------------------------------------------------------
+SPACE_HELP = """\
+search-space file: a run file (model, seq_len, global_batch or global_batch_tokens,
+precision, cluster, parallel) plus
+  name: my-space                      results go to results/<name>/ (or --out)
+  space:                              fields that vary; the product is searched
+    tp: [1, 2, 4, 8]                  a list of values (a scalar is a one-value list)
+    pp: {pow2: [1, 32]}               powers of two from 1 to 32
+    micro_batch: {range: [1, 8], step: 1}   1..8 inclusive (step defaults to 1)
+    vpp: {values: [1, 2, 3]}          the same as a list
+    recompute: [none, selective, full]
+    gpu: [a100-80gb, h100-sxm]        cluster fields too: num_gpus or nodes, gpus_per_node
+  search: {strategy: grid}            or {strategy: optuna, trials: 2000, sampler: tpe|nsga2,
+                                          objectives: [step_time, cost], seed: 0}
+Varying fields: model, seq_len, global_batch(_tokens), precision, gpu, num_gpus, nodes,
+gpus_per_node, nics_per_node, nic_bw_gbs, tp, pp, cp, ep, etp, vpp, micro_batch, recompute,
+sequence_parallel, zero (3 = FSDP), and the overlap switches. dp is derived as
+num_gpus / (tp*pp*cp); the global batch is kept fixed, so a configuration whose global batch
+does not divide into dp*micro_batch is invalid (the reason is recorded).
+Statuses: ok (fits), oom (does not fit; kept with its memory figure), invalid (breaks a
+divisibility rule; reason in invalid_reason). Objectives: step_time, cost (USD per million
+tokens, or per step with cost_unit: step; price from the GPU catalog or
+cluster.price_per_hour), mfu, throughput.
+Re-running the same command resumes: finished batches are skipped.
+"""
+
+
 def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("space", help="search-space file (YAML)")
     p.add_argument("--out", help="results folder (default results/<space-name>/)")
@@ -185,9 +211,10 @@ def cmd_check(args) -> int:
 
 
 register("simulate", "simulate one configuration (run file)", _simulate_args, cmd_simulate)
-register("search", "sweep a search space on Ray (grid or Optuna)", _search_args, cmd_search)
+register("search", "sweep a search space on Ray (grid or Optuna)", _search_args, cmd_search,
+         SPACE_HELP)
 register("check", "validate a search space and count its valid configurations",
-         _check_args, cmd_check)
+         _check_args, cmd_check, SPACE_HELP)
 
 
 
@@ -206,8 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sweep", description="Search LLM training parallelism settings with a simulator.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name, help, add_args, run in SUBCOMMANDS:
-        p = sub.add_parser(name, help=help, description=help)
+    for name, help, add_args, run, epilog in SUBCOMMANDS:
+        p = sub.add_parser(name, help=help, description=help, epilog=epilog,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         add_args(p)
         p.set_defaults(_run=run)
     return parser

@@ -18,6 +18,7 @@ The simulate function (default `sim_core.simulate_frame`) and the rule check (de
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -38,7 +39,7 @@ from .results import (
 from .space import Space, census, require_valid, rule_reasons, sim_frame
 
 DEFAULT_GRID_BATCH = 20_000  # candidate configurations per Ray task
-DEFAULT_OPTUNA_BATCH = 8  # trials per ask/tell round (at least 2 per worker)
+DEFAULT_OPTUNA_BATCH = 8  # fewest trials per ask/tell round
 TASK_RETRIES = 3
 
 
@@ -301,14 +302,31 @@ def _sampler(cfg: SpaceConfig, batch: int):
 
 
 def _storage(path: Path):
-    """Optuna JournalStorage in the results dir (resumable; much faster than SQLite)."""
+    """Optuna JournalStorage in the results dir (resumable; much faster than SQLite).
+
+    Appends skip the fsync of each log line (one per trial parameter): what is written
+    survives a killed or interrupted process, which is what resume needs.
+    """
     from optuna.storages import JournalStorage
 
     try:
         from optuna.storages.journal import JournalFileBackend
+        from optuna.storages.journal._file import get_lock_file
     except ImportError:  # optuna < 4
         from optuna.storages import JournalFileStorage as JournalFileBackend
-    return JournalStorage(JournalFileBackend(str(path)))
+
+        return JournalStorage(JournalFileBackend(str(path)))
+
+    class _Backend(JournalFileBackend):
+        def append_logs(self, logs):
+            if not hasattr(self, "_lock") or not hasattr(self, "_file_path"):
+                return super().append_logs(logs)
+            data = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
+            with get_lock_file(self._lock):
+                with open(self._file_path, "ab") as f:
+                    f.write(data.encode("utf-8"))
+
+    return JournalStorage(_Backend(str(path)))
 
 
 def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
@@ -327,7 +345,8 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
     if not space.axes:
         raise SweepError("space: strategy optuna needs at least one field in `space:`")
     budget = min(s.trials or max(1, space.size // 10), space.size)
-    batch = s.batch_size or DEFAULT_OPTUNA_BATCH  # (raised to 2 per worker below)
+    # trials per ask/tell round: about 50 rounds over the budget, 8 to 64 (2+ per worker)
+    batch = s.batch_size or min(64, max(DEFAULT_OPTUNA_BATCH, budget // 50))
     storage = _storage(store.dir / "optuna.journal")
     directions = [OBJECTIVES[o][1] for o in s.objectives]
     with warnings.catch_warnings():

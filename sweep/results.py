@@ -268,7 +268,7 @@ SHOW = {  # column -> (header, format)
     "tokens_per_s_per_gpu": ("tok/s/gpu", "{:,.0f}"),
     "mfu": ("mfu", "{:.3f}"),
     "peak_memory_gib": ("mem GiB", "{:.1f}"),
-    "cost_usd": ("cost $", "{:.3g}"),
+    "cost_per_mtok_usd": ("$/Mtok", "{:.3g}"),
 }
 
 

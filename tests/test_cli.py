@@ -162,3 +162,39 @@ def test_console_script_bad_input(tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.strip() == ("error: space.tp: expected a list of positive integers, "
                                 "got 'abc'")
+
+
+def test_ctrl_c_keeps_batches_and_rerun_resumes(tmp_path):
+    """A real SIGINT to `sweep search`: exit 130, finished batches kept, re-run resumes."""
+    import json
+    import signal
+    import time
+
+    doc = yaml.safe_load((ROOT / "search_spaces" / "gpt3-175b-1024xa100.yaml").read_text())
+    doc["search"] = {"strategy": "grid", "batch_size": 1000}
+    space = write(tmp_path, doc)
+    out = tmp_path / "out"
+    cmd = [SWEEP, "search", space, "--out", out, "--workers", "1", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    manifest = out / "manifest.json"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if len(json.loads(manifest.read_text())["batches"]) >= 3:
+                break
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: interrupted: kept ")
+    kept = len(json.loads(manifest.read_text())["batches"])
+    assert 3 <= kept < 87
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    df = pq.read_table(out / "results.parquet").to_pandas()
+    assert len(df) == 86_400 and df["config_id"].is_unique
+    doc_manifest = json.loads(manifest.read_text())
+    assert doc_manifest["complete"] and len(doc_manifest["batches"]) == 87
