@@ -38,9 +38,14 @@ def _positive_int(text: str) -> int:
 # ---------------------------------------------------------------------------------------------
 # sweep simulate RUN.yaml [--json]
 # ---------------------------------------------------------------------------------------------
+PROFILE_HELP = ("calibration profile (name under $SWEEP_PROFILES or a folder) from "
+                "`sweep calibrate`: learned kernel, overlap and NCCL models of your cluster")
+
+
 def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run file (YAML): model, seq_len, global_batch, cluster, parallel")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--profile", help=PROFILE_HELP)
 
 
 def _clean(v):
@@ -118,6 +123,10 @@ def cmd_simulate(args) -> int:
     from .config import load_run
 
     cfg = load_run(args.run)
+    if args.profile:
+        from sim_core import profiles
+
+        profiles.activate(args.profile)
     rep = simulate_run(cfg)
     if args.json:
         print(json.dumps(rep, indent=2))
@@ -168,6 +177,7 @@ def _search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh", action="store_true",
                    help="discard earlier results in the folder instead of resuming")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--profile", help=PROFILE_HELP)
 
 
 def cmd_search(args) -> int:
@@ -182,8 +192,13 @@ def cmd_search(args) -> int:
     if args.top:
         cfg.search.top = args.top
     progress = not args.no_progress and sys.stderr.isatty()
+    simulate = None
+    if args.profile:
+        from .execution import ProfiledSimulate
+
+        simulate = ProfiledSimulate(args.profile)
     outcome = run_search(cfg, args.out, workers=args.workers, address=args.address,
-                         progress=progress, fresh=args.fresh)
+                         progress=progress, fresh=args.fresh, simulate=simulate)
     print(outcome.summary())
     from .recommend import recommend_after_search
     print(recommend_after_search(outcome.out_dir))

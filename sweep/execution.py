@@ -52,6 +52,34 @@ def default_simulate():
     return sim_core.simulate_frame
 
 
+class ProfiledSimulate:
+    """`sim_core.simulate_frame` under a calibration profile (`--profile`).
+
+    Picklable for Ray tasks: it carries the packed profile and activates it in whichever
+    process evaluates (once per profile version there). `version` enters the resume
+    fingerprint, so results computed under different profiles never mix.
+    """
+
+    def __init__(self, name_or_path):
+        from sim_core import profiles
+
+        self.blob = profiles.pack(name_or_path)
+        self.version = profiles.load_manifest(profiles.profile_dir(name_or_path))["version"]
+
+    def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
+        import sim_core
+        from sim_core import profiles
+
+        profiles.activate_packed(self.blob)
+        return sim_core.simulate_frame(frame)
+
+
+def _model_key(simulate) -> dict:
+    """Fingerprint entry for a calibrated simulator (none for the default model)."""
+    version = getattr(simulate, "version", None)
+    return {"profile": version} if version else {}
+
+
 def evaluate(frame: pd.DataFrame, simulate=None, check=None) -> pd.DataFrame:
     """Rules, then simulation of the valid rows; one output row per input row.
 
@@ -229,7 +257,7 @@ def _assemble(store: ResultStore, cfg: SpaceConfig, space: Space, t0: float, eva
 def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
     t0 = time.perf_counter()
     bs = cfg.search.batch_size or DEFAULT_GRID_BATCH
-    fp = space.fingerprint(strategy="grid", batch_size=bs)
+    fp = space.fingerprint(strategy="grid", batch_size=bs, **_model_key(simulate))
     store = ResultStore(out, fp, {"space": space.name, "strategy": "grid",
                                   "batch_size": bs}).open(fresh)
     require_valid(census(space, check), space.name)
@@ -338,7 +366,7 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
     t0 = time.perf_counter()
     s = cfg.search
     fp = space.fingerprint(strategy="optuna", objectives=s.objectives, sampler=s.sampler,
-                           seed=s.seed)
+                           seed=s.seed, **_model_key(simulate))
     store = ResultStore(out, fp, {"space": space.name, "strategy": "optuna"}).open(fresh)
     cen = census(space, check)
     require_valid(cen, space.name)

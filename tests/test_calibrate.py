@@ -233,3 +233,35 @@ def test_unknown_profile_is_a_one_line_error(capsys):
 
     assert main(["calibrate", "show", "nope"]) == 2
     assert "no calibration profile" in capsys.readouterr().err
+
+
+# ---- --profile on the command line and in Ray tasks ------------------------------------------
+def test_cli_profile_flag_and_picklable_profiled_simulate(tmp_path, capsys):
+    import json
+    import pickle
+
+    from sweep.cli import main
+    from sweep.execution import ProfiledSimulate, _model_key
+
+    _calibrate("nccl", *map(str, NCCL_FILES), "--profile", "net")
+    capsys.readouterr()
+    run = EX.parents[2] / "search_spaces" / "examples" / "llama3-70b-64xh100.yaml"
+    assert main(["simulate", str(run), "--json"]) == 0
+    base = json.loads(capsys.readouterr().out)
+    assert main(["simulate", str(run), "--json", "--profile", "net"]) == 0
+    tuned = json.loads(capsys.readouterr().out)
+    assert tuned["step_time_s"] != base["step_time_s"]  # the fitted network is slower
+    profiles.deactivate()
+
+    # what a Ray task receives: a pickled callable that activates the profile where it runs
+    sim = pickle.loads(pickle.dumps(ProfiledSimulate("net")))
+    df = _frame(H100)
+    got = sim(df)
+    profiles.deactivate()
+    before = simulate_frame(df)
+    profiles.activate("net")
+    expected = simulate_frame(df)
+    pd.testing.assert_frame_equal(got, expected)
+    assert not got.equals(before)
+    # results under a profile never resume into a folder computed without it
+    assert _model_key(sim) == {"profile": sim.version} and _model_key(None) == {}
