@@ -9,6 +9,7 @@ throughput within each family. Writes the table as CSV and a log-log plot when a
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,18 @@ TABLE_COLUMNS = ["id", "family", "label", "gpu", "num_gpus", "precision", "tp", 
                  "micro_batch", "recompute", "zero", "imputed", "measured_step_s",
                  "predicted_step_s", "step_error", "measured_mem_gib", "predicted_mem_gib",
                  "mem_error"]
+
+
+MODEL_FAMILIES = [("deepseek", r"deepseek"), ("qwen3", r"qwen"), ("gpt-oss", r"gpt.?oss"),
+                  ("mixtral", r"mixtral"), ("llama", r"llama"), ("nemotron", r"nemotron"),
+                  ("mpt", r"mpt"), ("gpt", r"gpt")]
+
+
+def model_family(label: str) -> str:
+    for fam, pat in MODEL_FAMILIES:
+        if re.search(pat, label, re.I):
+            return fam
+    return "other"
 
 
 SUBSETS = {
@@ -94,6 +107,9 @@ def _args(p: argparse.ArgumentParser) -> None:
                    help="dense: A100/H100 dense rows; moe: MoE rows; long-context: sequence "
                         ">= 32k or context parallel; all (default)")
     p.add_argument("--dense-only", action="store_true", help="same as --subset dense")
+    p.add_argument("--loso", action="store_true",
+                   help="also refit the fitted constants leaving each source family out and "
+                        "print the held-out error (about 20 s)")
     p.add_argument("--markdown", action="store_true",
                    help="print only the accuracy summary as a Markdown table (for the README)")
 
@@ -143,6 +159,15 @@ def run(args) -> int:
     print(summarize(table, "family").to_string(float_format=lambda x: f"{x:.3f}"))
     print("\nby GPU:")
     print(summarize(table, "gpu").to_string(float_format=lambda x: f"{x:.3f}"))
+    print("\nby model family:")
+    table = table.assign(model_family=table["label"].map(model_family))
+    print(summarize(table, "model_family").to_string(float_format=lambda x: f"{x:.3f}"))
+    if args.loso:
+        from sim_core import fit
+
+        print("\nfitted constants, leave-one-source-out (refit without the family, error on it):")
+        print(fit.leave_one_source_out(fit.dense_rows())
+              .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print("\nunstated fields were filled as follows:")
     for field, rule in validation.IMPUTATION.items():
         print(f"  {field}: {rule}")
