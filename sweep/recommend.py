@@ -53,14 +53,9 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
             raise SweepError(f"{p}: the sweep has not finished (no results.parquet yet); "
                              "re-run `sweep search` to resume it")
         raise SweepError(f"{p}: no results.parquet (expected a `sweep search` results folder)")
-    from .results import read_metadata
+    from .results import read_results
 
-    try:
-        df = pd.read_parquet(path)
-        meta = read_metadata(path)
-    except Exception as exc:  # noqa: BLE001 - corrupt file
-        raise SweepError(f"{path}: cannot read ({type(exc).__name__}: {exc})") from None
-    return df, meta
+    return read_results(path)  # one-line errors: corrupt file, other schema version
 
 
 def parse_prices(items) -> dict:

@@ -13,9 +13,11 @@ Layout of a results folder (`results/<space-name>/` or `--out`)::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -45,8 +47,10 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def write_parquet(path: Path, df: pd.DataFrame, meta: dict | None = None) -> None:
-    """Write a DataFrame atomically (temp file + os.replace), with sweep metadata."""
+def write_parquet(path: Path, df: pd.DataFrame, meta: dict | None = None) -> str:
+    """Write a DataFrame atomically (temp file + os.replace), with sweep metadata.
+
+    Returns the SHA-256 of the file written (the manifest keeps it to detect corrupt parts)."""
     table = pa.Table.from_pandas(df, preserve_index=False)
     info = {"schema_version": SCHEMA_VERSION, **(meta or {})}
     md = dict(table.schema.metadata or {})
@@ -56,11 +60,21 @@ def write_parquet(path: Path, df: pd.DataFrame, meta: dict | None = None) -> Non
     os.close(fd)
     try:
         pq.write_table(table, tmp)
+        digest = sha256(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return digest
+
+
+def sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def read_metadata(path: str | Path) -> dict:
@@ -68,8 +82,63 @@ def read_metadata(path: str | Path) -> dict:
     return json.loads(md.get(METADATA_KEY, b"{}"))
 
 
+def check_schema(version, path: str | Path, fix: str = "re-run the sweep with --fresh") -> None:
+    """A clear one-line error when a results file was written by another schema version."""
+    if version == SCHEMA_VERSION:
+        return
+    name = Path(path).name
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise SweepError(f"{path}: no sweep schema version in {name} (not written by "
+                         f"`sweep search`?); this sweep reads schema {SCHEMA_VERSION}: {fix}")
+    how = "upgrade sweep to read it, or " if version > SCHEMA_VERSION else ""
+    raise SweepError(f"{path}: {name} was written by schema {version}; this sweep reads "
+                     f"schema {SCHEMA_VERSION}: {how}{fix}")
+
+
+def read_results(path: str | Path) -> tuple[pd.DataFrame, dict]:
+    """results.parquet and its sweep metadata; one-line errors for a corrupt file or another
+    schema version."""
+    try:
+        meta = read_metadata(path)
+        if not isinstance(meta, dict):
+            raise ValueError("sweep metadata is not a mapping")
+    except Exception as exc:  # noqa: BLE001 - corrupt file
+        raise SweepError(f"{path}: cannot read ({_reason(exc)}); re-run `sweep search` "
+                         "(finished batches are kept) to rewrite it") from None
+    check_schema(meta.get("schema_version"), path, "re-run `sweep search` with --fresh")
+    try:
+        df = pq.read_table(path).to_pandas()
+    except Exception as exc:  # noqa: BLE001 - corrupt file
+        raise SweepError(f"{path}: cannot read ({_reason(exc)}); re-run `sweep search` "
+                         "(finished batches are kept) to rewrite it") from None
+    return df, meta
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    text = text if len(text) <= 120 else text[:117] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def warn(msg: str) -> None:
+    """One line on stderr: something was recovered and the sweep goes on."""
+    print("warning: " + " ".join(str(msg).split()), file=sys.stderr, flush=True)
+
+
+class _Unreadable(Exception):
+    """manifest.json exists but cannot be read or parsed."""
+
+
 class ResultStore:
-    """Parts + manifest of one sweep. Finished batches survive Ctrl-C and crashes."""
+    """Parts + manifest of one sweep. Finished batches survive Ctrl-C, crashes and a full disk.
+
+    Resuming (`open` without fresh) checks what an earlier run left: temp files of a write that
+    never finished are removed; a part that is missing, unreadable or fails its checksum is
+    dropped from the manifest (one warning line) so its batch is recomputed; an unreadable or
+    missing manifest is rebuilt from the parts of this space (their metadata holds the space
+    fingerprint); a manifest of another schema version or another space stops with a one-line
+    error, and nothing is deleted.
+    """
 
     def __init__(self, out_dir: str | Path, fingerprint: str, info: dict | None = None):
         self.dir = Path(out_dir)
@@ -89,15 +158,29 @@ class ResultStore:
         except OSError as exc:
             raise SweepError(f"results dir {self.dir}: not writable "
                              f"({exc.strerror or exc})") from None
-        old = self._read_manifest()
-        if old is not None and old.get("fingerprint") != self.fingerprint and not fresh:
+        self._remove_temp_files()
+        if fresh:
+            self.clear()
+            return self
+        try:
+            old = self._read_manifest()
+        except _Unreadable as exc:
+            old = self._rebuild(f"{self.manifest_path}: unreadable ({exc})")
+        if old is None and any(self.parts_dir.glob("*.parquet")):
+            old = self._rebuild(f"{self.manifest_path}: missing")
+        if old is None:
+            self.clear()
+            return self
+        check_schema(old.get("schema_version"), self.manifest_path,
+                     "re-run with --fresh to start over there, or --out to write elsewhere")
+        if old.get("fingerprint") != self.fingerprint:
             raise SweepError(
                 f"results dir {self.dir} holds a sweep of a different space or search setting; "
                 "pass --fresh to start over there, or --out to write elsewhere")
-        if fresh or old is None:
-            self.clear()
-        else:
-            self.batches = old.get("batches", {})
+        batches = old.get("batches") or {}
+        self.batches = self._verified(batches if isinstance(batches, dict) else {})
+        if self.batches != batches or old.get("rebuilt"):
+            self._save_manifest(complete=False)
         return self
 
     def clear(self) -> None:
@@ -109,20 +192,102 @@ class ResultStore:
             if p.exists():
                 p.unlink()
         self.batches = {}
-        self._write_manifest(complete=False)
+        self._save_manifest(complete=False)
+
+    def _remove_temp_files(self) -> None:
+        """Temp files of a write that was killed before its rename (never part of a result)."""
+        for d in (self.dir, self.parts_dir):
+            for p in d.glob(".*.tmp"):
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
 
     def _read_manifest(self) -> dict | None:
         try:
-            return json.loads(self.manifest_path.read_text())
+            doc = json.loads(self.manifest_path.read_text())
         except FileNotFoundError:
             return None
-        except (OSError, ValueError):
-            return {}  # unreadable: treat as a different space
+        except (OSError, ValueError) as exc:
+            raise _Unreadable(_reason(exc)) from None
+        if not isinstance(doc, dict) or "schema_version" not in doc:
+            raise _Unreadable("not a sweep manifest")
+        return doc
+
+    def _rebuild(self, reason: str) -> dict:
+        """A manifest from the parts whose metadata names this space (fingerprint)."""
+        found, foreign = {}, 0
+        for path in sorted(self.parts_dir.glob("*.parquet")):
+            try:
+                meta = read_metadata(path)
+                rows = pq.read_metadata(path).num_rows
+            except Exception:  # noqa: BLE001 - a corrupt part: not adopted, recomputed
+                continue
+            bid = meta.get("batch_id") if isinstance(meta, dict) else None
+            if (meta.get("fingerprint") != self.fingerprint
+                    or meta.get("schema_version") != SCHEMA_VERSION
+                    or path.name != f"{bid}.parquet"):
+                foreign += 1
+                continue
+            found[bid] = {"file": path.name, "rows": int(rows), "sha256": sha256(path)}
+        if foreign:
+            raise SweepError(
+                f"{reason}, and {self.parts_dir} holds batches of a different space, search "
+                "setting or schema; pass --fresh to start over there, or --out to write elsewhere")
+        warn(f"{reason}; rebuilt it from the {len(found)} finished batches in {self.parts_dir}")
+        return {"schema_version": SCHEMA_VERSION, "fingerprint": self.fingerprint,
+                "batches": found, "rebuilt": True}
+
+    def _verified(self, batches: dict) -> dict:
+        """The manifest's batches whose part is there and intact; the others are recomputed."""
+        kept, bad = {}, []
+        for bid, entry in sorted(batches.items()):
+            problem = self._check_part(entry)
+            if problem is None:
+                kept[bid] = entry
+            else:
+                bad.append(problem)
+        if bad:
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            warn(f"{bad[0]}{more}: dropped {len(bad)} finished "
+                 f"{'batch' if len(bad) == 1 else 'batches'} from the manifest; "
+                 "recomputing them (the other finished batches are kept)")
+        return kept
+
+    def _check_part(self, entry) -> str | None:
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+            return f"{self.manifest_path}: malformed batch entry"
+        path = self.parts_dir / Path(entry["file"]).name
+        if not path.is_file():
+            return f"{path}: missing"
+        try:
+            if entry.get("sha256"):
+                if sha256(path) != entry["sha256"]:
+                    return f"{path}: corrupt (checksum mismatch)"
+            else:  # a manifest without checksums: at least the parquet footer must read
+                rows = pq.read_metadata(path).num_rows
+                if rows != entry.get("rows"):
+                    return f"{path}: corrupt ({rows} rows, manifest says {entry.get('rows')})"
+        except Exception as exc:  # noqa: BLE001
+            return f"{path}: unreadable ({_reason(exc)})"
+        return None
+
+    def _save_manifest(self, complete: bool, batches: dict | None = None) -> None:
+        doc = {"schema_version": SCHEMA_VERSION, "fingerprint": self.fingerprint,
+               **self.info, "complete": complete,
+               "batches": self.batches if batches is None else batches}
+        _atomic_write_bytes(self.manifest_path, json.dumps(doc, indent=1).encode())
 
     def _write_manifest(self, complete: bool) -> None:
-        doc = {"schema_version": SCHEMA_VERSION, "fingerprint": self.fingerprint,
-               **self.info, "complete": complete, "batches": self.batches}
-        _atomic_write_bytes(self.manifest_path, json.dumps(doc, indent=1).encode())
+        try:
+            self._save_manifest(complete)
+        except OSError as exc:
+            raise self._write_error(self.manifest_path, exc) from None
+
+    def _write_error(self, path: Path, exc: OSError) -> SweepError:
+        return SweepError(f"{path}: cannot write ({exc.strerror or _reason(exc)}); kept "
+                          f"{len(self.batches)} finished batches in {self.dir}: free space "
+                          "(or fix the folder) and run the same command again to resume")
 
     # ------------------------------------------------------------------ parts
     @property
@@ -130,18 +295,33 @@ class ResultStore:
         return set(self.batches)
 
     def write_part(self, batch_id: str, df: pd.DataFrame, **extra) -> None:
-        """Store one finished batch: part file first, then the manifest entry."""
+        """Store one finished batch: part file first, then the manifest entry (both atomic).
+
+        A failed write (full disk) leaves no partial file and the manifest as it was."""
         name = f"{batch_id}.parquet"
-        write_parquet(self.parts_dir / name, df, {"batch_id": batch_id,
-                                                   "fingerprint": self.fingerprint})
-        self.batches[batch_id] = {"file": name, "rows": int(len(df)), **extra}
-        self._write_manifest(complete=False)
+        path = self.parts_dir / name
+        try:
+            digest = write_parquet(path, df, {"batch_id": batch_id,
+                                              "fingerprint": self.fingerprint})
+            batches = {**self.batches, batch_id: {"file": name, "rows": int(len(df)),
+                                                  "sha256": digest, **extra}}
+            self._save_manifest(complete=False, batches=batches)
+        except OSError as exc:
+            raise self._write_error(path, exc) from None
+        self.batches = batches
 
     def load_parts(self) -> pd.DataFrame:
         frames = []
         for bid in sorted(self.batches):
             path = self.parts_dir / self.batches[bid]["file"]
-            frames.append(pq.read_table(path).to_pandas())
+            try:
+                frames.append(pq.read_table(path).to_pandas())
+            except Exception as exc:  # noqa: BLE001 - corrupt after its checksum was checked
+                del self.batches[bid]
+                self._write_manifest(complete=False)
+                raise SweepError(f"{path}: unreadable ({_reason(exc)}); dropped it from the "
+                                 "manifest: run the same command again to recompute that "
+                                 "batch") from None
         frames = [f for f in frames if len(f)]
         if not frames:
             return pd.DataFrame()
@@ -149,7 +329,11 @@ class ResultStore:
 
     def finalize(self, df: pd.DataFrame, meta: dict | None = None) -> Path:
         path = self.dir / "results.parquet"
-        write_parquet(path, df, {"fingerprint": self.fingerprint, **self.info, **(meta or {})})
+        try:
+            write_parquet(path, df, {"fingerprint": self.fingerprint, **self.info,
+                                     **(meta or {})})
+        except OSError as exc:
+            raise self._write_error(path, exc) from None
         self._write_manifest(complete=True)
         return path
 
@@ -248,12 +432,20 @@ def best(df: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 def write_tables(df: pd.DataFrame, out_dir: Path, objectives: list[str], top: int) -> None:
+    """ranking.csv (and pareto.csv), each written atomically (temp file + os.replace)."""
     ranking = best(df, top)
     cols = ["rank"] + [c for c in ranking.columns if c != "rank"]
-    ranking[cols].to_csv(out_dir / "ranking.csv", index=False)
+    tables = {"ranking.csv": ranking[cols]}
     if len(objectives) > 1:
-        par = df[df["pareto"]].sort_values("rank")
-        par[cols].to_csv(out_dir / "pareto.csv", index=False)
+        tables["pareto.csv"] = df[df["pareto"]].sort_values("rank")[cols]
+    for name, t in tables.items():
+        path = Path(out_dir) / name
+        try:
+            _atomic_write_bytes(path, t.to_csv(index=False).encode())
+        except OSError as exc:
+            raise SweepError(f"{path}: cannot write ({exc.strerror or _reason(exc)}); the "
+                             f"results are kept in {out_dir}: free space and run the same "
+                             "command again") from None
 
 
 def counts(df: pd.DataFrame) -> dict:
