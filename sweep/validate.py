@@ -41,6 +41,7 @@ SUBSETS = {
     "dense": lambda t: t["gpu"].str.match(r"^(a100|h100)") & ~t["is_moe"],
     "moe": lambda t: t["is_moe"],
     "long-context": lambda t: (t["seq_len"] >= 32768) | (t["cp"] > 1),
+    "blackwell-dense": lambda t: t["gpu"].str.match(r"^(b200|gb200)") & ~t["is_moe"],
 }
 
 
@@ -105,7 +106,8 @@ def _args(p: argparse.ArgumentParser) -> None:
                    help="folder for validation.csv and validation.png (default: print only)")
     p.add_argument("--subset", choices=sorted(SUBSETS), default="all",
                    help="dense: A100/H100 dense rows; moe: MoE rows; long-context: sequence "
-                        ">= 32k or context parallel; all (default)")
+                        ">= 32k or context parallel; blackwell-dense: B200/GB200 dense rows "
+                        "(no constant fitted on them); all (default)")
     p.add_argument("--dense-only", action="store_true", help="same as --subset dense")
     p.add_argument("--loso", action="store_true",
                    help="also refit the fitted constants leaving each source family out and "
@@ -118,7 +120,7 @@ def markdown_summary(table: pd.DataFrame) -> str:
     """Per-subset accuracy as a Markdown table (what the README shows)."""
     lines = ["| rows | n | median abs err | p90 abs err | max abs err | bias | within 10% |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-    for name in ("dense", "moe", "long-context"):
+    for name in ("dense", "moe", "long-context", "blackwell-dense"):
         sub = table[SUBSETS[name](table)]
         for fam, g in [(f"{name}: all", sub)] + [(f"{name}: {k}", v)
                                                   for k, v in sub.groupby("family")]:

@@ -27,4 +27,5 @@ def test_skipped_rows_say_why():
     data = validation.load_published()
     skipped = data[data["skip"] != ""]
     assert (skipped["skip"].str.len() > 5).all()
-    assert len(data) == 115
+    # the 115 rows of shared/calibration plus the rows we added, each with its source
+    assert len(data) >= 115 and (data["source"].str.len() > 10).all()
