@@ -135,7 +135,8 @@ class SearchConfig(_Strict):
     strategy: Literal["grid", "optuna"] = "grid"
     trials: PosInt | None = None  # optuna budget of distinct configurations; default: size/10
     objectives: list[Literal["step_time", "cost", "mfu", "throughput"]] = ["step_time"]
-    sampler: Literal["tpe", "nsga2", "random"] | None = None  # default tpe (1 obj), nsga2 (2+)
+    # default tpe (1 objective), nsga2 (2+; multi-objective TPE is far slower and found less)
+    sampler: Literal["tpe", "nsga2", "random"] | None = None
     seed: Annotated[int, Field(strict=True)] = 0
     batch_size: PosInt | None = None  # configurations per Ray task (optuna: trials per ask)
     cost_unit: Literal["mtok", "step"] = "mtok"  # cost per million tokens or per optimizer step
@@ -182,6 +183,9 @@ def read_yaml(path: str | Path) -> dict:
         raise ConfigError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise ConfigError(f"{p}: is a directory, expected a YAML file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not a UTF-8 text file (byte {exc.start}), "
+                          "expected a YAML file") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
     try:

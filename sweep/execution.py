@@ -197,6 +197,7 @@ class Outcome:
     config_cols: list
     strategy: str
     pareto: pd.DataFrame = field(default_factory=pd.DataFrame)
+    note: str = ""
 
     @property
     def counts(self) -> dict:
@@ -211,6 +212,8 @@ class Outcome:
                        self.out_dir, self.evaluated)
         if len(self.objectives) > 1:
             text += f"\npareto set: {len(self.pareto)} configurations (pareto.csv)"
+        if self.note:
+            text += "\n" + self.note
         return text
 
 
@@ -445,4 +448,9 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
                 bar.close()
                 raise Interrupted(len(store.done), -(-budget // batch), str(store.dir)) from None
             bar.close()
-    return _assemble(store, cfg, space, t0, evaluated, "optuna")
+    outcome = _assemble(store, cfg, space, t0, evaluated, "optuna")
+    if len(known) < budget:
+        outcome.note = (f"optuna: stopped after {n_trials:,} trials with {len(known):,} distinct "
+                        f"configurations of a budget of {budget:,} (the sampler kept repeating "
+                        "configurations it had tried)")
+    return outcome
