@@ -121,7 +121,8 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             m, n, k = (np.maximum(x, 1.0) for x in (op.gemm_m, op.gemm_n, op.gemm_k))
             eff = gemm_efficiency(b, m, n, k, is_fp8)
             if op.name.startswith("expert_"):
-                eff = eff * _by_arch(b.sm_arch, "grouped_gemm")
+                eff = eff * np.where(is_fp8, _by_arch(b.sm_arch, "grouped_gemm", "fp8"),
+                                     _by_arch(b.sm_arch, "grouped_gemm", "bf16"))
             rate = np.where(is_fp8, peak_gemm, peak_bf16) * eff
             # memory-bound floor: bytes moved per FLOP of the representative GEMM
             bytes_per_flop = (m * k + k * n + m * n) / (m * n * k)  # 2 bytes / 2 flops

@@ -34,7 +34,8 @@ FITTED = {
 # MoE: the expert-GEMM efficiency relative to dense GEMMs, fitted on the H100 MoE rows after
 # the dense constants are fixed
 FITTED_MOE = {
-    (90, "grouped_gemm", None): np.round(np.arange(0.20, 1.001, 0.05), 3),
+    (90, "grouped_gemm", "fp8"): np.round(np.arange(0.20, 1.001, 0.05), 3),
+    (90, "grouped_gemm", "bf16"): np.round(np.arange(0.20, 1.001, 0.05), 3),
     ("all", "moe_layer_overhead_us", None): np.array([0, 50, 100, 200, 300, 400, 600, 800]),
 }
 # FA2 backward / forward efficiency ratio on Hopper, held fixed while fitting the forward
