@@ -28,7 +28,9 @@ part. Every wrong field is reported as ONE line naming it (`ConfigError`).
 from __future__ import annotations
 
 import difflib
+import math
 import re
+import reprlib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -40,10 +42,12 @@ from sim_core.specs import (ACTIVATION, ATTENTION_KERNEL, CP_COMM, PARALLEL_COLU
 
 from .errors import ConfigError
 
-PosInt = Annotated[int, Field(strict=True, gt=0)]
-NonNegInt = Annotated[int, Field(strict=True, ge=0)]
+MAX_INT = 2**31 - 1  # no size is larger; keeps products of sizes inside int64
+MAX_AXIS_VALUES = 100_000  # values of one `space:` field
+PosInt = Annotated[int, Field(strict=True, gt=0, le=MAX_INT)]
+NonNegInt = Annotated[int, Field(strict=True, ge=0, le=MAX_INT)]
 ZeroStage = Annotated[int, Field(strict=True, ge=0, le=3)]
-PosFloat = Annotated[float, Field(gt=0)]
+PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 # What a field expects, in words (singular, plural) -- used in every error message.
 _POS = ("a positive integer", "positive integers")
@@ -75,7 +79,7 @@ EXPECT: dict[str, tuple[str, str]] = {
                          "values among " + ", ".join(ATTENTION_KERNEL)),
     "gpu": ("a GPU catalog id", "GPU catalog ids"),
     "model": ("a model catalog id or an inline model mapping", "model catalog ids"),
-    "seed": ("an integer", "integers"),
+    "seed": ("an integer 0 to 2**32-1", "integers"),
     "name": ("a name of letters, digits, '.', '_' or '-'", ""),
 }
 
@@ -118,8 +122,8 @@ class ParallelConfig(_Strict):
     cp_comm: Literal[CP_COMM] | None = None  # type: ignore[valid-type]
     fp8_param_gather: StrictBool | None = None
     moe_dropless: StrictBool | None = None
-    capacity_factor: Annotated[float, Field(ge=1)] | None = None
-    expert_skew: Annotated[float, Field(ge=0)] | None = None
+    capacity_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
+    expert_skew: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
 
 
 OBJECTIVES = {
@@ -137,7 +141,7 @@ class SearchConfig(_Strict):
     objectives: list[Literal["step_time", "cost", "mfu", "throughput"]] = ["step_time"]
     # default tpe (1 objective), nsga2 (2+; multi-objective TPE is far slower and found less)
     sampler: Literal["tpe", "nsga2", "random"] | None = None
-    seed: Annotated[int, Field(strict=True)] = 0
+    seed: Annotated[int, Field(strict=True, ge=0, lt=2**32)] = 0
     batch_size: PosInt | None = None  # configurations per Ray task (optuna: trials per ask)
     cost_unit: Literal["mtok", "step"] = "mtok"  # cost per million tokens or per optimizer step
     top: PosInt = 50  # rows in ranking.csv
@@ -272,7 +276,7 @@ def did_you_mean(word: str, allowed) -> str:
 def _one_line(exc: ValidationError, cls: type[BaseModel]) -> str:
     err = exc.errors()[0]
     loc = tuple(err["loc"])
-    where = ".".join(str(p) for p in loc) or "(top level)"
+    where = ".".join(_key(p) for p in loc) or "(top level)"
     kind = err["type"]
     got = err.get("input")
     field = next((p for p in reversed(loc) if isinstance(p, str)), "")
@@ -288,6 +292,9 @@ def _one_line(exc: ValidationError, cls: type[BaseModel]) -> str:
         return f"{where}: expected a mapping of fields, got {_show(got)}"
     if kind == "list_type":
         return f"{where}: expected a list, got {_show(got)}"
+    if kind in ("less_than_equal", "less_than") and field in EXPECT \
+            and EXPECT[field] in (_POS, _NONNEG):
+        return f"{where}: expected {EXPECT[field][0]} up to {MAX_INT}, got {_show(got)}"
     if kind == "literal_error":
         return f"{where}: expected one of {err['ctx']['expected']}, got {_show(got)}"
     expect = EXPECT.get(field, (None, None))[0]
@@ -297,7 +304,19 @@ def _one_line(exc: ValidationError, cls: type[BaseModel]) -> str:
 
 
 def _show(value) -> str:
-    text = repr(value)
+    text = _REPR.repr(value)  # bounded: a YAML alias bomb is not expanded
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 60, 60, 60
+
+
+def _key(part) -> str:
+    """A user-given key as printable text on one line (escapes control characters)."""
+    text = str(part)
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -394,7 +413,7 @@ def _check_fixed(cfg: RunConfig) -> None:
 # ---------------------------------------------------------------------------------------------
 def parse_axis(name: str, spec) -> list:
     """One `space:` entry -> the list of its values (validated, duplicates dropped)."""
-    where = f"space.{name}"
+    where = f"space.{_key(name)}"
     if name not in AXES:
         hint = did_you_mean(name, AXES)
         if name == "fsdp":
@@ -436,6 +455,9 @@ def _expand_form(where: str, spec: dict) -> list:
         lo, hi = lo_hi
         if lo > hi:
             raise ConfigError(f"{where}.range: low {lo} is above high {hi}")
+        if (hi - lo) // step + 1 > MAX_AXIS_VALUES:
+            raise ConfigError(f"{where}.range: {(hi - lo) // step + 1:,} values; at most "
+                              f"{MAX_AXIS_VALUES:,} per field (raise step)")
         return list(range(lo, hi + 1, step))
     if keys == {"pow2"}:
         lo_hi = spec["pow2"]
@@ -468,11 +490,11 @@ def _is_int(x) -> bool:
 def _check_value(name: str, v, where: str):
     bad = f"{where}: expected a list of {_plural(name)}, got {_show(v)}"
     if name in _INT_AXES:
-        if not _is_int(v) or v <= 0:
+        if not _is_int(v) or v <= 0 or v > MAX_INT:
             raise ConfigError(bad)
         return int(v)
     if name == "etp":
-        if not _is_int(v) or v < 0:
+        if not _is_int(v) or v < 0 or v > MAX_INT:
             raise ConfigError(bad)
         return int(v)
     if name == "zero":
@@ -485,8 +507,9 @@ def _check_value(name: str, v, where: str):
         return v
     if name in _FLOAT_AXES:
         low = _FLOAT_AXES[name]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < low or (
-                name == "nic_bw_gbs" and v <= 0):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) \
+                or (isinstance(v, float) and not math.isfinite(v)) \
+                or v < low or (name == "nic_bw_gbs" and v <= 0):
             raise ConfigError(bad)
         return float(v)
     if name in _ENUM_AXES:
