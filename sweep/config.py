@@ -507,11 +507,15 @@ def _check_value(name: str, v, where: str):
         return v
     if name in _FLOAT_AXES:
         low = _FLOAT_AXES[name]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) \
-                or (isinstance(v, float) and not math.isfinite(v)) \
-                or v < low or (name == "nic_bw_gbs" and v <= 0):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ConfigError(bad)
-        return float(v)
+        try:
+            f = float(v)
+        except OverflowError:
+            raise ConfigError(bad) from None
+        if not math.isfinite(f) or f < low or (name == "nic_bw_gbs" and f <= 0):
+            raise ConfigError(bad)
+        return f
     if name in _ENUM_AXES:
         allowed = _ENUM_AXES[name]
         if not isinstance(v, str) or v.lower() not in allowed:
