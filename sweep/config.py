@@ -44,6 +44,7 @@ from .errors import ConfigError
 
 MAX_INT = 2**31 - 1  # no size is larger; keeps products of sizes inside int64
 MAX_AXIS_VALUES = 100_000  # values of one `space:` field
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # space and inline model names
 PosInt = Annotated[int, Field(strict=True, gt=0, le=MAX_INT)]
 NonNegInt = Annotated[int, Field(strict=True, ge=0, le=MAX_INT)]
 ZeroStage = Annotated[int, Field(strict=True, ge=0, le=3)]
@@ -231,7 +232,7 @@ def parse_run(data: dict) -> RunConfig:
 def parse_space(data: dict) -> SpaceConfig:
     cfg = _validate(SpaceConfig, data)
     _check_fixed(cfg)
-    if cfg.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", cfg.name):
+    if cfg.name is not None and not NAME_RE.fullmatch(cfg.name):
         raise ConfigError(f"name: expected {EXPECT['name'][0]}, got {cfg.name!r}")
     cfg.space = {k: parse_axis(k, v) for k, v in cfg.space.items()}
     _check_axes(cfg)
@@ -360,6 +361,9 @@ def inline_model_columns(model: dict) -> dict:
     """Inline model mapping -> run-frame columns, validated by sim_core.catalog.model_from_dict."""
     d = dict(model)
     d.setdefault("name", "custom")
+    # the name lands in exported recipes (shell comments, TOML, YAML) and reports: keep it plain
+    if not isinstance(d["name"], str) or not NAME_RE.fullmatch(d["name"]):
+        raise ConfigError(f"model.name: expected {EXPECT['name'][0]}, got {_show(d['name'])}")
     cat = _catalog()
     try:
         spec = cat.model_from_dict(d)

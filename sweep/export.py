@@ -33,6 +33,7 @@ precision fp8      --fp8-format hybrid                        model.converters =
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from pathlib import Path
 
@@ -296,6 +297,8 @@ def megatron_text(row) -> str:
     lines.append(")")
     lines.append('# torchrun --nproc-per-node 8 --nnodes ' + str(nodes)
                  + ' ... pretrain_gpt.py "${MEGATRON_ARGS[@]}"')
+    # a comment never ends early: no value from a results file can start a shell line
+    lines = [re.sub(r"[\x00-\x1f\x7f\x85\u2028\u2029]", " ", ln) for ln in lines]
     return "\n".join(lines) + "\n"
 
 
