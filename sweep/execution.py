@@ -397,7 +397,11 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
         known.setdefault(int(r["config_id"]), r)
     trials = study.get_trials(deepcopy=False)
     n_trials = len(trials)
-    stale = [t for t in trials if t.state == TrialState.RUNNING]
+    # finished trials whose part was dropped (corrupt or missing) are evaluated again, not told
+    recorded = set(prev["trial"].astype(int)) if "trial" in prev.columns else set()
+    lost = [t for t in trials if t.state.is_finished() and t.number not in recorded]
+    told = {t.number for t in lost}
+    stale = lost + [t for t in trials if t.state == TrialState.RUNNING]
     evaluated = 0
     # The budget counts distinct configurations: a trial that repeats an evaluated
     # configuration is told its known result at once and does not count (TPE repeats itself
@@ -434,6 +438,8 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
                     store.write_part(f"o{asked[0].number:07d}", pd.DataFrame(rows),
                                      trials=[t.number for t in asked])
                     for t, row in zip(asked, rows):
+                        if t.number in told:
+                            continue
                         values = [float(row[c]) for c in obj_cols] if row["status"] == "ok" else []
                         if values and all(np.isfinite(values)):
                             study.tell(t.number, values)

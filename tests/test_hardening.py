@@ -545,3 +545,35 @@ def test_megatron_comment_lines_cannot_break_out(inline_run):
     for line in text.splitlines():
         assert line.startswith(("#", "MEGATRON_ARGS=(", "    --", ")")), line
     assert not re.search(r"^\s*(rm|touch)\b", text, re.M)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optuna: a corrupt part is re-evaluated from the study's trials (not replaced by new ones)
+# ---------------------------------------------------------------------------------------------
+def optuna_cfg():
+    doc = space_doc(batch_size=16)
+    doc["search"] = {"strategy": "optuna", "batch_size": 16, "trials": 80, "seed": 3}
+    return parse_space(doc)
+
+
+def test_optuna_corrupt_part_is_reevaluated(tmp_path, capsys):
+    import optuna
+
+    from sweep.execution import _storage
+
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    run_search(optuna_cfg(), ref, **FAKE)
+    run_search(optuna_cfg(), out, **FAKE)
+    pd.testing.assert_frame_equal(parquet(out / "results.parquet"),
+                                  parquet(ref / "results.parquet"))
+    n_trials = len(optuna.load_study(study_name="t", storage=_storage(out / "optuna.journal"))
+                   .trials)
+    victim = sorted((out / "parts").glob("*.parquet"))[1]
+    victim.write_bytes(victim.read_bytes()[:100])
+    capsys.readouterr()
+    run_search(optuna_cfg(), out, **FAKE)
+    assert victim.name in one_line(capsys.readouterr().err, "warning:")
+    study = optuna.load_study(study_name="t", storage=_storage(out / "optuna.journal"))
+    assert len(study.trials) == n_trials  # no new trials asked
+    pd.testing.assert_frame_equal(parquet(out / "results.parquet"),
+                                  parquet(ref / "results.parquet"))
