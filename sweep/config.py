@@ -322,34 +322,24 @@ def _key(part) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Catalog checks (model and gpu names) -- tolerant of a catalog that is not there yet.
+# Catalog checks (model and gpu names)
 # ---------------------------------------------------------------------------------------------
-def _catalog():
+def _check_name(kind: str, name: str, where: str) -> None:
+    """A catalog id of `kind` (gpu | model), or a one-line error at `where` (did you mean)."""
+    from sim_core import catalog
+
     try:
-        from sim_core import catalog
-    except ImportError:  # pragma: no cover - sim_core still being written
-        return None
-    return catalog
+        (catalog.get_gpu if kind == "gpu" else catalog.get_model)(name)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {_first_line(exc)}") from None
 
 
 def check_gpu(name: str, where: str) -> None:
-    cat = _catalog()
-    if cat is None:
-        return
-    try:
-        cat.get_gpu(name)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {_first_line(exc)}") from None
+    _check_name("gpu", name, where)
 
 
 def check_model(name: str, where: str) -> None:
-    cat = _catalog()
-    if cat is None:
-        return
-    try:
-        cat.get_model(name)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: {_first_line(exc)}") from None
+    _check_name("model", name, where)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -364,9 +354,10 @@ def inline_model_columns(model: dict) -> dict:
     # the name lands in exported recipes (shell comments, TOML, YAML) and reports: keep it plain
     if not isinstance(d["name"], str) or not NAME_RE.fullmatch(d["name"]):
         raise ConfigError(f"model.name: expected {EXPECT['name'][0]}, got {_show(d['name'])}")
-    cat = _catalog()
+    from sim_core import catalog
+
     try:
-        spec = cat.model_from_dict(d)
+        spec = catalog.model_from_dict(d)
     except (ValueError, TypeError) as exc:
         msg = _first_line(exc)
         m = re.search(r"field '(\w+)': (.*)", msg)

@@ -38,15 +38,7 @@ FAKE = dict(simulate=fake_simulate, check=fake_check)
 SIZE = 648  # configurations of space_cfg(); 7 batches of 100
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR")
-    yield
-    if started:
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # one local Ray per module (conftest)
 
 
 def space_doc(batch_size=100):

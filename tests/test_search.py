@@ -22,15 +22,7 @@ ray = pytest.importorskip("ray")
 FAKE = dict(simulate=fake_simulate, check=fake_check)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 logging_level="ERROR")
-    yield
-    if started:
-        ray.shutdown()
+pytestmark = pytest.mark.usefixtures("local_ray")  # one local Ray per module (conftest)
 
 
 def space_cfg(strategy="grid", batch_size=100, **search):

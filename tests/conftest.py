@@ -1,0 +1,17 @@
+"""Shared test fixtures."""
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray for the tests of one module (left alone if one is already running)."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")
+    yield
+    if started:
+        ray.shutdown()
