@@ -106,11 +106,11 @@ def stage_times(b: Batch, wl: Workload) -> dict:
                 attn_b = np.where(np.isnan(learned), attn_b, learned)
             else:
                 attn_f = np.where(np.isnan(learned), attn_f, learned)
-    moe_frac = np.where(b.experts > 0, (b.layers - b.first_dense_layers) / b.layers, 0.0)
+    moe_frac = wl.dims["n_moe_layers"] / b.layers  # share of layers that are MoE
     overhead = (_by_arch(b.sm_arch, "layer_overhead_us")
                 + moe_frac * _by_arch(b.sm_arch, "moe_layer_overhead_us")) * 1e-6 * wl.layers_per_stage
 
-    parts = {w: {"fwd": 0.0, "bwd": 0.0, "wgrad": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,
+    parts = {w: {"fwd": 0.0, "bwd": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,
                  "elem_fwd": 0.0}
              for w in ("layer", "first_stage", "last_stage")}
     for op in wl.ops:
@@ -129,7 +129,6 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             sec_per_flop = np.maximum(1.0 / rate, bytes_per_flop / hbm)
             fwd = op.fwd_flops * sec_per_flop
             bwd = op.bwd_flops * sec_per_flop
-            wgrad = op.bwd_wgrad_flops * sec_per_flop
             # FP8: each GEMM input is cast (input rows x k elements per 2*m*n*k FLOPs); backward
             # casts the output gradient too
             cast = np.where(is_fp8, _by_arch(b.sm_arch, "fp8_cast_bytes") / (2 * n) / hbm, 0.0)
@@ -139,16 +138,13 @@ def stage_times(b: Batch, wl: Workload) -> dict:
         elif op.op_class == "attention":
             fwd = op.fwd_flops / attn_f
             bwd = op.bwd_flops / attn_b
-            wgrad = 0.0
             parts[op.where]["attn_fwd"] = parts[op.where]["attn_fwd"] + fwd
         else:
             fwd = op.fwd_bytes / hbm_elem
             bwd = op.bwd_bytes / hbm_elem
-            wgrad = 0.0
             parts[op.where]["elem_fwd"] = parts[op.where]["elem_fwd"] + fwd
         parts[op.where]["fwd"] = parts[op.where]["fwd"] + fwd
         parts[op.where]["bwd"] = parts[op.where]["bwd"] + bwd
-        parts[op.where]["wgrad"] = parts[op.where]["wgrad"] + wgrad
     lay = parts["layer"]
     lay["fwd"] = lay["fwd"] + overhead
     lay["bwd"] = lay["bwd"] + 2 * overhead

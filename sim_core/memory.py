@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .columns import Batch
-from .workload import ACT_BYTES, Workload, model_dims
+from .workload import ACT_BYTES, Workload
 
 GIB = 1024.0**3
 # CUDA context, cuBLAS workspaces and NCCL channel buffers: not visible to PyTorch's allocator
@@ -75,7 +75,7 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict) -> dict:
 
 def estimate(b: Batch, wl: Workload) -> dict:
     """Memory per category (bytes) for the worst rank, plus peak and fits."""
-    dims = model_dims(b)
+    dims = wl.dims
     t, p, v = b.tp, b.pp, b.vpp
     T = wl.tokens
     m = wl.num_microbatches

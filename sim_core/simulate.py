@@ -59,7 +59,7 @@ def simulate(b: Batch, profile=None) -> dict:
         **{k: v for k, v in times.items() if k != "step_time_s"},
         **mem,
         "params_per_gpu": wl.params_stage,
-        "moe_load_factor": workload.expert_load_factor(s),
+        "moe_load_factor": wl.moe_load,
     }
     for k, v in out.items():
         if k in ("valid", "invalid_reason"):

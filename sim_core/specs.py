@@ -8,7 +8,7 @@ so that the catalogs, the search engine and the core agree on one vocabulary.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 # ---------------------------------------------------------------------------------------------
 # Enumerations: string values a user writes, and the small integer codes the core computes with.
@@ -173,16 +173,3 @@ ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COL
 
 CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
                "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM}
-
-
-@dataclass
-class Prediction:
-    """Names of the output columns (documentation and tests refer to this list)."""
-
-    core: tuple = (
-        "valid", "invalid_reason", "dp", "num_microbatches", "step_time_s",
-        "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib", "fits",
-    )
-    breakdown_prefix: str = "time_"  # time_compute, time_recompute, time_tp, time_cp, ...
-    memory_prefix: str = "mem_"  # mem_weights, mem_grads, mem_optimizer, mem_activations, ...
-    extra: list = field(default_factory=list)

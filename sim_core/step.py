@@ -55,7 +55,6 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     p, v, t = b.pp, b.vpp, b.tp
     arch = b.sm_arch
 
-    totals = {dim: np.zeros_like(m) for dim in ("tp", "cp", "ep", "dp", "pp")}
     per_mb = {dim: np.zeros_like(m) for dim in ("tp", "cp", "ep", "pp")}
     tp_edge = np.zeros_like(m)
     cp_edge = np.zeros_like(m)  # CP collectives that nothing hides (all-gather variant)
@@ -123,11 +122,10 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     first_extra = st["first_stage_fwd"] + st["first_stage_bwd"]
     last_extra = st["last_stage_fwd"] + st["last_stage_bwd"]
     single = p == 1
-    t_max = stage_mb + np.where(single, first_extra + last_extra,
-                                np.maximum(first_extra, last_extra))
+    # m * t_max (t_max = stage_mb + the larger stage extra) plus the bubble; the step below
+    # adds these up component by component
     t_avg = stage_mb + (first_extra + last_extra) / p
     bubble = (p - 1) / v * t_avg
-    pipeline = m * t_max + bubble
 
     # PP point-to-point: blocking in 1F1B's steady state; interleaving with overlapped p2p
     # leaves only the warm-up and cool-down transfers exposed

@@ -97,12 +97,10 @@ def _activation(name: str) -> str:
 def _catalog_model(name: str) -> str:
     """Catalog id for a row that gives no shape (e.g. 'GPT3-5B' -> gpt3-5b), or ''."""
     guess = re.sub(r"[\s_]+", "-", name.strip().lower())
-    for cand in (guess, guess.replace("gpt3", "gpt3"), guess.replace("llama", "llama")):
-        try:
-            return catalog.get_model(cand).name
-        except catalog.CatalogError:
-            continue
-    return ""
+    try:
+        return catalog.get_model(guess).name
+    except catalog.CatalogError:
+        return ""
 
 
 _MOE_MODELS = [(r"deepseek.?v3", "deepseek-v3"), (r"qwen3.?30b", "qwen3-30b-a3b"),

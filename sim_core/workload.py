@@ -66,13 +66,14 @@ class Workload:
     comms: list = field(default_factory=list)
     # parameters (counts, not bytes) held per GPU before ZeRO sharding
     params_layer: np.ndarray = None  # one average transformer layer on this GPU
-    params_layer_dense_share: np.ndarray = None  # part of a layer sharded over dp (non-expert)
     params_stage: np.ndarray = None  # worst stage: layers + embedding/head it holds
     params_embed: np.ndarray = None  # embedding or LM-head shard (vocab-parallel)
     params_total: np.ndarray = None  # whole model
     params_active: np.ndarray = None  # per token (MoE: routed top-k + shared)
     model_flops_per_step: np.ndarray = None  # MFU convention, whole cluster
     expert_fraction: np.ndarray = None  # share of a stage's params that are expert weights
+    moe_load: np.ndarray = None  # busiest EP rank's load / balanced load (expert_load_factor)
+    dims: dict = None  # model_dims(b), shared with the memory estimator
 
 
 def model_dims(b: Batch) -> dict:
@@ -259,7 +260,7 @@ def build(b: Batch) -> Workload:
     wl = Workload(tokens=T, layers_per_stage=L_stage, num_microbatches=m, dp=dp, ops=ops,
                   params_layer=params_layer, params_stage=params_stage, params_embed=params_embed,
                   params_total=total, params_active=active, model_flops_per_step=model_flops,
-                  expert_fraction=expert_fraction)
+                  expert_fraction=expert_fraction, moe_load=load, dims=d)
     wl.comms = _comms(b, wl, d, sp, etp)
     return wl
 
@@ -346,7 +347,7 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     moe_layers = L * np.where(d["moe"], (b.layers - b.first_dense_layers) / b.layers, 0.0)
     ep_nodes = span_nodes(e, t * c, gpn)
     # each routed copy of each token; the busiest rank receives `load` times the average
-    a2a_bytes = ACT_BYTES * T / t * h * b.top_k * expert_load_factor(b)
+    a2a_bytes = ACT_BYTES * T / t * h * b.top_k * wl.moe_load
     n_a2a = moe_layers * m * 2 * (2 + full_rc)  # dispatch + combine, fwd (+rc) and bwd
     comms.append(Comm("ep", "all_to_all", a2a_bytes, e, ep_nodes, np.where(e > 1, n_a2a, 0.0),
                       "none"))
