@@ -119,38 +119,39 @@ def estimate(b: Batch, wl: Workload) -> dict:
     working = 2.0 * per_layer["none"]
     # SP / TP: the all-gathered input of a column-parallel GEMM is materialised
     working = working + np.where(sp, ACT_BYTES * T * dims["h"], 0.0)
-    # last stage: one micro-batch in flight, plus the logits and the loss buffers
+    # the rank holding the LM head (the last stage; with pp == 1 the only one): one micro-batch
+    # in flight with pp > 1, plus the logits and the loss buffers
     logits = LOGIT_BYTES * T * b.vocab / t
-    act_last = stored * L_stage * np.where(p > 1, 1.0, 0.0)
-    # worst rank: with pp > 1 the first stage (most micro-batches in flight) or the last stage
-    # (one micro-batch plus the logits); with pp == 1 one rank holds both
-    last_worse = (p > 1) & (act_last + logits > act_first)
-    activations = np.where(last_worse, act_last, act_first)
-    logits_cat = np.where((p == 1) | last_worse, logits, 0.0)
+    act_head = np.where(p > 1, stored * L_stage, act_first)
 
     # ---- working buffers -------------------------------------------------------------------
     # FSDP/ZeRO-3: the unit being computed is all-gathered (bf16) with its bf16 grads and an
     # fp32 reduce-scatter buffer (8 B/param), and the next one is prefetched (2 B/param)
     unit_buf = lambda unit: np.where(fsdp, 8.0 * unit + 2.0 * wl.params_layer, 0.0)  # noqa: E731
-    head_on_rank = (p == 1) | last_worse
     layer_buf = unit_buf(wl.params_layer)
-    head_buf = np.where(head_on_rank, unit_buf(wl.params_embed), 0.0)
+    head_buf = unit_buf(wl.params_embed)
     # pipeline: send/recv buffers for activations in both directions
     pp_buf = np.where(p > 1, 2 * ACT_BYTES * T * dims["h"] / np.where(sp, t, 1.0), 0.0)
 
     # ---- peak: the phases do not coincide ----------------------------------------------------
-    # end of forward / start of backward: all activations + the gathered LM-head weights
-    # (2 B/param) + either the logits/loss buffers or, once the logits' gradient has been
-    # consumed, the head's gradient buffers (they do not coexist);
-    # backward of a layer: all activations + that layer's working set + its unit
-    head_w = np.where(fsdp & head_on_rank, 2.0 * wl.params_embed, 0.0)
-    loss_part = np.maximum(logits_cat * FRAGMENTATION, head_buf - head_w)
+    # end of forward / start of backward (head rank): all activations + the gathered LM-head
+    # weights (2 B/param) + either the logits/loss buffers or, once the logits' gradient has
+    # been consumed, the head's gradient buffers (they do not coexist);
+    # backward of a layer (every rank): all activations + that layer's working set + its unit
+    head_w = np.where(fsdp, 2.0 * wl.params_embed, 0.0)
+    loss_part = np.maximum(logits * FRAGMENTATION, head_buf - head_w)
     loss_phase = loss_part + head_w
     layer_phase = working * FRAGMENTATION + layer_buf
-    transient = np.maximum(loss_phase, layer_phase)
     loss_wins = loss_phase >= layer_phase
     states = weights + grads + optimizer
-    fwd_bwd_peak = states + activations * FRAGMENTATION + transient + pp_buf
+    # worst rank: each candidate's own peak (the first stage, with the most micro-batches in
+    # flight, exists as a separate rank only with pp > 1)
+    head_peak = act_head * FRAGMENTATION + np.maximum(loss_phase, layer_phase)
+    first_peak = np.where(p > 1, act_first * FRAGMENTATION + layer_phase, 0.0)
+    head_worse = head_peak >= first_peak
+    activations = np.where(head_worse, act_head, act_first)
+    loss_wins = head_worse & loss_wins
+    fwd_bwd_peak = states + np.maximum(head_peak, first_peak) + pp_buf
     opt_peak = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_shard, 0.0)
     peak = np.maximum(fwd_bwd_peak, opt_peak) + RUNTIME_GIB * GIB
     fits = peak / GIB <= b.hbm_gib
