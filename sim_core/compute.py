@@ -110,6 +110,10 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     overhead = (_by_arch(b.sm_arch, "layer_overhead_us")
                 + moe_frac * _by_arch(b.sm_arch, "moe_layer_overhead_us")) * 1e-6 * wl.layers_per_stage
 
+    # per-architecture constants of the GEMM loop, looked up once
+    cast_bytes = _by_arch(b.sm_arch, "fp8_cast_bytes")
+    grouped = {True: _by_arch(b.sm_arch, "grouped_gemm", "fp8"),
+               False: _by_arch(b.sm_arch, "grouped_gemm", "bf16")}
     parts = {w: {"fwd": 0.0, "bwd": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,
                  "elem_fwd": 0.0}
              for w in ("layer", "first_stage", "last_stage")}
@@ -121,8 +125,7 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             m, n, k = (np.maximum(x, 1.0) for x in (op.gemm_m, op.gemm_n, op.gemm_k))
             eff = gemm_efficiency(b, m, n, k, is_fp8)
             if op.name.startswith("expert_"):
-                eff = eff * np.where(is_fp8, _by_arch(b.sm_arch, "grouped_gemm", "fp8"),
-                                     _by_arch(b.sm_arch, "grouped_gemm", "bf16"))
+                eff = eff * np.where(is_fp8, grouped[True], grouped[False])
             rate = np.where(is_fp8, peak_gemm, peak_bf16) * eff
             # memory-bound floor: bytes moved per FLOP of the representative GEMM
             bytes_per_flop = (m * k + k * n + m * n) / (m * n * k)  # 2 bytes / 2 flops
@@ -131,7 +134,7 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             bwd = op.bwd_flops * sec_per_flop
             # FP8: each GEMM input is cast (input rows x k elements per 2*m*n*k FLOPs); backward
             # casts the output gradient too
-            cast = np.where(is_fp8, _by_arch(b.sm_arch, "fp8_cast_bytes") / (2 * n) / hbm, 0.0)
+            cast = np.where(is_fp8, cast_bytes / (2 * n) / hbm, 0.0)
             fwd = fwd + op.fwd_flops * cast
             bwd = bwd + op.bwd_flops * cast
             parts[op.where]["gemm_fwd"] = parts[op.where]["gemm_fwd"] + fwd
