@@ -7,6 +7,12 @@ modes change the coefficients instead of the famous 34. The peak is the larger o
 forward/backward (states + activations in flight + working buffers) and the optimizer step
 (states + the optimizer's temporaries), as TorchSim observes (seed 003, Tables 3-4).
 
+Two counters come out, because measurements use both: bytes allocated (live tensors, what
+TorchSim and torch.cuda.max_memory_allocated count) and bytes the caching allocator reserves
+(what torchtitan logs; the allocator keeps freed blocks, so the loss tensors, larger than any
+block a layer left behind, take fresh segments on top). `peak_memory_gib` = reserved + the CUDA
+context and NCCL buffers, the device's own total, which decides `fits`.
+
 Constants that are not exact byte counts are named below with their reason.
 """
 
@@ -23,14 +29,28 @@ GIB = 1024.0**3
 # channels per communicator (modeling notes §3).
 RUNTIME_GIB = 1.0
 # PyTorch's caching allocator reserves more than it allocates (block rounding, fragmentation);
-# peak reserved / peak allocated is ~1.05-1.15 in published traces. Applied to the dynamic part.
+# peak reserved / peak allocated is ~1.05-1.15 in published traces. Applied to activations and
+# layer working sets; the loss tensors are counted by segment instead (LOSS_SEGMENT_BYTES).
 FRAGMENTATION = 1.10
-# Bytes per logit held around the loss: bf16 logits (2) + fp32 upcast (4) + log-softmax output
-# (4) + part of the fp32/bf16 gradient (2). Fitted between the two memory sets we check:
-# TorchSim Tables 3-4 imply ~10 B (their runs), torchtitan's Dec-2024 benchmark rows imply
-# 14-18 B (eager, unfused CE). 12 B keeps TorchSim over (the safe side) and torchtitan close.
-# Megatron's fused vocab-parallel CE needs less: this is a margin for it.
-LOGIT_BYTES = 12.0
+# Bytes per logit held at the loss's peak, per implementation (specs.LOSS_IMPL order), counted
+# from each implementation's code (live tensors at its peak, T*V/t logits per rank):
+#   fused (Megatron-LM vocab_parallel_cross_entropy): the bf16 logits (2) and their fp32 copy
+#     (4), which becomes the softmax in place and is saved; backward writes the gradient into it
+#     and casts it to bf16 (4 + 2) -> 6
+#   compiled (torch.compile'd F.cross_entropy): Inductor saves the bf16 logits and a per-row
+#     log-sum-exp and writes the bf16 gradient in one fused kernel -> 2 + 2 = 4
+#   eager (F.cross_entropy(logits.float())): forward bf16 (2) + fp32 copy (4) + log-softmax (4);
+#     backward: saved log-softmax (4) + NLL gradient (4) + log-softmax gradient (4) -> 12
+#   eager_parallel (torch.distributed.tensor.parallel.loss_parallel, vocab-sharded): its
+#     decomposed log-softmax keeps x, x - max and exp(x - max) (2 + 4 + 4 + 4 = 14); backward
+#     holds the saved result, a zero-filled gradient, exp(result) and their sum -> 16
+LOSS_BYTES = np.array([6.0, 4.0, 12.0, 16.0])
+# ... and the allocator segments the loss leaves reserved per logit: a freed block is reused only
+# by a tensor that fits in it, so a backward tensor finding no free fp32-sized block takes a new
+# segment. eager: bf16, fp32 copy, log-softmax, + 1 new fp32 in backward -> 14; eager_parallel:
+# bf16, x, x - max, exp, + 1 new in backward (grad, exp and sum reuse x, shifted and exp) -> 18;
+# fused and compiled reuse their own blocks -> same as allocated.
+LOSS_SEGMENT_BYTES = np.array([6.0, 4.0, 14.0, 18.0])
 # Torch's multi-tensor (foreach) AdamW allocates a temporary as large as the fp32 shard it
 # updates (sqrt(v) as a new tensor list); FSDP frameworks use it (ZeRO-3 here). Megatron's
 # fused Adam works in place. TorchSim Table 4 (an optimizer-phase peak) fits one temporary.
@@ -91,6 +111,10 @@ def estimate(b: Batch, wl: Workload) -> dict:
 
     # ---- model states ----------------------------------------------------------------------
     fsdp = z == 3
+    # bf16 weights (2 B) + fp32 master weights and Adam m, v (12 B), each sharded per its stage.
+    # ZeRO-3/FSDP is counted the same way (DeepSpeed keeps a bf16 shard). PyTorch FSDP2 holds
+    # only the fp32 shard (16 B in all), yet its measured runs sit above that: TorchSim's
+    # optimizer-phase rows (Table 4) imply ~25 B per sharded parameter, so the 2 B stay as margin.
     weights = np.where(fsdp, 2.0 * P_shard, 2.0 * P)
     # FP8 (Transformer Engine) caches an FP8 copy of each layer weight for the step
     fp8 = (b.precision == 1) & (b.has_fp8 > 0)
@@ -121,8 +145,17 @@ def estimate(b: Batch, wl: Workload) -> dict:
     working = working + np.where(sp, ACT_BYTES * T * dims["h"], 0.0)
     # the rank holding the LM head (the last stage; with pp == 1 the only one): one micro-batch
     # in flight with pp > 1, plus the logits and the loss buffers
-    logits = LOGIT_BYTES * T * b.vocab / t
-    act_head = np.where(p > 1, stored * L_stage, act_first)
+    logits = LOSS_BYTES[b.loss_impl] * T * b.vocab / t
+    logits_reserved = LOSS_SEGMENT_BYTES[b.loss_impl] * T * b.vocab / t
+    # what the forward pass of one layer leaves cached in the allocator when the loss starts:
+    # its intermediates and, under SP, the all-gathered input (unless TP overlap streams it in
+    # chunks, as AsyncTP and TE's userbuffers do); all blocks too small to hold a loss tensor
+    gathered = np.where(sp & ~b.tp_comm_overlap, ACT_BYTES * T * dims["h"], 0.0)
+    cached_fwd = per_layer["none"] + gathered
+    # the LM head's input (the final norm's output, all-gathered under SP) is kept for its
+    # weight gradient, next to the norm's own input
+    head_input = ACT_BYTES * T * dims["h"] * (1.0 + 1.0 / np.where(sp, t, 1.0))
+    act_head = np.where(p > 1, stored * L_stage, act_first) + head_input
 
     # ---- working buffers -------------------------------------------------------------------
     # FSDP/ZeRO-3: the unit being computed is all-gathered (bf16) with its bf16 grads and an
@@ -134,37 +167,50 @@ def estimate(b: Batch, wl: Workload) -> dict:
     pp_buf = np.where(p > 1, 2 * ACT_BYTES * T * dims["h"] / np.where(sp, t, 1.0), 0.0)
 
     # ---- peak: the phases do not coincide ----------------------------------------------------
-    # end of forward / start of backward (head rank): all activations + the gathered LM-head
-    # weights (2 B/param) + either the logits/loss buffers or, once the logits' gradient has
-    # been consumed, the head's gradient buffers (they do not coexist);
-    # backward of a layer (every rank): all activations + that layer's working set + its unit
-    head_w = np.where(fsdp, 2.0 * wl.params_embed, 0.0)
-    loss_part = np.maximum(logits * FRAGMENTATION, head_buf - head_w)
-    loss_phase = loss_part + head_w
-    layer_phase = working * FRAGMENTATION + layer_buf
-    loss_wins = loss_phase >= layer_phase
     states = weights + grads + optimizer
-    # worst rank: each candidate's own peak (the first stage, with the most micro-batches in
-    # flight, exists as a separate rank only with pp > 1)
-    head_peak = act_head * FRAGMENTATION + np.maximum(loss_phase, layer_phase)
-    first_peak = np.where(p > 1, act_first * FRAGMENTATION + layer_phase, 0.0)
-    head_worse = head_peak >= first_peak
-    activations = np.where(head_worse, act_head, act_first)
-    loss_wins = head_worse & loss_wins
-    fwd_bwd_peak = states + np.maximum(head_peak, first_peak) + pp_buf
-    opt_peak = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_shard, 0.0)
-    peak = np.maximum(fwd_bwd_peak, opt_peak) + RUNTIME_GIB * GIB
+    head_w = np.where(fsdp, 2.0 * wl.params_embed, 0.0)
+
+    def peak_of(reserved: bool):
+        """Peak over the phases, in bytes allocated or bytes reserved (see the module doc).
+        End of forward / start of backward (head rank): all activations + the gathered LM-head
+        weights + either the loss buffers or, once the logits' gradient has been consumed, the
+        head's gradient buffers (they do not coexist); backward of a layer (every rank): all
+        activations + that layer's working set + its FSDP unit."""
+        frag = FRAGMENTATION if reserved else 1.0
+        loss = cached_fwd + logits_reserved if reserved else logits
+        loss_part = np.maximum(loss, head_buf - head_w)
+        loss_phase = loss_part + head_w
+        layer_phase = working * frag + layer_buf
+        # worst rank: each candidate's own peak (the first stage, with the most micro-batches
+        # in flight, exists as a separate rank only with pp > 1)
+        head_peak = act_head * frag + np.maximum(loss_phase, layer_phase)
+        first_peak = np.where(p > 1, act_first * frag + layer_phase, 0.0)
+        head_worse = head_peak >= first_peak
+        fwd_bwd = states + np.maximum(head_peak, first_peak) + pp_buf
+        opt = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_shard, 0.0)
+        parts = {"head_worse": head_worse, "loss_wins": head_worse & (loss_phase >= layer_phase),
+                 "loss_part": loss_part, "fwd_bwd": fwd_bwd, "opt": opt}
+        return np.maximum(fwd_bwd, opt), parts
+
+    allocated, _ = peak_of(reserved=False)
+    reserved, pr = peak_of(reserved=True)
+    # the device also holds the CUDA context and NCCL's buffers, outside the allocator
+    peak = reserved + RUNTIME_GIB * GIB
     fits = peak / GIB <= b.hbm_gib
+    loss_wins = pr["loss_wins"]
+    activations = np.where(pr["head_worse"], act_head, act_first)
     return {
         "mem_weights": weights / GIB,
         "mem_grads": grads / GIB,
         "mem_optimizer": optimizer / GIB,
         "mem_activations": activations * FRAGMENTATION / GIB,
-        "mem_logits": np.where(loss_wins, loss_part, 0.0) / GIB,
+        "mem_logits": np.where(loss_wins, pr["loss_part"], 0.0) / GIB,
         "mem_working": np.where(loss_wins, 0.0, working * FRAGMENTATION) / GIB,
         "mem_buffers": (np.where(loss_wins, head_w, layer_buf) + pp_buf) / GIB,
-        "mem_optimizer_temp": np.maximum(opt_peak - fwd_bwd_peak, 0.0) / GIB,
+        "mem_optimizer_temp": np.maximum(pr["opt"] - pr["fwd_bwd"], 0.0) / GIB,
         "mem_runtime": np.full_like(peak, RUNTIME_GIB),
         "peak_memory_gib": peak / GIB,
+        "peak_reserved_gib": reserved / GIB,
+        "peak_allocated_gib": allocated / GIB,
         "fits": fits,
     }

@@ -21,6 +21,10 @@ ATTENTION = ("mha", "mla")  # mha covers MHA/GQA/MQA through kv_heads
 # (FlashAttention-3 / cuDNN fused attention, what Transformer Engine uses on Hopper+)
 ATTENTION_KERNEL = ("fa3", "fa2")
 CP_COMM = ("ring", "allgather")
+# Cross-entropy implementation, which sets the bytes held per logit around the loss (memory.py):
+# fused (Megatron-LM's vocab-parallel CE, in place), compiled (torch.compile'd CE), eager
+# (PyTorch F.cross_entropy on an fp32 upcast), eager_parallel (PyTorch DTensor loss_parallel)
+LOSS_IMPL = ("fused", "compiled", "eager", "eager_parallel")
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,9 @@ PARALLEL_COLUMNS = {
     # factor; expert_skew is the Zipf exponent of expert popularity (0 = balanced)
     # context parallel communication: ring (p2p, overlapped with attention) or allgather
     "cp_comm": "ring",
+    # how the loss is computed (LOSS_IMPL): Megatron's fused vocab-parallel cross-entropy by
+    # default; torchtitan runs eager (2024) or compiled (2025) PyTorch cross-entropy
+    "loss_impl": "fused",
     # FP8 primary weights: parameters stored and all-gathered in FP8 (TE fp8_model_params)
     "fp8_param_gather": False,
     "moe_dropless": True,
@@ -172,4 +179,5 @@ PARALLEL_COLUMNS = {
 ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS}
 
 CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
-               "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM}
+               "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM,
+               "loss_impl": LOSS_IMPL}

@@ -44,6 +44,13 @@ IMPUTATION = {
                          "on for Transformer Engine (Megatron/NeMo) and torch.compile rows",
     "attention_kernel": "fa2 for torchtitan (2024, SDPA flash) and llm-foundry; fa3 class "
                         "(cuDNN fused attention via Transformer Engine) for Megatron/NeMo",
+    "loss_impl": "Megatron/NeMo: fused (vocab-parallel CE); torchtitan's Dec-2024 benchmark: "
+                 "eager, as DTensor loss_parallel when tp > 1 (its loss compile was switched "
+                 "off then); later torchtitan with torch.compile: compiled (model and loss "
+                 "components); llm-foundry: eager",
+    "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
+                       "compared with peak_reserved_gib; TorchSim tracks live tensors, so its "
+                       "tables compare with peak_allocated_gib",
     "activation": "swiglu for Llama/Qwen/Mixtral/DeepSeek/GPT-OSS, relu2 for Nemotron, "
                   "else gelu",
     "measured step time": "step_time_s, else derived_step_time_s, else from reported "
@@ -194,10 +201,22 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         attention_kernel="fa2" if re.search(r"torchtitan|llm-foundry", fw, re.I) else "fa3",
         fused_elementwise=not re.search(r"torchtitan|llm-foundry", fw, re.I)
         or bool(re.search(r"compile", fw, re.I)),
+        loss_impl=_loss_impl(fw, tp),
     )
     if zero == 3 and pp > 1:
         run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
     return run, ""
+
+
+def _loss_impl(fw: str, tp: float) -> str:
+    """Which cross-entropy the row's framework ran (IMPUTATION['loss_impl'])."""
+    if re.search(r"torchtitan", fw, re.I):
+        if re.search(r"compile", fw, re.I) and not re.search(r"202412", fw):
+            return "compiled"
+        return "eager_parallel" if tp > 1 else "eager"
+    if re.search(r"llm-foundry", fw, re.I):
+        return "eager"
+    return "fused"
 
 
 def _measured_step(r: pd.Series) -> tuple[float, str]:
@@ -283,7 +302,7 @@ def validate(data: pd.DataFrame | None = None) -> pd.DataFrame:
                "imputed", "measured_step_s", "measured_from", "measured_mem_gib"]].copy()
     out["predicted_step_s"] = pred["step_time_s"]
     out["step_error"] = out["predicted_step_s"] / out["measured_step_s"] - 1
-    out["predicted_mem_gib"] = pred["peak_memory_gib"]
+    out["predicted_mem_gib"] = pred["peak_reserved_gib"]  # torchtitan logs peak reserved
     out["mem_error"] = out["predicted_mem_gib"] / out["measured_mem_gib"] - 1
     out["fits"] = pred["fits"]
     return out
@@ -300,12 +319,13 @@ def validate_memory() -> pd.DataFrame:
     ts = pd.read_csv(resources.files("sim_core").joinpath("data/torchsim_memory.csv"))
     runs = ts.drop(columns=["source", "table", "measured_mem_gib"]).assign(
         global_batch=lambda d: d["micro_batch"] * d["num_gpus"] // d["tp"],
-        attention_kernel="fa2")
+        attention_kernel="fa2",
+        loss_impl=np.where(ts["tp"] > 1, "eager_parallel", "eager"))
     pred = simulate_frame(runs)
     b = pd.DataFrame({"case": ts["table"] + " s=" + ts["seq_len"].astype(str),
                       "source": ts["source"], "label": ts["model"],
                       "measured_mem_gib": ts["measured_mem_gib"],
-                      "predicted_mem_gib": pred["peak_memory_gib"]})
+                      "predicted_mem_gib": pred["peak_allocated_gib"]})
     out = pd.concat([a, b], ignore_index=True)
     out["mem_error"] = out["predicted_mem_gib"] / out["measured_mem_gib"] - 1
     return out

@@ -37,8 +37,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from sim_core.specs import (ACTIVATION, ATTENTION_KERNEL, CP_COMM, PARALLEL_COLUMNS, PRECISION,
-                            RECOMPUTE)
+from sim_core.specs import (ACTIVATION, ATTENTION_KERNEL, CP_COMM, LOSS_IMPL, PARALLEL_COLUMNS,
+                            PRECISION, RECOMPUTE)
 
 from .errors import ConfigError
 
@@ -70,6 +70,7 @@ EXPECT: dict[str, tuple[str, str]] = {
     "capacity_factor": ("a number >= 1", "numbers >= 1"),
     "expert_skew": ("a number >= 0 (Zipf exponent; 0 = balanced)", "numbers >= 0"),
     "cp_comm": ("one of " + ", ".join(CP_COMM), "values among " + ", ".join(CP_COMM)),
+    "loss_impl": ("one of " + ", ".join(LOSS_IMPL), "values among " + ", ".join(LOSS_IMPL)),
     "zero": ("an integer 0-3 (3 = FSDP)", "integers 0-3"),
     "nic_bw_gbs": ("a positive number", "positive numbers"),
     "price_per_hour": ("a positive number", "positive numbers"),
@@ -121,6 +122,7 @@ class ParallelConfig(_Strict):
     attention_kernel: Literal[ATTENTION_KERNEL] | None = None  # type: ignore[valid-type]
     fused_elementwise: StrictBool | None = None
     cp_comm: Literal[CP_COMM] | None = None  # type: ignore[valid-type]
+    loss_impl: Literal[LOSS_IMPL] | None = None  # type: ignore[valid-type]
     fp8_param_gather: StrictBool | None = None
     moe_dropless: StrictBool | None = None
     capacity_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
@@ -170,7 +172,7 @@ _INT_AXES = {"seq_len", "global_batch", "global_batch_tokens", "num_gpus", "node
              "gpus_per_node", "nics_per_node", "tp", "pp", "cp", "ep", "vpp", "micro_batch"}
 _BOOL_AXES = {k for k, v in PARALLEL_COLUMNS.items() if isinstance(v, bool)}
 _ENUM_AXES = {"recompute": RECOMPUTE, "precision": PRECISION,
-              "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM}
+              "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM, "loss_impl": LOSS_IMPL}
 _FLOAT_AXES = {"nic_bw_gbs": 0.0, "capacity_factor": 1.0, "expert_skew": 0.0}  # name: minimum
 AXES = sorted(_INT_AXES | _BOOL_AXES | set(_ENUM_AXES) | set(_FLOAT_AXES)
               | {"etp", "zero", "gpu", "model"})

@@ -118,6 +118,7 @@ def test_simulate_json(capsys):
     assert rep["step_time_s"] > 0 and 0 < rep["mfu"] < 1 and isinstance(rep["fits"], bool)
     assert rep["breakdown"] and all(not k.startswith("time_") for k in rep["breakdown"])
     assert rep["memory"] and all(not k.startswith("mem_") for k in rep["memory"])
+    assert rep["peak_allocated_gib"] <= rep["peak_reserved_gib"] < rep["peak_memory_gib"]
 
 
 def test_simulate_table(capsys):

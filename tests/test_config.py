@@ -146,6 +146,7 @@ def test_axis_errors(name, spec, expect):
     ({"parallel": {"recompute": "most"}}, "parallel.recompute: expected one of 'none'"),
     ({"parallel": {"zero": 5}}, "parallel.zero: expected an integer 0-3 (3 = FSDP), got 5"),
     ({"parallel": {"sequence_parallel": "yes"}}, "parallel.sequence_parallel: expected true"),
+    ({"parallel": {"loss_impl": "liger"}}, "parallel.loss_impl: expected one of 'fused'"),
     ({"cluster": {"gpu": "a100-80gb", "num_gpus": -8}},
      "cluster.num_gpus: expected a positive integer, got -8"),
     ({"cluster": {"gpu": "a100-80gb", "num_gpus": 0}},

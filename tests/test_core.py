@@ -159,3 +159,48 @@ def test_fp8_uses_fp8_peak_on_hopper_only():
     a_fp8 = simulate(batch(precision="fp8"))["time_compute"][0]
     assert h_fp8 < 0.8 * h_bf16  # GEMMs at up to 2x: most of the compute
     assert a_fp8 == pytest.approx(a_bf16)  # A100 has no FP8 tensor cores
+
+
+# A loss-dominated case: Llama 3.1 8B, one GPU's worth of 16k tokens under FSDP, full recompute.
+LLAMA8 = dict(model="llama3.1-8b", seq_len=8192, global_batch=16, gpu="h100-96gb", num_gpus=8,
+              tp=1, pp=1, micro_batch=2, recompute="full", zero=3)
+
+
+def test_loss_bytes_per_logit_follow_the_implementation():
+    """Allocated peak moves by exactly the per-logit difference between implementations
+    (eager 12 B vs Megatron's fused 6 B, loss_parallel 16 B, compiled 4 B) x T*V/t logits."""
+    impls = ["fused", "compiled", "eager", "eager_parallel"]
+    out = simulate_frame(pd.DataFrame([{**LLAMA8, "loss_impl": i} for i in impls]))
+    logits = 2 * 8192 * 128256
+    alloc = out["peak_allocated_gib"].to_numpy() * 1024**3
+    assert alloc[2] - alloc[0] == pytest.approx(6 * logits, rel=1e-9)
+    assert alloc[3] - alloc[2] == pytest.approx(4 * logits, rel=1e-9)
+    assert alloc[0] - alloc[1] == pytest.approx(2 * logits, rel=1e-9)
+    # reserved: eager keeps one more fp32 segment (14 B) and loss_parallel two (18 B), both on
+    # top of what one layer's forward left cached
+    res = out["peak_reserved_gib"].to_numpy() * 1024**3
+    assert res[3] - res[2] == pytest.approx(4 * logits, rel=1e-9)
+    assert (res - alloc)[2] > 2 * logits  # 2 B/logit of segments + the cached layer blocks
+
+
+def test_counters_are_ordered():
+    """allocated <= reserved, and the device total adds the CUDA context and NCCL buffers."""
+    df = pd.DataFrame([GPT3, {**GPT3, "zero": 3, "recompute": "selective"}, LLAMA8,
+                       {**LLAMA8, "loss_impl": "eager_parallel", "tp": 8, "num_gpus": 64,
+                        "sequence_parallel": True}])
+    out = simulate_frame(df)
+    assert (out["peak_allocated_gib"] <= out["peak_reserved_gib"]).all()
+    np.testing.assert_allclose(out["peak_memory_gib"] - out["peak_reserved_gib"],
+                               memory.RUNTIME_GIB)
+
+
+def test_tp_overlap_does_not_leave_the_gathered_input_cached():
+    """With SP and no TP overlap the all-gathered layer input (T x h bf16) stays in the cache
+    when the loss starts; AsyncTP / userbuffers stream it in chunks instead."""
+    base = {**LLAMA8, "model": "llama3.1-70b", "tp": 8, "num_gpus": 256, "global_batch": 512,
+            "micro_batch": 16, "sequence_parallel": True, "loss_impl": "eager_parallel"}
+    out = simulate_frame(pd.DataFrame([base, {**base, "tp_comm_overlap": True}]))
+    gathered = 2 * (16 * 8192) * 8192 / 1024**3
+    diff = out["peak_reserved_gib"][0] - out["peak_reserved_gib"][1]
+    assert diff == pytest.approx(gathered, rel=1e-9)
+    assert out["peak_allocated_gib"][0] == pytest.approx(out["peak_allocated_gib"][1])

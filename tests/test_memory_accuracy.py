@@ -1,5 +1,6 @@
-"""Peak memory against measured runs: torchtitan's benchmark rows that report peak memory and
-TorchSim's Llama 70B FSDP tables. Prints the per-row table (pytest -s)."""
+"""Peak memory against measured runs: torchtitan's benchmark rows that report peak memory (peak
+reserved, compared with peak_reserved_gib) and TorchSim's Llama 70B FSDP tables (live tensors,
+compared with peak_allocated_gib). Prints the per-row table (pytest -s)."""
 
 import numpy as np
 
@@ -17,4 +18,7 @@ def test_peak_memory_against_measurements():
     assert err.median() <= 0.10
     assert (err <= 0.10).mean() >= 0.75
     torchsim = t[t["case"].str.startswith("T")]
-    assert (torchsim["mem_error"].abs() <= 0.15).all()  # all within 15%, 9 of 10 within 10%
+    assert (torchsim["mem_error"].abs() <= 0.15).all()  # all within 15%, 6 of 10 within 10%
+    titan = t[~t["case"].str.startswith("T")]
+    assert titan["mem_error"].abs().median() <= 0.05
+    assert (titan["mem_error"].abs() <= 0.10).mean() >= 0.85

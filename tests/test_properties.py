@@ -36,6 +36,7 @@ def configs(draw):
         tp_comm_overlap=draw(st.booleans()),
         overlap_grad_reduce=draw(st.booleans()),
         attention_kernel=draw(st.sampled_from(["fa3", "fa2"])),
+        loss_impl=draw(st.sampled_from(["fused", "compiled", "eager", "eager_parallel"])),
         expert_skew=draw(st.sampled_from([0.0, 0.8])) if moe else 0.0,
     )
 
@@ -59,7 +60,12 @@ def test_step_time_positive_finite_and_parts_add_up(cfg):
     assume(ok)
     r = out.iloc[0]
     assert np.isfinite(r["step_time_s"]) and r["step_time_s"] > 0
-    assert 0 < r["mfu"] < 1 and np.isfinite(r["peak_memory_gib"]) and r["peak_memory_gib"] > 0
+    # MFU is against the bf16 peak (as NVIDIA and torchtitan report), so FP8 runs on Hopper
+    # may pass 1, never the FP8 peak's 2x
+    mfu_max = 2.0 if cfg["precision"] == "fp8" else 1.0
+    assert 0 < r["mfu"] < mfu_max
+    assert np.isfinite(r["peak_memory_gib"]) and r["peak_memory_gib"] > 0
+    assert r["peak_allocated_gib"] <= r["peak_reserved_gib"] < r["peak_memory_gib"]
     parts = sum(r[c] for c in out.columns if c.startswith("time_"))
     assert np.isclose(parts, r["step_time_s"], rtol=1e-9)
     assert all(r[c] >= 0 for c in out.columns if c.startswith(("time_", "mem_")))
