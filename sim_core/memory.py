@@ -169,6 +169,8 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # ---- peak: the phases do not coincide ----------------------------------------------------
     states = weights + grads + optimizer
     head_w = np.where(fsdp, 2.0 * wl.params_embed, 0.0)
+    # optimizer step: the states plus foreach AdamW's temporary (the same in both counters)
+    opt = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_shard, 0.0)
 
     def peak_of(reserved: bool):
         """Peak over the phases, in bytes allocated or bytes reserved (see the module doc).
@@ -187,9 +189,8 @@ def estimate(b: Batch, wl: Workload) -> dict:
         first_peak = np.where(p > 1, act_first * frag + layer_phase, 0.0)
         head_worse = head_peak >= first_peak
         fwd_bwd = states + np.maximum(head_peak, first_peak) + pp_buf
-        opt = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_shard, 0.0)
         parts = {"head_worse": head_worse, "loss_wins": head_worse & (loss_phase >= layer_phase),
-                 "loss_part": loss_part, "fwd_bwd": fwd_bwd, "opt": opt}
+                 "loss_part": loss_part, "fwd_bwd": fwd_bwd}
         return np.maximum(fwd_bwd, opt), parts
 
     allocated, _ = peak_of(reserved=False)
@@ -207,7 +208,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
         "mem_logits": np.where(loss_wins, pr["loss_part"], 0.0) / GIB,
         "mem_working": np.where(loss_wins, 0.0, working * FRAGMENTATION) / GIB,
         "mem_buffers": (np.where(loss_wins, head_w, layer_buf) + pp_buf) / GIB,
-        "mem_optimizer_temp": np.maximum(pr["opt"] - pr["fwd_bwd"], 0.0) / GIB,
+        "mem_optimizer_temp": np.maximum(opt - pr["fwd_bwd"], 0.0) / GIB,
         "mem_runtime": np.full_like(peak, RUNTIME_GIB),
         "peak_memory_gib": peak / GIB,
         "peak_reserved_gib": reserved / GIB,

@@ -320,7 +320,7 @@ def validate_memory() -> pd.DataFrame:
     runs = ts.drop(columns=["source", "table", "measured_mem_gib"]).assign(
         global_batch=lambda d: d["micro_batch"] * d["num_gpus"] // d["tp"],
         attention_kernel="fa2",
-        loss_impl=np.where(ts["tp"] > 1, "eager_parallel", "eager"))
+        loss_impl=[_loss_impl("torchtitan", tp) for tp in ts["tp"]])  # eager torchtitan
     pred = simulate_frame(runs)
     b = pd.DataFrame({"case": ts["table"] + " s=" + ts["seq_len"].astype(str),
                       "source": ts["source"], "label": ts["model"],

@@ -71,8 +71,8 @@ def simulate_run(cfg, simulate=None) -> dict:
     config_keys = [c for c in row_df.columns if c in space.fixed and c != "config_id"]
     out = {k: row.get(k) for k in (
         "status", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
-        "peak_reserved_gib", "peak_allocated_gib", "fits", "dp", "num_microbatches", "cost_per_step_usd", "cost_per_mtok_usd",
-        "gpu_hours_per_step", "price_per_hour")}
+        "peak_reserved_gib", "peak_allocated_gib", "fits", "dp", "num_microbatches",
+        "cost_per_step_usd", "cost_per_mtok_usd", "gpu_hours_per_step", "price_per_hour")}
     out["fits"] = bool(out["fits"])
     out["breakdown"] = {k[5:]: row[k] for k in row_df.columns if k.startswith("time_")}
     out["memory"] = {k[4:]: row[k] for k in row_df.columns if k.startswith("mem_")}

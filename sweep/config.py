@@ -37,8 +37,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from sim_core.specs import (ACTIVATION, ATTENTION_KERNEL, CP_COMM, LOSS_IMPL, PARALLEL_COLUMNS,
-                            PRECISION, RECOMPUTE)
+from sim_core.specs import (ATTENTION_KERNEL, CATEGORICAL, CP_COMM, LOSS_IMPL,
+                            PARALLEL_COLUMNS)
 
 from .errors import ConfigError
 
@@ -69,16 +69,12 @@ EXPECT: dict[str, tuple[str, str]] = {
                           "fp8_param_gather", "moe_dropless")},
     "capacity_factor": ("a number >= 1", "numbers >= 1"),
     "expert_skew": ("a number >= 0 (Zipf exponent; 0 = balanced)", "numbers >= 0"),
-    "cp_comm": ("one of " + ", ".join(CP_COMM), "values among " + ", ".join(CP_COMM)),
-    "loss_impl": ("one of " + ", ".join(LOSS_IMPL), "values among " + ", ".join(LOSS_IMPL)),
     "zero": ("an integer 0-3 (3 = FSDP)", "integers 0-3"),
     "nic_bw_gbs": ("a positive number", "positive numbers"),
     "price_per_hour": ("a positive number", "positive numbers"),
-    "recompute": ("one of " + ", ".join(RECOMPUTE), "values among " + ", ".join(RECOMPUTE)),
-    "precision": ("one of " + ", ".join(PRECISION), "values among " + ", ".join(PRECISION)),
-    "activation": ("one of " + ", ".join(ACTIVATION), "values among " + ", ".join(ACTIVATION)),
-    "attention_kernel": ("one of " + ", ".join(ATTENTION_KERNEL),
-                         "values among " + ", ".join(ATTENTION_KERNEL)),
+    # the enumerated fields (specs.CATEGORICAL): recompute, precision, activation, ...
+    **{k: ("one of " + ", ".join(v), "values among " + ", ".join(v))
+       for k, v in CATEGORICAL.items()},
     "gpu": ("a GPU catalog id", "GPU catalog ids"),
     "model": ("a model catalog id or an inline model mapping", "model catalog ids"),
     "seed": ("an integer 0 to 2**32-1", "integers"),
@@ -171,8 +167,8 @@ class SpaceConfig(RunConfig):
 _INT_AXES = {"seq_len", "global_batch", "global_batch_tokens", "num_gpus", "nodes",
              "gpus_per_node", "nics_per_node", "tp", "pp", "cp", "ep", "vpp", "micro_batch"}
 _BOOL_AXES = {k for k, v in PARALLEL_COLUMNS.items() if isinstance(v, bool)}
-_ENUM_AXES = {"recompute": RECOMPUTE, "precision": PRECISION,
-              "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM, "loss_impl": LOSS_IMPL}
+# every enumerated field but the model's activation (set through `model`)
+_ENUM_AXES = {k: v for k, v in CATEGORICAL.items() if k != "activation"}
 _FLOAT_AXES = {"nic_bw_gbs": 0.0, "capacity_factor": 1.0, "expert_skew": 0.0}  # name: minimum
 AXES = sorted(_INT_AXES | _BOOL_AXES | set(_ENUM_AXES) | set(_FLOAT_AXES)
               | {"etp", "zero", "gpu", "model"})
