@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import catalog
+from . import catalog, frameworks
 from .specs import ALL_COLUMNS, CATEGORICAL, MODEL_COLUMNS
 
 # Hardware columns copied from the GPU catalog table into every row.
@@ -76,7 +76,7 @@ def _gpu_arrays(gpu: pd.Series) -> dict[str, np.ndarray]:
 
 def frame_to_batch(df: pd.DataFrame) -> Batch:
     """Resolve a run frame (see specs.ALL_COLUMNS) into a Batch of numeric arrays."""
-    df = _expand_models(df)
+    df = frameworks.resolve_frame(_expand_models(df))
     n = len(df)
     b = Batch()
     for name, default in ALL_COLUMNS.items():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import frameworks
 from .columns import Batch
 from .workload import ACT_BYTES, Workload
 
@@ -44,13 +45,19 @@ FRAGMENTATION = 1.10
 #   eager_parallel (torch.distributed.tensor.parallel.loss_parallel, vocab-sharded): its
 #     decomposed log-softmax keeps x, x - max and exp(x - max) (2 + 4 + 4 + 4 = 14); backward
 #     holds the saved result, a zero-filled gradient, exp(result) and their sum -> 16
-LOSS_BYTES = np.array([6.0, 4.0, 12.0, 16.0])
+#   fp32_parallel (nanotron models/llama.py cast_to_fp32 + tensor_parallel/functional.py
+#     _ShardedCrossEntropy, 2411b022): the fp32 logits (4) and their shifted copy, exponentiated
+#     and normalised in place and saved (4); the bf16 logits are freed when the model's forward
+#     returns; backward turns the saved softmax into the gradient in place and casts it to bf16
+#     -> 4 + 4 = 8
+LOSS_BYTES = np.array([6.0, 4.0, 12.0, 16.0, 8.0])
 # ... and the allocator segments the loss leaves reserved per logit: a freed block is reused only
 # by a tensor that fits in it, so a backward tensor finding no free fp32-sized block takes a new
 # segment. eager: bf16, fp32 copy, log-softmax, + 1 new fp32 in backward -> 14; eager_parallel:
 # bf16, x, x - max, exp, + 1 new in backward (grad, exp and sum reuse x, shifted and exp) -> 18;
-# fused and compiled reuse their own blocks -> same as allocated.
-LOSS_SEGMENT_BYTES = np.array([6.0, 4.0, 14.0, 18.0])
+# fused and compiled reuse their own blocks -> same as allocated; fp32_parallel: the bf16 logits'
+# block, the fp32 logits and the shifted copy (the bf16 gradient reuses the first) -> 10.
+LOSS_SEGMENT_BYTES = np.array([6.0, 4.0, 14.0, 18.0, 10.0])
 # Torch's multi-tensor (foreach) AdamW allocates a temporary as large as the fp32 shard it
 # updates (sqrt(v) as a new tensor list); FSDP frameworks use it (ZeRO-3 here). Megatron's
 # fused Adam works in place. TorchSim Table 4 (an optimizer-phase peak) fits one temporary.
@@ -70,8 +77,13 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict) -> dict:
     qkv = dims["q_dim"] + 2 * dims["kv_dim"]
     attn = ((ACT_BYTES + g_in) * T * h / rep + ACT_BYTES * T * qkv / t
             + g_in * T * dims["a"] * dims["dv"] / t + 4.0 * T * dims["a"] / t)
-    # MLP block: norm input, FC1 input, FC1 output(s) and the activation output (FC2 input)
-    fc1_out = np.where(b.activation == 1, 2.0, 1.0)
+    # MLP block: norm input, FC1 input, FC1 output(s) and the activation output (FC2 input).
+    # An eager GLU, act(gate) * up (torchtitan without compile, nanotron's GLUActivation, Hugging
+    # Face modules), also keeps act(gate) for the multiply: one more ffn-wide tensor than a fused
+    # SwiGLU kernel, which saves its input and recomputes act(gate) in backward
+    glu = b.activation == 1
+    fc1_gemm = np.where(glu, 2.0, 1.0)  # FC1 output width in ffn units (gate and up for a GLU)
+    fc1_out = fc1_gemm + np.where(glu & ~b.fused_elementwise, 1.0, 0.0)
     dense_mlp = ((ACT_BYTES + g_in) * T * h / rep + ACT_BYTES * T * b.ffn * fc1_out / t
                  + g_in * T * b.ffn / t)
     # MoE: each token is routed to top_k experts (+ shared): dispatched copies of the hidden
@@ -86,7 +98,7 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict) -> dict:
     # recompute with modules): keep the layer input, the attention output and statistics, and
     # every other GEMM output; recompute the rest in backward
     f_width = (1 - moe_frac) * b.ffn + moe_frac * routed * b.expert_ffn
-    gemm_out = (dims["q_dim"] + 2 * dims["kv_dim"]) / t + h / rep + f_width * fc1_out / t + h / rep
+    gemm_out = (dims["q_dim"] + 2 * dims["kv_dim"]) / t + h / rep + f_width * fc1_gemm / t + h / rep
     selective = (ACT_BYTES * T * h / rep + ACT_BYTES * T * dims["a"] * dims["dv"] / t
                  + 4.0 * T * dims["a"] / t + 0.5 * ACT_BYTES * T * gemm_out)
     full = ACT_BYTES * T * h / rep  # only the layer input is kept
@@ -122,8 +134,13 @@ def estimate(b: Batch, wl: Workload) -> dict:
     fp8_primary = fp8 & b.fp8_param_gather
     weights = weights + np.where(fp8 & ~fsdp & ~fp8_primary, 1.0 * (P - wl.params_embed),
                                  np.where(fp8_primary & ~fsdp, -1.0 * (P - wl.params_embed), 0.0))
+    # the framework's gradient layout (catalogs/frameworks.yaml): the main-grad buffer (fp32 or
+    # bf16) is sharded from the framework's stage on (nanotron's fp32 accumulator never is), and
+    # torch DDP keeps bf16 gradient buckets beside it when dp > 1
+    fw = frameworks.memory_arrays(frameworks.column(b, "framework"), z)
     g_bytes = np.where(b.grad_reduce_fp32, 4.0, 2.0)  # fp32 or bf16 main-grad buffer
-    grads = np.where(z >= 2, g_bytes * P_shard, g_bytes * P)
+    grads = np.where(z >= fw["grad_shard_zero"], g_bytes * P_shard, g_bytes * P)
+    grads = grads + np.where(ds > 1, fw["ddp_bucket_bytes"] * P, 0.0)
     master_adam = 12.0
     optimizer = np.where(z >= 1, master_adam * P_shard, master_adam * P)
 
@@ -137,6 +154,9 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # chunks (Korthikanti et al.: factor 1 + (p-1)/(p*v)); never more than the step has
     in_flight = np.where(p > 1, np.minimum(p + (p - 1) / v, m * 1.0), 1.0)
     in_flight = np.where((p > 1) & (v == 1), np.minimum(p, m), in_flight)
+    # all-forward-all-backward (GPipe, nanotron's AFAB) finishes every forward first
+    afab = frameworks.column(b, "pp_schedule") == 1
+    in_flight = np.where((p > 1) & afab, m * 1.0, in_flight)
     act_first = stored * L_stage * in_flight
     # during backward one layer's full set of activations is live again (recomputed or not),
     # plus its gradients (same order of size)
@@ -163,8 +183,10 @@ def estimate(b: Batch, wl: Workload) -> dict:
     unit_buf = lambda unit: np.where(fsdp, 8.0 * unit + 2.0 * wl.params_layer, 0.0)  # noqa: E731
     layer_buf = unit_buf(wl.params_layer)
     head_buf = unit_buf(wl.params_embed)
-    # pipeline: send/recv buffers for activations in both directions
+    # pipeline: send/recv buffers for activations in both directions; plus the framework's fixed
+    # bf16 communication buckets (DeepSpeed ZeRO-2's reduce bucket)
     pp_buf = np.where(p > 1, 2 * ACT_BYTES * T * dims["h"] / np.where(sp, t, 1.0), 0.0)
+    pp_buf = pp_buf + ACT_BYTES * fw["bucket_elems"]
 
     # ---- peak: the phases do not coincide ----------------------------------------------------
     states = weights + grads + optimizer

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import frameworks
 from .columns import Batch
 
 
@@ -44,6 +45,7 @@ def rules(b: Batch) -> list[tuple[str, np.ndarray]]:
         ("interleaved schedule needs microbatches % pp == 0",
          (v > 1) & ~_divides(p, b.global_batch / np.maximum(dp * b.micro_batch, 1))),
         ("zero must be 0, 1, 2 or 3", ~np.isin(b.zero, (0, 1, 2, 3))),
+        *frameworks.rules(b),
     ]
 
 

@@ -24,7 +24,15 @@ CP_COMM = ("ring", "allgather")
 # Cross-entropy implementation, which sets the bytes held per logit around the loss (memory.py):
 # fused (Megatron-LM's vocab-parallel CE, in place), compiled (torch.compile'd CE), eager
 # (PyTorch F.cross_entropy on an fp32 upcast), eager_parallel (PyTorch DTensor loss_parallel)
-LOSS_IMPL = ("fused", "compiled", "eager", "eager_parallel")
+# fp32_parallel (nanotron's sharded_cross_entropy on fp32-cast logits)
+LOSS_IMPL = ("fused", "compiled", "eager", "eager_parallel", "fp32_parallel")
+# Which training framework runs the job (sim_core/frameworks.py, catalogs/frameworks.yaml):
+# it sets the defaults of the fields below and which settings exist at all
+FRAMEWORK = ("megatron-core", "nemo", "torchtitan", "deepspeed", "nanotron", "llm-foundry")
+# Pipeline schedule of a non-interleaved pipeline: one-forward-one-backward keeps at most pp
+# micro-batches in flight; all-forward-all-backward (GPipe, nanotron's AFAB) keeps all of them.
+# The interleaved schedule is 1f1b with vpp > 1.
+PP_SCHEDULE = ("1f1b", "afab")
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,7 @@ MODEL_COLUMNS = {
 }
 
 RUN_COLUMNS = {
+    "framework": "megatron-core",
     "seq_len": None,
     "global_batch": None,  # sequences per optimizer step
     "precision": "bf16",
@@ -149,6 +158,7 @@ PARALLEL_COLUMNS = {
     "etp": 0,  # expert tensor parallel; 0 = same as tp
     "vpp": 1,  # virtual pipeline stages (model chunks) per pipeline rank
     "micro_batch": 1,
+    "pp_schedule": "1f1b",
     "recompute": "none",
     "sequence_parallel": False,
     "zero": 1,  # 0 none, 1 optimizer states, 2 + grads, 3 + params (3 == FSDP full shard)
@@ -180,4 +190,4 @@ ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COL
 
 CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
                "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM,
-               "loss_impl": LOSS_IMPL}
+               "loss_impl": LOSS_IMPL, "framework": FRAMEWORK, "pp_schedule": PP_SCHEDULE}

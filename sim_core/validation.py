@@ -37,17 +37,12 @@ IMPUTATION = {
     "moe": "MoE rows use the catalog model (experts, MLA, dense layers); 'tokendrop' rows drop "
            "tokens at capacity factor 1, others are dropless; routing is force-balanced; "
            "unstated EP all-to-all overlap (moe_a2a_overlap) is imputed like micro-batch",
-    "grad_reduce_fp32": "off for NeMo/Megatron-Bridge (MCore DDP default: bf16 grad buffers), "
-                        "on for the Megatron-LM script (forces fp32 for bf16) and torch FSDP "
-                        "(reduce_dtype fp32)",
-    "fused_elementwise": "off for eager PyTorch (torchtitan without torch.compile, llm-foundry), "
-                         "on for Transformer Engine (Megatron/NeMo) and torch.compile rows",
-    "attention_kernel": "fa2 for torchtitan (2024, SDPA flash) and llm-foundry; fa3 class "
-                        "(cuDNN fused attention via Transformer Engine) for Megatron/NeMo",
-    "loss_impl": "Megatron/NeMo: fused (vocab-parallel CE); torchtitan's Dec-2024 benchmark: "
-                 "eager, as DTensor loss_parallel when tp > 1 (its loss compile was switched "
-                 "off then); later torchtitan with torch.compile: compiled (model and loss "
-                 "components); llm-foundry: eager",
+    "framework": "the row's framework profile (sim_core/catalogs/frameworks.yaml): torchtitan, "
+                 "llm-foundry, nemo (NeMo, Megatron-Bridge), else megatron-core; the profile "
+                 "sets grad_reduce_fp32, fused_elementwise, attention_kernel and loss_impl",
+    "torch.compile": "torchtitan rows that say 'compile': fused elementwise ops, and the "
+                     "compiled loss except in the Dec-2024 benchmark (its loss compile was "
+                     "switched off then)",
     "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
                        "compared with peak_reserved_gib; TorchSim tracks live tensors, so its "
                        "tables compare with peak_allocated_gib",
@@ -188,7 +183,9 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         recompute = "full"
     ic = str(r["interconnect"]).lower()
     nic = 50.0 if "400gb/s rdma/gpu" in ic else 25.0 if ("1600 gbps" in ic or "hdr" in ic) else 0.0
+    framework = _framework(fw)
     run.update(
+        framework=framework,
         seq_len=_num(r["seq_len"]), global_batch=_num(r["gbs_seqs"]), precision=prec, gpu=gpu,
         num_gpus=_num(r["num_gpus"]),
         gpus_per_node=catalog.default_cluster_for_gpu(gpu).gpus_per_node, tp=tp, pp=pp, cp=cp,
@@ -197,26 +194,26 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         ep=_num(r["ep"], 1.0), moe_dropless=not re.search(r"tokendrop", str(r["model"]), re.I),
         etp=1 if moe_id else 0,
         nics_per_node=8 if nic else 0, nic_bw_gbs=nic,
-        grad_reduce_fp32=not bool(re.search(r"nemo|bridge", fw, re.I)),
-        attention_kernel="fa2" if re.search(r"torchtitan|llm-foundry", fw, re.I) else "fa3",
-        fused_elementwise=not re.search(r"torchtitan|llm-foundry", fw, re.I)
-        or bool(re.search(r"compile", fw, re.I)),
-        loss_impl=_loss_impl(fw, tp),
     )
+    # what the row states beyond its framework's defaults (frameworks.yaml): torch.compile fuses
+    # the elementwise ops and, from 2025 on, the loss (the Dec-2024 benchmark kept it eager)
+    if framework == "torchtitan" and re.search(r"compile", fw, re.I):
+        run["fused_elementwise"] = True
+        if not re.search(r"202412", fw):
+            run["loss_impl"] = "compiled"
     if zero == 3 and pp > 1:
         run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
     return run, ""
 
 
-def _loss_impl(fw: str, tp: float) -> str:
-    """Which cross-entropy the row's framework ran (IMPUTATION['loss_impl'])."""
-    if re.search(r"torchtitan", fw, re.I):
-        if re.search(r"compile", fw, re.I) and not re.search(r"202412", fw):
-            return "compiled"
-        return "eager_parallel" if tp > 1 else "eager"
-    if re.search(r"llm-foundry", fw, re.I):
-        return "eager"
-    return "fused"
+def _framework(fw: str) -> str:
+    """The framework profile of a row, from its framework and source text."""
+    for pat, fid in ((r"torchtitan", "torchtitan"), (r"llm-foundry", "llm-foundry"),
+                     (r"nanotron", "nanotron"), (r"deepspeed", "deepspeed"),
+                     (r"nemo|bridge", "nemo")):
+        if re.search(pat, fw, re.I):
+            return fid
+    return "megatron-core"
 
 
 def _measured_step(r: pd.Series) -> tuple[float, str]:
@@ -319,8 +316,7 @@ def validate_memory() -> pd.DataFrame:
     ts = pd.read_csv(resources.files("sim_core").joinpath("data/torchsim_memory.csv"))
     runs = ts.drop(columns=["source", "table", "measured_mem_gib"]).assign(
         global_batch=lambda d: d["micro_batch"] * d["num_gpus"] // d["tp"],
-        attention_kernel="fa2",
-        loss_impl=[_loss_impl("torchtitan", tp) for tp in ts["tp"]])  # eager torchtitan
+        framework="torchtitan")  # eager torchtitan (its profile's defaults)
     pred = simulate_frame(runs)
     b = pd.DataFrame({"case": ts["table"] + " s=" + ts["seq_len"].astype(str),
                       "source": ts["source"], "label": ts["model"],

@@ -68,7 +68,10 @@ def simulate_run(cfg, simulate=None) -> dict:
     row = {k: _clean(v) for k, v in row_df.iloc[0].to_dict().items()}
     if row["status"] == "invalid":
         raise SweepError(f"{cfg_name(cfg)}: configuration is invalid: {row['invalid_reason']}")
-    config_keys = [c for c in row_df.columns if c in space.fixed and c != "config_id"]
+    from sim_core.frameworks import profile_fields
+
+    config_keys = [c for c in row_df.columns
+                   if (c in space.fixed or c in profile_fields()) and c != "config_id"]
     out = {k: row.get(k) for k in (
         "status", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
         "peak_reserved_gib", "peak_allocated_gib", "fits", "dp", "num_microbatches",

@@ -37,8 +37,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from sim_core.specs import (ATTENTION_KERNEL, CATEGORICAL, CP_COMM, LOSS_IMPL,
-                            PARALLEL_COLUMNS)
+from sim_core.specs import (ATTENTION_KERNEL, CATEGORICAL, CP_COMM, FRAMEWORK, LOSS_IMPL,
+                            PARALLEL_COLUMNS, PP_SCHEDULE)
 
 from .errors import ConfigError
 
@@ -105,6 +105,7 @@ class ParallelConfig(_Strict):
     dp: PosInt | None = None  # derived when omitted
     vpp: PosInt | None = None
     micro_batch: PosInt | None = None
+    pp_schedule: Literal[PP_SCHEDULE] | None = None  # type: ignore[valid-type]
     recompute: Literal["none", "selective", "full"] | None = None
     sequence_parallel: StrictBool | None = None
     zero: ZeroStage | None = None
@@ -152,6 +153,8 @@ class RunConfig(_Strict):
     global_batch: PosInt | None = None  # sequences per optimizer step
     global_batch_tokens: PosInt | None = None  # tokens per step; global_batch = this / seq_len
     precision: Literal["bf16", "fp8"] = "bf16"
+    # which framework runs the job: its profile sets the defaults of the parallel fields below
+    framework: Literal[FRAMEWORK] = "megatron-core"  # type: ignore[valid-type]
     cluster: ClusterConfig
     parallel: ParallelConfig = ParallelConfig()
     description: str = ""
@@ -557,6 +560,7 @@ def fixed_columns(cfg: RunConfig) -> dict:
     if cfg.global_batch_tokens is not None:
         row["global_batch_tokens"] = cfg.global_batch_tokens
     row["precision"] = cfg.precision
+    row["framework"] = cfg.framework
     c = cfg.cluster
     row["gpu"] = c.gpu
     if c.num_gpus is not None:
@@ -568,8 +572,12 @@ def fixed_columns(cfg: RunConfig) -> dict:
         row["nics_per_node"] = c.nics_per_node
     if c.nic_bw_gbs is not None:
         row["nic_bw_gbs"] = c.nic_bw_gbs
+    # fields whose default comes from the framework stay unset here: frameworks.resolve_frame
+    # fills them per configuration (a space may vary the framework)
+    from sim_core.frameworks import profile_fields
+
     for k, default in PARALLEL_COLUMNS.items():
-        if k != "dp":
+        if k != "dp" and k not in profile_fields():
             row[k] = default
     given = cfg.parallel.model_dump(exclude_none=True)
     fsdp = given.pop("fsdp", None)

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim_core.frameworks import resolve_frame
+
 from .config import OBJECTIVES, SpaceConfig
 from .errors import Interrupted, SweepError
 from .results import (
@@ -86,7 +88,8 @@ def evaluate(frame: pd.DataFrame, simulate=None, check=None) -> pd.DataFrame:
     Adds the simulator's columns (NaN for invalid rows), `status` (ok | oom | invalid) and
     `invalid_reason` ('' unless invalid).
     """
-    out = frame.reset_index(drop=True)
+    # the framework's defaults are resolved here, so that results show the values simulated
+    out = resolve_frame(frame.reset_index(drop=True))
     n = len(out)
     reasons = rule_reasons(out, check)
     ok = reasons == ""

@@ -68,7 +68,12 @@ def test_shipped_examples_parse():
 def test_fixed_columns_defaults_and_derivations():
     row = fixed_columns(parse_run(RUN))
     assert row["model"] == "gpt3-175b" and row["num_gpus"] == 1024
-    assert row["cp"] == 1 and row["zero"] == 1 and "dp" not in row  # dp derived
+    assert row["cp"] == 1 and "dp" not in row  # dp derived
+    # the framework's defaults are filled per configuration, not in the fixed row
+    assert "zero" not in row and row["framework"] == "megatron-core"
+    from sim_core.frameworks import resolve_frame
+    import pandas as pd
+    assert resolve_frame(pd.DataFrame([row]))["zero"].iloc[0] == 1
     d = dict(RUN, cluster={"gpu": "h100-sxm", "nodes": 4}, parallel={"fsdp": True})
     row = fixed_columns(parse_run(d))
     assert row["nodes"] == 4 and "num_gpus" not in row and row["zero"] == 3

@@ -1,0 +1,237 @@
+"""Framework profiles: which training framework runs the job, as an input of the simulator.
+
+Each framework (Megatron-Core, NeMo, torchtitan, DeepSpeed, nanotron, llm-foundry) keeps
+different buffers, fuses different ops and offers different schedules. catalogs/frameworks.yaml
+holds one small table per framework, every entry read from that framework's code; this module
+turns it into (1) the defaults of the run fields a file leaves unset (`resolve_frame`; a field
+set by hand wins), (2) per-configuration arrays for the memory model (`memory_arrays`) and
+(3) the settings a framework does not have, as invalid-configuration rules (`rules`).
+`python -m sim_core.frameworks --markdown` prints docs/frameworks.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from .specs import CATEGORICAL, FRAMEWORK, PARALLEL_COLUMNS
+
+DEFAULT_FRAMEWORK = "megatron-core"
+
+
+@functools.lru_cache(maxsize=1)
+def profiles() -> dict:
+    """framework id -> its profile (defaults, memory, supports), in specs.FRAMEWORK order."""
+    text = resources.files("sim_core").joinpath("catalogs/frameworks.yaml").read_text()
+    table = yaml.safe_load(text)["frameworks"]
+    missing = [f for f in FRAMEWORK if f not in table]
+    if missing or set(table) - set(FRAMEWORK):
+        raise ValueError(f"catalogs/frameworks.yaml: frameworks must be exactly {FRAMEWORK}")
+    return {f: table[f] for f in FRAMEWORK}
+
+
+@functools.lru_cache(maxsize=1)
+def profile_fields() -> tuple[str, ...]:
+    """Run fields whose default comes from the framework (the same set for every profile)."""
+    fields = list(profiles()[DEFAULT_FRAMEWORK]["defaults"])
+    for name, prof in profiles().items():
+        if list(prof["defaults"]) != fields:
+            raise ValueError(f"catalogs/frameworks.yaml: {name} must set defaults for {fields}")
+    return tuple(fields)
+
+
+def default_value(framework: str, field: str, tp: int = 1):
+    """The value `framework` gives `field` when the run leaves it unset."""
+    entry = profiles()[framework]["defaults"][field]
+    return entry["value_tp"] if tp > 1 and "value_tp" in entry else entry["value"]
+
+
+def resolve_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Fill every profile field that is absent or missing in a row with that row's framework
+    default. Idempotent; rows that set a field keep it."""
+    fields = profile_fields()
+    fw_col = df["framework"] if "framework" in df.columns else None
+    need = [f for f in fields if f not in df.columns or df[f].isna().any()]
+    if fw_col is not None and fw_col.isna().any():
+        need = list(fields)
+    if not need and fw_col is not None:
+        return df
+    out = df.copy()
+    fw = (fw_col.fillna(DEFAULT_FRAMEWORK) if fw_col is not None
+          else pd.Series(DEFAULT_FRAMEWORK, index=df.index)).astype(str).str.lower()
+    out["framework"] = fw
+    unknown = ~fw.isin(FRAMEWORK)
+    if unknown.any():
+        from .catalog import CatalogError
+
+        raise CatalogError(f"framework: unknown value '{fw[unknown].iloc[0]}'; allowed: "
+                           f"{', '.join(FRAMEWORK)}")
+    tp = pd.to_numeric(out["tp"], errors="coerce").fillna(1).to_numpy() if "tp" in out \
+        else np.ones(len(out))
+    for field in need:
+        have = out[field] if field in out.columns else pd.Series(None, index=out.index,
+                                                                 dtype=object)
+        fill = np.empty(len(out), dtype=object)
+        for name in fw.unique():
+            rows = (fw == name).to_numpy()
+            entry = profiles()[name]["defaults"][field]
+            fill[rows] = entry["value"]
+            if "value_tp" in entry:
+                fill[rows & (tp > 1)] = entry["value_tp"]
+        merged = have.astype(object).where(have.notna(), pd.Series(fill, index=out.index))
+        kind = PARALLEL_COLUMNS.get(field)
+        if isinstance(kind, bool):
+            merged = merged.astype(bool)
+        elif isinstance(kind, int):
+            merged = merged.astype(np.int64)
+        out[field] = merged
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory layout arrays, one element per configuration
+# ---------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def _memory_table() -> dict[str, np.ndarray]:
+    rows = [p["memory"] for p in profiles().values()]
+    return {
+        "grad_shard_zero": np.array([r["grad_shard_zero"] for r in rows], dtype=np.float64),
+        "ddp_bucket_bytes": np.array([r["ddp_bucket_bytes"] for r in rows], dtype=np.float64),
+        # bucket elements at each ZeRO stage 0-3
+        "bucket_elems": np.array([[float(r["bucket_elems"].get(z, 0.0)) for z in range(4)]
+                                  for r in rows]),
+    }
+
+
+def memory_arrays(framework_code: np.ndarray, zero: np.ndarray) -> dict[str, np.ndarray]:
+    """The framework's memory-layout constants for each configuration (see frameworks.yaml)."""
+    t = _memory_table()
+    code = np.asarray(framework_code, dtype=np.int64)
+    z = np.clip(np.asarray(zero), 0, 3).astype(np.int64)
+    return {"grad_shard_zero": t["grad_shard_zero"][code],
+            "ddp_bucket_bytes": t["ddp_bucket_bytes"][code],
+            "bucket_elems": t["bucket_elems"][code, z]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings a framework does not have
+# ---------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def _support_table() -> dict[str, np.ndarray]:
+    sup = [p["supports"] for p in profiles().values()]
+
+    def allowed(field: str, key: str | None = None) -> np.ndarray:
+        values = CATEGORICAL[field] if field in CATEGORICAL else range(4)
+        return np.array([[v in s[key or field] for v in values] for s in sup])
+
+    return {
+        "zero": allowed("zero"),
+        "pp_schedule": allowed("pp_schedule"),
+        "cp_comm": allowed("cp_comm"),
+        "recompute": allowed("recompute"),
+        **{k: np.array([bool(s[k]) for s in sup])
+           for k in ("pp", "vpp", "cp", "ep", "tp_comm_overlap", "fp8")},
+        "pp_zero_max": np.array([s.get("pp_zero_max", 3) for s in sup], dtype=np.float64),
+    }
+
+
+def column(b, name: str) -> np.ndarray:
+    """A batch column, or its spec default where a hand-built batch (benchmarks, property tests)
+    leaves it out: the default framework's code, the first schedule."""
+    if name in b:
+        return np.asarray(b[name])
+    default = {"framework": FRAMEWORK.index(DEFAULT_FRAMEWORK), "pp_schedule": 0}[name]
+    return np.full(len(b.tp), default, dtype=np.int64)
+
+
+def rules(b) -> list[tuple[str, np.ndarray]]:
+    """(reason, violated mask) for settings the configuration's framework does not offer.
+    Settings the framework silently ignores (SP at tp = 1, an overlap with nothing to overlap)
+    are not violations."""
+    s = _support_table()
+    fw = column(b, "framework").astype(np.int64)
+    sched = column(b, "pp_schedule").astype(np.int64)
+    z = np.clip(b.zero, 0, 3).astype(np.int64)
+    checks = [(f"ZeRO stage {stage}", ~s["zero"][fw, z] & (z == stage)) for stage in range(4)]
+    checks += [(f"{v} pipeline schedule", ~s["pp_schedule"][fw, i] & (sched == i) & (b.pp > 1))
+               for i, v in enumerate(CATEGORICAL["pp_schedule"])]
+    checks += [(f"{v} context-parallel communication", ~s["cp_comm"][fw, i] & (b.cp_comm == i)
+                & (b.cp > 1)) for i, v in enumerate(CATEGORICAL["cp_comm"])]
+    checks += [(f"{v} recompute", ~s["recompute"][fw, i] & (b.recompute == i))
+               for i, v in enumerate(CATEGORICAL["recompute"])]
+    checks += [
+        ("pipeline parallelism (pp > 1)", ~s["pp"][fw] & (b.pp > 1)),
+        ("interleaved pipeline schedule (vpp > 1)", ~s["vpp"][fw] & (b.vpp > 1)),
+        ("ZeRO-2/3 with pipeline parallelism", (b.pp > 1) & (b.zero > s["pp_zero_max"][fw])),
+        ("context parallelism (cp > 1)", ~s["cp"][fw] & (b.cp > 1)),
+        ("expert parallelism (ep > 1)", ~s["ep"][fw] & (b.ep > 1)),
+        ("TP communication overlap", ~s["tp_comm_overlap"][fw] & b.tp_comm_overlap & (b.tp > 1)),
+        ("FP8 training", ~s["fp8"][fw] & (b.precision == 1)),
+    ]
+    out = []
+    for what, bad in checks:
+        if bad.any():
+            # one reason text per framework, so that the reason names it
+            for code in np.unique(fw[bad]):
+                out.append((f"{FRAMEWORK[code]} has no {what}", bad & (fw == code)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Documentation
+# ---------------------------------------------------------------------------------------------
+def markdown() -> str:
+    """docs/frameworks.md: every profile's table with its code references."""
+    lines = ["# Framework profiles", "",
+             "Generated by `python -m sim_core.frameworks --markdown` from "
+             "`sim_core/catalogs/frameworks.yaml`; a test keeps the two equal.", "",
+             "Which framework runs the job is an input (`framework:` in a run or space file; "
+             "a space may vary it). It sets the defaults of the run fields below (a field set "
+             "by hand wins), the memory layout of gradients and buffers, and which settings "
+             "exist: a setting the framework does not offer makes the configuration `invalid` "
+             "with the reason. Every entry names the code it was read from; none is fitted.", ""]
+    for fid, p in profiles().items():
+        lines += [f"## `{fid}`: {p['title']}", "", f"Code read: {p['code']}.", "",
+                  "| field | default | from |", "|---|---|---|"]
+        for field, e in p["defaults"].items():
+            val = f"`{e['value']}`" + (f" (`{e['value_tp']}` when tp > 1)"
+                                       if "value_tp" in e else "")
+            lines.append(f"| `{field}` | {val} | {e['source']} |")
+        m = p["memory"]
+        shard = "never" if m["grad_shard_zero"] > 3 else f"from ZeRO stage {m['grad_shard_zero']}"
+        buckets = ", ".join(f"stage {z}: {v:.0e} elements" for z, v in m["bucket_elems"].items())
+        lines += ["", "Memory: gradient buffer sharded " + shard
+                  + (f"; torch DDP bf16 buckets {m['ddp_bucket_bytes']} B/parameter when dp > 1"
+                     if m["ddp_bucket_bytes"] else "")
+                  + (f"; fixed bf16 buckets ({buckets})" if buckets else "")
+                  + f". From: {m['source']}.", ""]
+        s = p["supports"]
+        offered = [f"ZeRO {s['zero']}", f"recompute {s['recompute']}",
+                   "pipeline " + (f"{s['pp_schedule']}" + (" + interleaved" if s["vpp"] else "")
+                                  if s["pp"] else "none")]
+        if s.get("pp_zero_max", 3) < 3:
+            offered.append(f"pipeline only with ZeRO <= {s['pp_zero_max']}")
+        offered += [f"CP {s['cp_comm'] if s['cp'] else 'none'}",
+                    f"EP {'yes' if s['ep'] else 'no'}",
+                    f"TP comm overlap {'yes' if s['tp_comm_overlap'] else 'no'}",
+                    f"FP8 {'yes' if s['fp8'] else 'no'}"]
+        lines += ["Offers: " + "; ".join(o.replace("'", "") for o in offered)
+                  + f". From: {s['source']}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:  # python -m sim_core.frameworks --markdown
+    argv = sys.argv[1:] if argv is None else argv
+    if argv != ["--markdown"]:
+        print("usage: python -m sim_core.frameworks --markdown", file=sys.stderr)
+        raise SystemExit(2)
+    print(markdown())
+
+
+if __name__ == "__main__":
+    main()
