@@ -293,7 +293,7 @@ def validate(data: pd.DataFrame | None = None) -> pd.DataFrame:
     use = data[data["skip"] == ""].copy()
     use = _impute(use)
     pred = simulate_frame(use)
-    out = use[["id", "is_moe", "family", "source", "reliability", "label", "gpu", "num_gpus",
+    out = use[["id", "is_moe", "family", "framework", "source", "reliability", "label", "gpu", "num_gpus",
                "seq_len", "precision",
                "tp", "pp", "cp", "vpp", "micro_batch", "recompute", "zero",
                "imputed", "measured_step_s", "measured_from", "measured_mem_gib"]].copy()
@@ -311,7 +311,8 @@ def validate_memory() -> pd.DataFrame:
     per step; the global batch is micro_batch x dp)."""
     pub = validate()
     pub = pub[pub["measured_mem_gib"].notna()]
-    a = pub[["id", "source", "label", "measured_mem_gib", "predicted_mem_gib"]].rename(
+    a = pub[["id", "source", "framework", "label", "measured_mem_gib",
+             "predicted_mem_gib"]].rename(
         columns={"id": "case"})
     ts = pd.read_csv(resources.files("sim_core").joinpath("data/torchsim_memory.csv"))
     runs = ts.drop(columns=["source", "table", "measured_mem_gib"]).assign(
@@ -319,7 +320,7 @@ def validate_memory() -> pd.DataFrame:
         framework="torchtitan")  # eager torchtitan (its profile's defaults)
     pred = simulate_frame(runs)
     b = pd.DataFrame({"case": ts["table"] + " s=" + ts["seq_len"].astype(str),
-                      "source": ts["source"], "label": ts["model"],
+                      "source": ts["source"], "framework": "torchtitan", "label": ts["model"],
                       "measured_mem_gib": ts["measured_mem_gib"],
                       "predicted_mem_gib": pred["peak_allocated_gib"]})
     out = pd.concat([a, b], ignore_index=True)

@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sim_core.risk import DEFAULT_MAX_RISK
+
 from . import export
 from .errors import SweepError
 
@@ -160,7 +162,10 @@ def parse_headroom(text) -> tuple[float, str]:
 
 @dataclass
 class Constraints:
+    # None: keep configurations whose OOM risk is at most max_oom_risk (the default margin);
+    # a headroom (8GiB, 10%) replaces it; 0 gives the raw ranking
     headroom: str | None = None
+    max_oom_risk: float = DEFAULT_MAX_RISK
     max_gpus: int | None = None
     budget: float | None = None
     deadline: float | None = None  # days
@@ -172,8 +177,15 @@ class Constraints:
         if (self.budget is not None or self.deadline is not None) and not self.tokens:
             raise SweepError("--budget and --deadline need --tokens (the token budget to train on)")
 
+    def risk_filter(self) -> bool:
+        """The default margin: no explicit headroom was asked for."""
+        return self.headroom is None
+
     def describe(self) -> list[str]:
         out = []
+        if self.risk_filter():
+            out.append(f"OOM risk <= {self.max_oom_risk:.0%} (the memory model's measured error "
+                       "for the framework; --headroom 0 for the raw ranking)")
         if self.headroom is not None:
             v, kind = parse_headroom(self.headroom)
             out.append(f"memory headroom >= {v:g} GiB" if kind == "gib"
@@ -212,6 +224,8 @@ def feasible(df: pd.DataFrame, c: Constraints) -> tuple[pd.Series, list[tuple[st
         apply("num_gpus", df["num_gpus"].isin([int(n) for n in c.num_gpus]))
     if c.max_gpus:
         apply("max_gpus", df["num_gpus"] <= c.max_gpus)
+    if c.risk_filter() and "oom_risk" in df.columns:
+        apply("oom_risk", df["oom_risk"].fillna(1.0) <= c.max_oom_risk)
     if c.headroom is not None:
         v, kind = parse_headroom(c.headroom)
         apply("headroom", (df["headroom_gib"] >= v) if kind == "gib"
@@ -277,8 +291,8 @@ def _cell(col, v) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)) or v is pd.NA:
         return "-"
     fmt = {"step_time_s": "{:.3f}", "tokens_per_s_per_gpu": "{:,.0f}", "mfu": "{:.1%}",
-           "peak_memory_gib": "{:.1f}", "headroom_gib": "{:.1f}", "cost_per_mtok_usd": "{:.3f}",
-           "days": "{:.1f}", "total_cost_usd": "{:,.0f}", "vs_best": "{:+.1%}"}.get(col)
+           "peak_memory_gib": "{:.1f}", "oom_risk": "{:.0%}", "headroom_gib": "{:.1f}",
+           "cost_per_mtok_usd": "{:.3f}", "days": "{:.1f}", "total_cost_usd": "{:,.0f}", "vs_best": "{:+.1%}"}.get(col)
     if fmt:
         return fmt.format(v)
     if isinstance(v, (bool, np.bool_)):
@@ -289,7 +303,7 @@ def _cell(col, v) -> str:
 
 
 HEADS = {"step_time_s": "step s", "tokens_per_s_per_gpu": "tok/s/gpu", "mfu": "MFU",
-         "peak_memory_gib": "mem GiB", "headroom_gib": "free GiB", "cost_per_mtok_usd": "$/Mtok",
+         "peak_memory_gib": "mem GiB", "oom_risk": "OOM risk", "headroom_gib": "free GiB", "cost_per_mtok_usd": "$/Mtok",
          "days": "days", "total_cost_usd": "total $", "vs_best": "vs best",
          "sequence_parallel": "sp", "micro_batch": "mb", "recompute": "recompute",
          "num_gpus": "gpus"}
@@ -300,8 +314,9 @@ def table_rows(rows: pd.DataFrame, roles: list[str], objective_col: str, best_va
     rows = rows.copy()
     rows["vs_best"] = rows[objective_col] / best_val - 1 if best_val else np.nan
     cols = [c for c in CONFIG_COLS if c in rows.columns]
-    cols += ["step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "headroom_gib",
-             "cost_per_mtok_usd"]
+    cols += ["step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "oom_risk",
+             "headroom_gib", "cost_per_mtok_usd"]
+    cols = [c for c in cols if c in rows.columns or c == "vs_best"]
     if with_tokens:
         cols += ["days", "total_cost_usd"]
     cols += ["vs_best"]
@@ -396,6 +411,9 @@ def _default_objective(meta: dict) -> str:
 def constraint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--headroom", help="memory to leave free: GiB (8, 8GiB) or a fraction of HBM "
                    "(0.1, 10%%)")
+    p.add_argument("--max-oom-risk", type=float, default=DEFAULT_MAX_RISK,
+                   help="without --headroom: advise no configuration whose probability of "
+                   f"running out of memory is above this (default {DEFAULT_MAX_RISK:g})")
     p.add_argument("--max-gpus", type=int, help="at most this many GPUs")
     p.add_argument("--tokens", help="token budget to train on (300B, 1.2T, 3e11)")
     p.add_argument("--budget", type=float, help="max total cost in USD for --tokens")
@@ -410,7 +428,8 @@ def constraint_args(p: argparse.ArgumentParser) -> None:
 def constraints_from(args) -> Constraints:
     if args.headroom is not None:
         parse_headroom(args.headroom)
-    return Constraints(headroom=args.headroom, max_gpus=args.max_gpus, budget=args.budget,
+    return Constraints(headroom=args.headroom, max_oom_risk=args.max_oom_risk,
+                       max_gpus=args.max_gpus, budget=args.budget,
                        deadline=args.deadline,
                        tokens=parse_tokens(args.tokens) if args.tokens else None,
                        gpus=list(args.gpu), num_gpus=list(args.num_gpus))

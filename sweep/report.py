@@ -353,7 +353,8 @@ def _fmt(col: str, v) -> str:
     if v is None or v is pd.NA or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
     f = {"step_time_s": "{:.3f}", "tokens_per_s": "{:,.0f}", "tokens_per_s_per_gpu": "{:,.0f}",
-         "mfu": "{:.1%}", "peak_memory_gib": "{:.1f}", "headroom_gib": "{:.1f}",
+         "mfu": "{:.1%}", "peak_memory_gib": "{:.1f}", "oom_risk": "{:.0%}",
+         "headroom_gib": "{:.1f}",
          "cost_per_mtok_usd": "{:.3f}", "days": "{:.1f}", "total_cost_usd": "{:,.0f}",
          "price_per_hour": "{:.2f}"}.get(col)
     if f:
@@ -362,28 +363,29 @@ def _fmt(col: str, v) -> str:
 
 
 def frontier_rows(front: pd.DataFrame, tokens: float | None) -> tuple[list[str], list[list[str]]]:
-    heads = ["#", "GPU", "GPUs", "configuration", "tokens/s", "$/Mtok", "MFU", "mem GiB"]
-    cols = ["tokens_per_s", "cost_per_mtok_usd", "mfu", "peak_memory_gib"]
+    heads = ["#", "GPU", "GPUs", "configuration", "tokens/s", "$/Mtok", "MFU", "mem GiB",
+             "OOM risk"]
+    cols = ["tokens_per_s", "cost_per_mtok_usd", "mfu", "peak_memory_gib", "oom_risk"]
     if tokens:
         heads += ["days", "total $"]
         cols += ["days", "total_cost_usd"]
     rows = []
     for k, (_, r) in enumerate(front.iterrows(), start=1):
         rows.append([str(k), str(r["gpu"]), str(int(r["num_gpus"])), short(export.config_of(r))]
-                    + [_fmt(c, r[c]) for c in cols])
+                    + [_fmt(c, r.get(c)) for c in cols])
     return heads, rows
 
 
 def top_rows(top: pd.DataFrame, labels: list[str], tokens) -> tuple[list[str], list[list[str]]]:
     heads = ["", "GPU", "GPUs", "configuration", "step s", "tokens/s/GPU", "MFU", "mem GiB",
-             "free GiB", "$/Mtok"]
-    cols = ["step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "headroom_gib",
-            "cost_per_mtok_usd"]
+             "OOM risk", "free GiB", "$/Mtok"]
+    cols = ["step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "oom_risk",
+            "headroom_gib", "cost_per_mtok_usd"]
     if tokens:
         heads += ["days", "total $"]
         cols += ["days", "total_cost_usd"]
     rows = [[lab, str(r["gpu"]), str(int(r["num_gpus"])), short(export.config_of(r))]
-            + [_fmt(c, r[c]) for c in cols] for lab, (_, r) in zip(labels, top.iterrows())]
+            + [_fmt(c, r.get(c)) for c in cols] for lab, (_, r) in zip(labels, top.iterrows())]
     return heads, rows
 
 

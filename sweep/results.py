@@ -460,6 +460,7 @@ SHOW = {  # column -> (header, format)
     "tokens_per_s_per_gpu": ("tok/s/gpu", "{:,.0f}"),
     "mfu": ("mfu", "{:.3f}"),
     "peak_memory_gib": ("mem GiB", "{:.1f}"),
+    "oom_risk": ("OOM risk", "{:.0%}"),
     "cost_per_mtok_usd": ("$/Mtok", "{:.3g}"),
 }
 
