@@ -90,7 +90,7 @@ def test_constraints(df):
     d = R.derive(df, 300e9)
     fit = d[d["status"] == "ok"]
     budget = fit["total_cost_usd"].median()
-    rec = R.recommend(df, constraints=R.Constraints(tokens=300e9, budget=budget))
+    rec = R.recommend(df, constraints=R.Constraints(tokens=300e9, budget=budget, headroom="0"))
     assert rec.found and rec.best["total_cost_usd"] <= budget
     assert rec.best["step_time_s"] == fit[fit["total_cost_usd"] <= budget]["step_time_s"].min()
     slow_ok = R.recommend(df, "cost", R.Constraints(tokens=300e9, deadline=30))
