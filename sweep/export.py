@@ -109,6 +109,8 @@ def _is_catalog_model(d: dict) -> bool:
 def describe(d: dict) -> str:
     """One line naming a configuration: 'a100-80gb x1024 tp8 pp16 vpp6 mb1 ...'."""
     parts = [f"{d['gpu']} x{d['num_gpus']}", f"tp{d['tp']}", f"pp{d['pp']}"]
+    if d.get("framework") not in (None, "megatron-core"):
+        parts.insert(0, str(d["framework"]))
     if d.get("vpp", 1) > 1:
         parts.append(f"vpp{d['vpp']}")
     if d.get("cp", 1) > 1:
@@ -391,6 +393,118 @@ def torchtitan_toml(row) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# nanotron
+# ---------------------------------------------------------------------------------------------
+NANOTRON_SOURCE = "huggingface/nanotron 2411b022 (src/nanotron/config/*.py dataclasses)"
+
+
+def nanotron_config(row) -> dict:
+    """The parallelism, tokens, optimizer and model sections of a nanotron YAML config (keys
+    as in sweep/data/known_flags/nanotron.tsv)."""
+    d = config_of(row)
+    m = model_shape(d)
+    dp = d["dp"]
+    accum = d["global_batch"] // (dp * d["micro_batch"])
+    par = {"dp": dp, "tp": d["tp"], "pp": d["pp"],
+           "pp_engine": d.get("pp_schedule") or "1f1b",
+           # nanotron's sequence parallelism is its REDUCE_SCATTER TP mode
+           "tp_mode": "REDUCE_SCATTER" if d.get("sequence_parallel") and d["tp"] > 1
+           else "ALL_REDUCE",
+           "tp_linear_async_communication": bool(d.get("tp_comm_overlap")) and d["tp"] > 1,
+           "recompute_layer": d["recompute"] == "full",
+           "expert_parallel_size": d.get("ep", 1)}
+    if d["cp"] > 1:
+        par["context_parallel_size"] = d["cp"]
+    kv = m["kv_heads"] or m["heads"]
+    model_cfg = {"hidden_size": m["hidden"], "intermediate_size": m["ffn"],
+                 "num_hidden_layers": m["layers"], "num_attention_heads": m["heads"],
+                 "num_key_value_heads": kv, "vocab_size": m["vocab"],
+                 "max_position_embeddings": d["seq_len"],
+                 "hidden_act": "silu" if m["activation"] == "swiglu" else "gelu",
+                 "tie_word_embeddings": bool(m["tied_embeddings"]), "is_llama_config": True}
+    return {
+        "general": {"project": "sweep", "run": str(d.get("model"))},
+        "parallelism": par,
+        "tokens": {"sequence_length": d["seq_len"], "micro_batch_size": d["micro_batch"],
+                   "batch_accumulation_per_replica": accum},
+        "optimizer": {"zero_stage": d.get("zero", 0),
+                      "accumulate_grad_in_fp32": bool(d.get("grad_reduce_fp32", True))},
+        "model": {"dtype": "bfloat16", "model_config": model_cfg},
+    }
+
+
+def _flatten(cfg: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def nanotron_yaml(row) -> str:
+    d = config_of(row)
+    head = [f"# nanotron config (sections to merge into your config) for {d.get('model')}: "
+            f"{describe(d)}", f"# keys: {NANOTRON_SOURCE}",
+            f"# run: torchrun --nproc-per-node {d['gpus_per_node']} --nnodes "
+            f"{math.ceil(d['num_gpus'] / d['gpus_per_node'])} run_train.py --config-file this.yaml",
+            *[f"# {x}" for x in _prediction_lines(d)],
+            "# add data_stages, tokenizer, checkpoints, optimizer learning_rate_scheduler and "
+            "optimizer_factory"]
+    return "\n".join(head) + "\n" + yaml.safe_dump(nanotron_config(row), sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed
+# ---------------------------------------------------------------------------------------------
+DEEPSPEED_SOURCE = "microsoft/DeepSpeed 38327e07f (runtime/constants.py, zero/config.py)"
+
+
+def deepspeed_config(row) -> dict:
+    """A DeepSpeed config (JSON) for the configuration: batch sizes, bf16, the ZeRO stage with
+    its default buckets, AutoTP size (keys as in sweep/data/known_flags/deepspeed.tsv). Pipeline
+    stages are set in code (deepspeed.pipe.PipelineModule(num_stages=pp)), not in the JSON."""
+    d = config_of(row)
+    dp, zero = d["dp"], d.get("zero", 0)
+    accum = d["global_batch"] // (dp * d["micro_batch"])
+    zero_cfg = {"stage": zero, "contiguous_gradients": True, "reduce_bucket_size": 500000000,
+                "overlap_comm": bool(d.get("overlap_grad_reduce", False))}
+    if zero == 3:
+        zero_cfg["stage3_prefetch_bucket_size"] = 50000000
+    cfg = {"train_batch_size": d["global_batch"],
+           "train_micro_batch_size_per_gpu": d["micro_batch"],
+           "gradient_accumulation_steps": accum,
+           "gradient_clipping": 1.0,
+           "bf16": {"enabled": True},
+           "zero_optimization": zero_cfg}
+    if d["tp"] > 1:
+        cfg["tensor_parallel"] = {"autotp_size": d["tp"]}
+    if d["recompute"] == "full" and d["pp"] > 1:
+        # DeepSpeed's own checkpointing API (deepspeed.checkpointing), used by PipelineModule
+        cfg["activation_checkpointing"] = {"partition_activations": False,
+                                           "contiguous_memory_optimization": False}
+    return cfg
+
+
+def deepspeed_json(row) -> str:
+    import json
+
+    return json.dumps(deepspeed_config(row), indent=2) + "\n"
+
+
+def known_keys(name: str) -> set[str]:
+    """Dotted keys of sweep/data/known_flags/{nanotron,deepspeed}.tsv."""
+    text = (KNOWN_FLAGS_DIR / f"{name}.tsv").read_text()
+    return {ln.split("\t")[0] for ln in text.splitlines() if ln and not ln.startswith("#")}
+
+
+def unknown_keys(cfg: dict, name: str) -> list[str]:
+    """Keys of an exported config that the framework's code does not declare."""
+    return sorted(set(_flatten(cfg)) - known_keys(name))
+
+
+# ---------------------------------------------------------------------------------------------
 # run YAML for `sweep simulate`
 # ---------------------------------------------------------------------------------------------
 def _run_parallel_fields() -> list[str]:
@@ -416,7 +530,9 @@ def run_dict(row) -> dict:
         cluster["price_per_hour"] = float(d["price_per_hour"])
     parallel = {k: d[k] for k in _run_parallel_fields() if d.get(k) is not None}
     out = {"model": model, "seq_len": d["seq_len"], "global_batch": d["global_batch"],
-           "precision": d.get("precision", "bf16"), "cluster": cluster, "parallel": parallel}
+           "precision": d.get("precision", "bf16"),
+           "framework": d.get("framework") or "megatron-core", "cluster": cluster,
+           "parallel": parallel}
     out["description"] = f"exported by sweep: {describe(d)}"
     return out
 
@@ -449,8 +565,13 @@ def run_yaml(row) -> str:
     return "\n".join(head) + "\n" + body
 
 
-FORMATS = {"megatron": megatron_text, "torchtitan": torchtitan_toml, "yaml": run_yaml}
-FILES = {"megatron": "megatron_args.sh", "torchtitan": "torchtitan.toml", "yaml": "run.yaml"}
+FORMATS = {"megatron": megatron_text, "torchtitan": torchtitan_toml, "yaml": run_yaml,
+           "deepspeed": deepspeed_json, "nanotron": nanotron_yaml}
+FILES = {"megatron": "megatron_args.sh", "torchtitan": "torchtitan.toml", "yaml": "run.yaml",
+         "deepspeed": "deepspeed_config.json", "nanotron": "nanotron.yaml"}
+# the recipe each framework launches from (besides run.yaml); Megatron flags and the torchtitan
+# TOML are always written, as before
+FRAMEWORK_FORMATS = {"deepspeed": "deepspeed", "nanotron": "nanotron"}
 
 
 def export(row, fmt: str) -> str:

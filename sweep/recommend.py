@@ -13,7 +13,8 @@ Objectives: step_time (default), cost (USD per million tokens), throughput (toke
 days (time to train on --tokens). Runner-ups: configurations within --within percent (default 5)
 of the best objective value that leave more memory headroom, most headroom first.
 Recipes are written to RESULTS_DIR/recipe/ (recommendation.txt/json, megatron_args.sh,
-torchtitan.toml, run.yaml) unless --no-write.
+torchtitan.toml, run.yaml, and deepspeed_config.json or nanotron.yaml for a run of that
+framework) unless --no-write.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ OBJECTIVES = {  # name -> (column, ascending, header)
     "throughput": ("tokens_per_s_per_gpu", False),
     "days": ("days", True),
 }
-CONFIG_COLS = ["gpu", "num_gpus", "tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch", "recompute",
+CONFIG_COLS = ["framework", "gpu", "num_gpus", "tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch", "recompute",
                "sequence_parallel", "zero", "precision"]
 
 
@@ -361,7 +362,8 @@ def _jsonable(row: pd.Series) -> dict:
 
 
 def write_recipe(rec: Recommendation, out_dir: str | Path) -> list[Path]:
-    """recipe/: recommendation.txt + .json, megatron_args.sh, torchtitan.toml, run.yaml."""
+    """recipe/: recommendation.txt + .json, megatron_args.sh, torchtitan.toml, run.yaml, and
+    deepspeed_config.json or nanotron.yaml when the best runs on that framework."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -376,7 +378,10 @@ def write_recipe(rec: Recommendation, out_dir: str | Path) -> list[Path]:
     (d / "recommendation.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
     paths.append(d / "recommendation.json")
     if rec.found:
+        own = export.FRAMEWORK_FORMATS.get(str(rec.best.get("framework", "")))
         for fmt, name in export.FILES.items():
+            if fmt in export.FRAMEWORK_FORMATS.values() and fmt != own:
+                continue  # a DeepSpeed / nanotron recipe only for a run of that framework
             (d / name).write_text(export.export(rec.best, fmt))
             paths.append(d / name)
     return paths
@@ -395,7 +400,9 @@ def recommend_after_search(out_dir: str | Path, objective: str | None = None) ->
     except Exception as exc:  # noqa: BLE001 - a finished search must not fail here
         return f"(no recommendation: {type(exc).__name__}: {exc})"
     if rec.found:
-        text += f"\nrecipes (Megatron-LM, torchtitan, run YAML): {Path(out_dir) / 'recipe'}/"
+        own = {"deepspeed": "DeepSpeed JSON, ", "nanotron": "nanotron YAML, "}.get(
+            str(rec.best.get("framework", "")), "")
+        text += f"\nrecipes ({own}Megatron-LM, torchtitan, run YAML): {Path(out_dir) / 'recipe'}/"
     return text
 
 
@@ -443,7 +450,8 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--within", type=float, default=5.0,
                    help="runner-ups: percent of the best objective value (default 5)")
     p.add_argument("--runner-ups", type=int, default=3, help="how many runner-ups (default 3)")
-    p.add_argument("--format", choices=["table", "megatron", "torchtitan", "yaml", "json"],
+    p.add_argument("--format", choices=["table", "megatron", "torchtitan", "deepspeed",
+                                        "nanotron", "yaml", "json"],
                    default="table", help="what to print (default: the table)")
     p.add_argument("--out", help="where to write the recipe files (default RUN/recipe/)")
     p.add_argument("--no-write", action="store_true", help="write no recipe files")
