@@ -1,5 +1,5 @@
 """Regenerate the README's generated blocks after a change to the simulator:
-the accuracy table (`sweep validate --markdown`) and the GPT-3 175B / 1024 A100 Megatron flags
+the accuracy table (`sweep validate --markdown --loso`) and the GPT-3 175B / 1024 A100 Megatron flags
 (`sweep recommend ... --format megatron` on the bundled space, simulated in-process).
 
     python scripts/update_readme.py
@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim_core import validation  # noqa: E402
 from sweep import export, recommend  # noqa: E402
-from sweep.validate import markdown_summary  # noqa: E402
+from sweep.validate import loso_table, markdown_summary  # noqa: E402
 from tests.results_fixture import make_results  # noqa: E402
 
 
@@ -40,7 +40,7 @@ def replace(text: str, marker: str, body: str) -> str:
 def main() -> None:
     readme = ROOT / "README.md"
     text = readme.read_text()
-    text = replace(text, "accuracy", markdown_summary(validation.validate()).strip())
+    text = replace(text, "accuracy", markdown_summary(validation.validate(), loso_table()).strip())
     text = replace(text, "gpt3-flags", "```bash\n" + gpt3_flags() + "\n```")
     readme.write_text(text)
     print(f"updated {readme}")

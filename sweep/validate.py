@@ -113,26 +113,40 @@ def _args(p: argparse.ArgumentParser) -> None:
                    help="also refit the fitted constants leaving each source family out and "
                         "print the held-out error (about 20 s)")
     p.add_argument("--markdown", action="store_true",
-                   help="print only the accuracy summary as a Markdown table (for the README)")
+                   help="print only the accuracy summary as a Markdown table (for the README; "
+                        "with --loso it has the held-out column)")
 
 
-def markdown_summary(table: pd.DataFrame) -> str:
-    """Per-subset accuracy as a Markdown table (what the README shows)."""
-    lines = ["| rows | n | median abs err | p90 abs err | max abs err | bias | within 10% |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+def markdown_summary(table: pd.DataFrame, loso: pd.DataFrame | None = None) -> str:
+    """Per-subset accuracy as a Markdown table (what the README shows). With `loso` (from
+    sim_core.fit.leave_one_source_out), each dense family also shows its held-out median error:
+    the fitted constants refitted without that family."""
+    held = {} if loso is None else dict(zip(loso["held_out"], loso["median_abs_err"]))
+    lines = ["| rows | n | median abs err | held out (LOSO) | p90 abs err | max abs err | bias "
+             "| within 10% |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name in ("dense", "moe", "long-context", "blackwell-dense"):
         sub = table[SUBSETS[name](table)]
         for fam, g in [(f"{name}: all", sub)] + [(f"{name}: {k}", v)
                                                   for k, v in sub.groupby("family")]:
             e = g["step_error"].dropna()
-            lines.append(f"| {fam} | {len(e)} | {e.abs().median():.1%} | "
+            family = fam.split(": ", 1)[1]
+            out = f"{held[family]:.1%}" if name == "dense" and family in held else "-"
+            lines.append(f"| {fam} | {len(e)} | {e.abs().median():.1%} | {out} | "
                          f"{e.abs().quantile(0.9):.1%} | {e.abs().max():.1%} | "
                          f"{e.median():+.1%} | {(e.abs() <= 0.10).mean():.0%} |")
     mem = table["mem_error"].dropna()
-    lines.append(f"| peak memory (torchtitan rows) | {len(mem)} | {mem.abs().median():.1%} | "
+    lines.append(f"| peak memory (torchtitan rows) | {len(mem)} | {mem.abs().median():.1%} | - | "
                  f"{mem.abs().quantile(0.9):.1%} | {mem.abs().max():.1%} | "
                  f"{mem.median():+.1%} | {(mem.abs() <= 0.10).mean():.0%} |")
     return "\n".join(lines)
+
+
+def loso_table() -> pd.DataFrame:
+    """Held-out error of the fitted dense constants, one source family left out at a time."""
+    from sim_core import fit
+
+    return fit.leave_one_source_out(fit.dense_rows())
 
 
 def run(args) -> int:
@@ -146,7 +160,7 @@ def run(args) -> int:
         raise SweepError(f"dataset: not in the published_runs format ({exc})") from None
     table = validation.validate(data)
     if args.markdown:
-        print(markdown_summary(table))
+        print(markdown_summary(table, loso_table() if args.loso else None))
         return 0
     subset = "dense" if args.dense_only else args.subset
     table = table[SUBSETS[subset](table)]
@@ -165,11 +179,8 @@ def run(args) -> int:
     table = table.assign(model_family=table["label"].map(model_family))
     print(summarize(table, "model_family").to_string(float_format=lambda x: f"{x:.3f}"))
     if args.loso:
-        from sim_core import fit
-
         print("\nfitted constants, leave-one-source-out (refit without the family, error on it):")
-        print(fit.leave_one_source_out(fit.dense_rows())
-              .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        print(loso_table().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print("\nunstated fields were filled as follows:")
     for field, rule in validation.IMPUTATION.items():
         print(f"  {field}: {rule}")
