@@ -74,7 +74,7 @@ def simulate_run(cfg, simulate=None) -> dict:
                    if (c in space.fixed or c in profile_fields()) and c != "config_id"]
     out = {k: row.get(k) for k in (
         "status", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
-        "peak_reserved_gib", "peak_allocated_gib", "fits", "dp", "num_microbatches",
+        "peak_reserved_gib", "peak_allocated_gib", "oom_risk", "fits", "dp", "num_microbatches",
         "cost_per_step_usd", "cost_per_mtok_usd", "gpu_hours_per_step", "price_per_hour")}
     out["fits"] = bool(out["fits"])
     out["breakdown"] = {k[5:]: row[k] for k in row_df.columns if k.startswith("time_")}
@@ -89,7 +89,7 @@ def cfg_name(cfg) -> str:
 
 def _simulate_text(rep: dict) -> str:
     c = rep["config"]
-    lines = [f"{c.get('model')} on {c.get('num_gpus')} x {c.get('gpu')}: "
+    lines = [f"{c.get('model')} on {c.get('num_gpus')} x {c.get('gpu')} ({c.get('framework')}): "
              f"tp {c.get('tp')} pp {c.get('pp')} dp {_fmt(rep['dp'])} cp {c.get('cp')} "
              f"ep {c.get('ep')} vpp {c.get('vpp')} mb {c.get('micro_batch')} "
              f"recompute {c.get('recompute')} zero {c.get('zero')}",
@@ -101,6 +101,7 @@ def _simulate_text(rep: dict) -> str:
             ("microbatches", _fmt(rep["num_microbatches"])),
             ("peak memory", f"{rep['peak_memory_gib']:.1f} GiB"
              + ("" if rep["fits"] else "  DOES NOT FIT (oom)")),
+            ("OOM risk", f"{rep['oom_risk']:.0%}" if rep.get("oom_risk") is not None else "-"),
             ("cost", f"${rep['cost_per_step_usd']:.3f}/step, ${rep['cost_per_mtok_usd']:.3f}/Mtok"
              if rep.get("cost_per_step_usd") is not None else "-")]
     w = max(len(k) for k, _ in rows)
