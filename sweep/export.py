@@ -350,8 +350,11 @@ def torchtitan_config(row) -> dict:
     ac = {"mode": d["recompute"]}
     if d["recompute"] == "selective":
         ac["selective_ac_option"] = "op"
+    # torch.compile fuses the elementwise ops (and AsyncTP needs it); the loss is compiled only
+    # where the configuration was simulated with the compiled cross-entropy
     compile_ = {"enable": bool(d.get("fused_elementwise", True) or par.get(
-        "enable_async_tensor_parallel")), "components": ["model", "loss"]}
+        "enable_async_tensor_parallel") or d.get("loss_impl") == "compiled"),
+        "components": ["model"] + (["loss"] if d.get("loss_impl") == "compiled" else [])}
     out = {"job": {"description": f"{d.get('model')}: {describe(d)} (exported by sweep)"},
            "model": model, "training": training, "parallelism": par,
            "activation_checkpoint": ac, "compile": compile_}
