@@ -83,7 +83,7 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict) -> dict:
     # SwiGLU kernel, which saves its input and recomputes act(gate) in backward
     glu = b.activation == 1
     fc1_gemm = np.where(glu, 2.0, 1.0)  # FC1 output width in ffn units (gate and up for a GLU)
-    fc1_out = fc1_gemm + np.where(glu & ~b.fused_elementwise, 1.0, 0.0)
+    fc1_out = fc1_gemm + np.where(glu & ~b.fused_glu, 1.0, 0.0)
     dense_mlp = ((ACT_BYTES + g_in) * T * h / rep + ACT_BYTES * T * b.ffn * fc1_out / t
                  + g_in * T * b.ffn / t)
     # MoE: each token is routed to top_k experts (+ shared): dispatched copies of the hidden

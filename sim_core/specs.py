@@ -172,6 +172,9 @@ PARALLEL_COLUMNS = {
     # norms, rotary, activation functions fused into few kernels (Transformer Engine,
     # torch.compile); False = eager PyTorch, one kernel per elementary op
     "fused_elementwise": True,
+    # the GLU activation (SwiGLU) as one fused kernel that saves its input and recomputes
+    # act(gate) in backward; False = eager act(gate) * up, which keeps act(gate) as well
+    "fused_glu": True,
     # MoE routing: dropless (every token reaches its experts) or token dropping with a capacity
     # factor; expert_skew is the Zipf exponent of expert popularity (0 = balanced)
     # context parallel communication: ring (p2p, overlapped with attention) or allgather

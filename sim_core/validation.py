@@ -40,7 +40,7 @@ IMPUTATION = {
     "framework": "the row's framework profile (sim_core/catalogs/frameworks.yaml): torchtitan, "
                  "llm-foundry, nemo (NeMo, Megatron-Bridge), else megatron-core; the profile "
                  "sets grad_reduce_fp32, fused_elementwise, attention_kernel and loss_impl",
-    "torch.compile": "torchtitan rows that say 'compile': fused elementwise ops, and the "
+    "torch.compile": "torchtitan rows that say 'compile': fused elementwise ops and GLU, and the "
                      "compiled loss except in the Dec-2024 benchmark (its loss compile was "
                      "switched off then)",
     "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
@@ -198,7 +198,7 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     # what the row states beyond its framework's defaults (frameworks.yaml): torch.compile fuses
     # the elementwise ops and, from 2025 on, the loss (the Dec-2024 benchmark kept it eager)
     if framework == "torchtitan" and re.search(r"compile", fw, re.I):
-        run["fused_elementwise"] = True
+        run["fused_elementwise"] = run["fused_glu"] = True
         if not re.search(r"202412", fw):
             run["loss_impl"] = "compiled"
     if zero == 3 and pp > 1:

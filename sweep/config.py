@@ -65,7 +65,7 @@ EXPECT: dict[str, tuple[str, str]] = {
                             "v_head_dim")},
     **{k: _BOOL for k in ("sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                           "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap", "fsdp",
-                          "tied_embeddings", "grad_reduce_fp32", "fused_elementwise",
+                          "tied_embeddings", "grad_reduce_fp32", "fused_elementwise", "fused_glu",
                           "fp8_param_gather", "moe_dropless")},
     "capacity_factor": ("a number >= 1", "numbers >= 1"),
     "expert_skew": ("a number >= 0 (Zipf exponent; 0 = balanced)", "numbers >= 0"),
@@ -118,6 +118,7 @@ class ParallelConfig(_Strict):
     grad_reduce_fp32: StrictBool | None = None
     attention_kernel: Literal[ATTENTION_KERNEL] | None = None  # type: ignore[valid-type]
     fused_elementwise: StrictBool | None = None
+    fused_glu: StrictBool | None = None
     cp_comm: Literal[CP_COMM] | None = None  # type: ignore[valid-type]
     loss_impl: Literal[LOSS_IMPL] | None = None  # type: ignore[valid-type]
     fp8_param_gather: StrictBool | None = None

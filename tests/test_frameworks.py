@@ -111,8 +111,8 @@ def test_nanotron_cross_entropy_bytes():
 def test_eager_glu_keeps_one_more_ffn_tensor():
     """act(gate) * up in eager PyTorch keeps act(gate) for the multiply: 2 B x tokens x ffn per
     layer more than a fused SwiGLU."""
-    fused = run(framework="megatron-core", fused_elementwise=True)
-    eager = run(framework="megatron-core", fused_elementwise=False)
+    fused = run(framework="megatron-core", fused_glu=True)
+    eager = run(framework="megatron-core", fused_glu=False)
     tokens, ffn, layers = 4096, 14336, 32
     extra = (eager["mem_activations"] - fused["mem_activations"]) * GIB
     from sim_core.memory import FRAGMENTATION
