@@ -14,7 +14,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from . import catalog
+from . import catalog, frameworks
 from .simulate import simulate_frame
 
 # How unstated fields are filled; printed with the report so that nothing is hidden.
@@ -29,7 +29,7 @@ IMPUTATION = {
     "network": "interconnect column: '400Gb/s RDMA/GPU' -> 50 GB/s per GPU, '1600 Gbps RoCE' "
                "-> 25 GB/s per GPU, HDR IB -> 25 GB/s per GPU; else the GPU's default cluster",
     "zero": "FSDP/FULL_SHARD/Megatron-FSDP -> 3, SHARD_GRAD_OP -> 2, distributed optimizer "
-            "or Megatron-Core/NeMo default -> 1, Megatron-LM 2021 -> 0",
+            "-> 1, Megatron-LM 2021 -> 0, else the framework's default",
     "tp_comm_overlap": "on for NeMo/Megatron-Bridge/Megatron-Core rows with tp > 1 (their "
                        "H100 recipes enable it) and torchtitan AsyncTP rows",
     "ffn": "4 x hidden when not stated (GPT family)",
@@ -161,16 +161,10 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         mbs = max(1.0, float(local.group(1)) / (pp * vpp)) if pp > 1 else float(local.group(1))
     cp = _num(r["cp"], 1.0)
     z_text = f"{r['zero_fsdp']}".lower()
-    if "shard_grad_op" in z_text:
-        zero = 2
-    elif "fsdp" in z_text:
-        zero = 3
-    elif "dist" in z_text or re.search(r"nemo|megatron-core|bridge", fw, re.I):
-        zero = 1
-    elif re.search(r"torchtitan|llm-foundry", fw, re.I):
-        zero = 3
-    else:
-        zero = 0
+    # what the row states; otherwise its framework's default (frameworks.yaml), except the
+    # Megatron-LM 2021 paper, which predates the distributed optimizer
+    zero = (2 if "shard_grad_op" in z_text else 3 if "fsdp" in z_text
+            else 1 if "dist" in z_text else 0 if "2021" in str(r["framework"]) else None)
     sp_text = str(r["seq_parallel"]).lower()
     modern = bool(re.search(r"megatron-core|nemo|bridge|torchtitan", fw, re.I))
     sp = (tp > 1) and (sp_text.startswith("yes") or (modern and not sp_text.startswith("no")))
@@ -190,7 +184,7 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         num_gpus=_num(r["num_gpus"]),
         gpus_per_node=catalog.default_cluster_for_gpu(gpu).gpus_per_node, tp=tp, pp=pp, cp=cp,
         vpp=vpp, micro_batch=mbs, recompute=recompute, sequence_parallel=sp,
-        zero=zero, distributed_optimizer=zero >= 1, tp_comm_overlap=overlap,
+        zero=zero, tp_comm_overlap=overlap,
         ep=_num(r["ep"], 1.0), moe_dropless=not re.search(r"tokendrop", str(r["model"]), re.I),
         etp=1 if moe_id else 0,
         nics_per_node=8 if nic else 0, nic_bw_gbs=nic,
@@ -201,6 +195,10 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         run["fused_elementwise"] = run["fused_glu"] = True
         if not re.search(r"202412", fw):
             run["loss_impl"] = "compiled"
+    if zero is None:
+        zero = frameworks.default_value(framework, "zero")
+        run["zero"] = zero
+    run["distributed_optimizer"] = zero >= 1
     if zero == 3 and pp > 1:
         run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
     return run, ""
