@@ -102,6 +102,10 @@ def _memory_table() -> dict[str, np.ndarray]:
     return {
         "grad_shard_zero": np.array([r["grad_shard_zero"] for r in rows], dtype=np.float64),
         "ddp_bucket_bytes": np.array([r["ddp_bucket_bytes"] for r in rows], dtype=np.float64),
+        "optimizer_shard_zero": np.array([r["optimizer_shard_zero"] for r in rows],
+                                         dtype=np.float64),
+        "lp_grad_bytes": np.array([[float(r["lp_grad_bytes"].get(z, 0.0)) for z in range(4)]
+                                   for r in rows]),
         # bucket elements at each ZeRO stage 0-3
         "bucket_elems": np.array([[float(r["bucket_elems"].get(z, 0.0)) for z in range(4)]
                                   for r in rows]),
@@ -115,6 +119,8 @@ def memory_arrays(framework_code: np.ndarray, zero: np.ndarray) -> dict[str, np.
     z = np.clip(np.asarray(zero), 0, 3).astype(np.int64)
     return {"grad_shard_zero": t["grad_shard_zero"][code],
             "ddp_bucket_bytes": t["ddp_bucket_bytes"][code],
+            "optimizer_shard_zero": t["optimizer_shard_zero"][code],
+            "lp_grad_bytes": t["lp_grad_bytes"][code, z],
             "bucket_elems": t["bucket_elems"][code, z]}
 
 
@@ -205,7 +211,12 @@ def markdown() -> str:
         m = p["memory"]
         shard = "never" if m["grad_shard_zero"] > 3 else f"from ZeRO stage {m['grad_shard_zero']}"
         buckets = ", ".join(f"stage {z}: {v:.0e} elements" for z, v in m["bucket_elems"].items())
-        lines += ["", "Memory: gradient buffer sharded " + shard
+        lp = ", ".join(f"stage {z}: {v} B" for z, v in m["lp_grad_bytes"].items())
+        opt = ("at every stage" if m["optimizer_shard_zero"] == 0
+               else f"from ZeRO stage {m['optimizer_shard_zero']}")
+        lines += ["", f"Memory: fp32 master weights and Adam states sharded {opt}; "
+                  "gradient buffer sharded " + shard
+                  + (f"; bf16 gradients held beside it ({lp} per parameter)" if lp else "")
                   + (f"; torch DDP bf16 buckets {m['ddp_bucket_bytes']} B/parameter when dp > 1"
                      if m["ddp_bucket_bytes"] else "")
                   + (f"; fixed bf16 buckets ({buckets})" if buckets else "")

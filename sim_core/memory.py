@@ -140,9 +140,9 @@ def estimate(b: Batch, wl: Workload) -> dict:
     fw = frameworks.memory_arrays(frameworks.column(b, "framework"), z)
     g_bytes = np.where(b.grad_reduce_fp32, 4.0, 2.0)  # fp32 or bf16 main-grad buffer
     grads = np.where(z >= fw["grad_shard_zero"], g_bytes * P_shard, g_bytes * P)
-    grads = grads + np.where(ds > 1, fw["ddp_bucket_bytes"] * P, 0.0)
+    grads = grads + np.where(ds > 1, fw["ddp_bucket_bytes"] * P, 0.0) + fw["lp_grad_bytes"] * P
     master_adam = 12.0
-    optimizer = np.where(z >= 1, master_adam * P_shard, master_adam * P)
+    optimizer = np.where(z >= fw["optimizer_shard_zero"], master_adam * P_shard, master_adam * P)
 
     # ---- activations -----------------------------------------------------------------------
     per_layer = activation_bytes_per_layer(b, T, t, sp, dims)

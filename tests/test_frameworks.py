@@ -120,6 +120,19 @@ def test_eager_glu_keeps_one_more_ffn_tensor():
     assert extra == pytest.approx(FRAGMENTATION * 2.0 * tokens * ffn * layers, rel=1e-6)
 
 
+def test_deepspeed_bf16_optimizer_layout():
+    """engine.py sends bf16 + fp32 accumulation at stage 0/1 to BF16_Optimizer: a full fp32
+    gradient buffer plus the bf16 .grad it clears only at the next backward (4 + 2 B), and fp32
+    master weights + Adam states partitioned over dp even at stage 0."""
+    ds = run(framework="deepspeed", zero=0)
+    mega = run(framework="megatron-core", zero=0)
+    params = ds["params_per_gpu"]
+    assert ds["mem_grads"] * GIB == pytest.approx(6.0 * params, rel=1e-9)
+    assert ds["mem_optimizer"] * GIB == pytest.approx(12.0 * params / 64, rel=1e-9)
+    assert mega["mem_optimizer"] * GIB == pytest.approx(12.0 * params, rel=1e-9)
+    assert resolved(framework="deepspeed", zero=None)["zero"] == 0
+
+
 def test_deepspeed_zero2_holds_its_reduce_bucket():
     """zero/config.py reduce_bucket_size = 5e8 elements, one bf16 bucket at stage 2."""
     z1 = run(framework="deepspeed", zero=1)
