@@ -436,11 +436,12 @@ def nanotron_config(row) -> dict:
     }
 
 
-def _flatten(cfg: dict, prefix: str = "") -> dict:
+def flatten(cfg: dict, prefix: str = "") -> dict:
+    """{section: {key: v}} -> {"section.key": v}, at any depth."""
     out = {}
     for k, v in cfg.items():
         if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
@@ -504,7 +505,7 @@ def known_keys(name: str) -> set[str]:
 
 def unknown_keys(cfg: dict, name: str) -> list[str]:
     """Keys of an exported config that the framework's code does not declare."""
-    return sorted(set(_flatten(cfg)) - known_keys(name))
+    return sorted(set(flatten(cfg)) - known_keys(name))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -134,21 +134,12 @@ def test_gpt3_175b_1024_a100_flags(gpt3_best):
         assert want in args
 
 
-def _flatten(doc: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in doc.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
 
 def test_torchtitan_toml_keys_are_known(rows, gpt3_best):
     known = export.known_torchtitan_keys()
     for row in rows + [gpt3_best]:
         doc = tomllib.loads(export.torchtitan_toml(row))
-        flat = _flatten(doc)
+        flat = export.flatten(doc)
         for key, value in flat.items():
             assert key in known, key
             typ, choices = known[key]
