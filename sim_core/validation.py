@@ -132,8 +132,8 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     if np.isnan(tp) or np.isnan(pp):
         return {}, "parallel layout (tp/pp) not stated"
     run: dict = {}
-    moe_id = _moe_model(str(r["model"])) if str(r["moe"]).strip() else ""
-    if str(r["moe"]).strip() and not moe_id:
+    moe_id = _moe_model(str(r["model"])) if _is_moe(r["moe"]) else ""
+    if _is_moe(r["moe"]) and not moe_id:
         return {}, "MoE model not in the catalog"
     if moe_id:
         run["model"] = moe_id
@@ -230,17 +230,38 @@ def _measured_step(r: pd.Series) -> tuple[float, str]:
     return flops / (tflops * 1e12 * _num(r["num_gpus"])), "tflops_per_gpu"
 
 
+# a row needs these; every other column of the published format may be absent or empty
+REQUIRED_COLUMNS = ("model", "gpu", "num_gpus", "tp", "pp", "seq_len", "gbs_seqs")
+_NO = {"", "no", "false", "0", "n", "none", "dense", "-"}
+
+
+def _is_moe(text) -> bool:
+    """The `moe` column: empty, no, false, 0, none or dense mean a dense model."""
+    return str(text).strip().lower() not in _NO
+
+
 def load_published(path=None) -> pd.DataFrame:
-    """Dataset rows as run frames plus `measured_*`, `id`, `source`, `family`, `skip`."""
+    """Dataset rows as run frames plus `measured_*`, `id`, `source`, `family`, `skip`.
+    A row is compared on whatever it measured: step time, peak memory, or both."""
     raw = pd.read_csv(path or dataset_path(), dtype=str, keep_default_na=False)
+    raw.columns = [str(c).strip() for c in raw.columns]
+    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
+    if missing:
+        raise ValueError(f"missing column(s) {', '.join(missing)} (the published_runs format "
+                         f"needs {', '.join(REQUIRED_COLUMNS)})")
+    for col in pd.read_csv(dataset_path(), nrows=0).columns:
+        if col not in raw.columns:
+            raw[col] = ""
+    if (raw["id"] == "").all():
+        raw["id"] = [str(i + 1) for i in range(len(raw))]
     recs = []
     for _, r in raw.iterrows():
         run, skip = _row_to_run(r)
         step, how = _measured_step(r)
-        if not skip and np.isnan(step):
-            skip = "no measured step time or throughput"
+        if not skip and np.isnan(step) and np.isnan(_num(r["peak_mem_gib"])):
+            skip = "nothing measured (no step time, throughput or peak memory)"
         recs.append({"id": r["id"], "source": r["source"], "family": _family(r["source"]),
-                     "is_moe": bool(str(r["moe"]).strip()),
+                     "is_moe": _is_moe(r["moe"]),
                      "reliability": r["reliability"], "label": r["model"], "skip": skip,
                      "measured_step_s": step, "measured_from": how,
                      "measured_mem_gib": _num(r["peak_mem_gib"]), **run})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -156,8 +157,14 @@ def run(args) -> int:
         raise SweepError(f"dataset: no such file '{args.dataset}'")
     try:
         data = validation.load_published(args.dataset)
-    except (KeyError, pd.errors.ParserError) as exc:
+    except (KeyError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise SweepError(f"dataset: not in the published_runs format ({exc})") from None
+    skipped = data[data["skip"] != ""]
+    if len(skipped) == len(data):
+        for _, r in skipped.iterrows():
+            print(f"row {r['id']} ({r['label']}): skipped: {r['skip']}", file=sys.stderr)
+        raise SweepError(f"dataset: none of its {len(data)} rows can be compared "
+                         "(reasons above, one per row)")
     table = validation.validate(data)
     if args.markdown:
         print(markdown_summary(table, loso_table() if args.loso else None))
@@ -168,9 +175,15 @@ def run(args) -> int:
     shown = table[TABLE_COLUMNS].copy()
     shown["label"] = shown["label"].str.slice(0, 22)
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    skipped = data[data["skip"] != ""]
     print(f"\nskipped {len(skipped)} rows: "
           + "; ".join(f"{r} ({n})" for r, n in skipped["skip"].value_counts().items()))
+    if args.dataset:  # a user's file: say why each row was skipped
+        for _, r in skipped.iterrows():
+            print(f"  row {r['id']} ({r['label']}): {r['skip']}")
+    mem = table[table["mem_error"].notna()]
+    if len(mem):
+        print(f"\npeak memory: {len(mem)} rows, median |error| {mem['mem_error'].abs().median():.1%}"
+              f", bias {mem['mem_error'].median():+.1%}")
     print("\nby source family:")
     print(summarize(table, "family").to_string(float_format=lambda x: f"{x:.3f}"))
     print("\nby GPU:")

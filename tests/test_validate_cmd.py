@@ -36,3 +36,49 @@ def test_validate_bad_dataset_is_a_one_line_error(tmp_path, capsys):
     bad.write_text("a,b\n1,2\n")
     assert main(["validate", str(bad)]) == 2
     assert "published_runs format" in capsys.readouterr().err
+
+
+def _user_rows(tmp_path, ids, **change):
+    from sim_core import validation
+
+    raw = pd.read_csv(validation.dataset_path(), dtype=str, keep_default_na=False)
+    mine = raw[raw["id"].isin(ids)].copy()
+    for col, value in change.items():
+        mine[col] = value
+    path = tmp_path / "mine.csv"
+    mine.drop(columns=["notes", "reliability"]).to_csv(path, index=False)
+    return path
+
+
+def test_user_file_moe_no_means_dense_and_memory_only_rows_count(tmp_path, capsys):
+    """A user's CSV: moe written 'no'/'false'/'0' is a dense model; a row with only a peak
+    memory is compared on memory; optional columns may be absent."""
+    from sim_core import validation
+
+    for spelling in ("no", "false", "0", "No"):
+        path = _user_rows(tmp_path, ["55", "56", "57"], moe=spelling)
+        data = validation.load_published(path)
+        assert not data["is_moe"].any() and (data["skip"] == "").all()
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    raw.loc[raw["id"] == "56", ["step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+                                "derived_step_time_s"]] = ""
+    raw.to_csv(path, index=False)
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 0 rows" in out and "peak memory: 3 rows" in out
+    table = validation.validate(validation.load_published(path))
+    row = table.set_index("id").loc["56"]
+    assert pd.isna(row["step_error"]) and abs(row["mem_error"]) < 0.10
+
+
+def test_user_file_with_nothing_usable_says_why_per_row(tmp_path, capsys):
+    path = _user_rows(tmp_path, ["55", "56"], gpu="TPU v5")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[:2] == ["row 55 (Llama 3.1 8B): skipped: unknown GPU 'TPU v5'",
+                       "row 56 (Llama 3.1 8B): skipped: unknown GPU 'TPU v5'"]
+    assert err[-1].startswith("error: dataset: none of its 2 rows can be compared")
+    nogpu = tmp_path / "nogpu.csv"
+    pd.read_csv(path, dtype=str).drop(columns=["gpu"]).to_csv(nogpu, index=False)
+    assert main(["validate", str(nogpu)]) == 2
+    assert "missing column(s) gpu" in capsys.readouterr().err
