@@ -16,6 +16,7 @@ from importlib import resources
 import numpy as np
 import yaml
 
+from . import moe
 from .columns import Batch
 from .workload import Workload
 
@@ -107,15 +108,20 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             else:
                 attn_f = np.where(np.isnan(learned), attn_f, learned)
     moe_frac = wl.dims["n_moe_layers"] / b.layers  # share of layers that are MoE
-    overhead = (_by_arch(b.sm_arch, "layer_overhead_us")
-                + moe_frac * _by_arch(b.sm_arch, "moe_layer_overhead_us")) * 1e-6 * wl.layers_per_stage
+    # launch gaps of a layer's kernels; a MoE layer adds its router, permutation, dispatcher
+    # and per-expert GEMM launches and one host sync (moe.launch_overhead_s)
+    moe_launch = moe.launch_overhead_s(b)
+    overhead = _by_arch(b.sm_arch, "layer_overhead_us") * 1e-6 * wl.layers_per_stage
+    moe_fwd_over = moe_frac * moe_launch["fwd"] * wl.layers_per_stage
+    moe_bwd_over = moe_frac * moe_launch["bwd"] * wl.layers_per_stage
 
     # per-architecture constants of the GEMM loop, looked up once
     cast_bytes = _by_arch(b.sm_arch, "fp8_cast_bytes")
     grouped = {True: _by_arch(b.sm_arch, "grouped_gemm", "fp8"),
                False: _by_arch(b.sm_arch, "grouped_gemm", "bf16")}
     parts = {w: {"fwd": 0.0, "bwd": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,
-                 "elem_fwd": 0.0}
+                 "elem_fwd": 0.0, "moe_mlp_fwd": 0.0, "moe_mlp_bwd": 0.0,
+                 "moe_mlp_wgrad": 0.0, "shared_fwd": 0.0, "shared_bwd": 0.0}
              for w in ("layer", "first_stage", "last_stage")}
     for op in wl.ops:
         if op.op_class == "gemm":
@@ -138,6 +144,15 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             fwd = fwd + op.fwd_flops * cast
             bwd = bwd + op.bwd_flops * cast
             parts[op.where]["gemm_fwd"] = parts[op.where]["gemm_fwd"] + fwd
+            if op.name in moe.MLP_OPS:  # what the EP overlap schedules against (moe.exposed)
+                p = parts[op.where]
+                p["moe_mlp_fwd"] = p["moe_mlp_fwd"] + fwd
+                p["moe_mlp_bwd"] = p["moe_mlp_bwd"] + bwd
+                p["moe_mlp_wgrad"] = p["moe_mlp_wgrad"] + bwd * op.bwd_wgrad_flops / np.maximum(
+                    op.bwd_flops, 1e-30)
+                if op.name in moe.SHARED_OPS:
+                    p["shared_fwd"] = p["shared_fwd"] + fwd
+                    p["shared_bwd"] = p["shared_bwd"] + bwd
         elif op.op_class == "attention":
             fwd = op.fwd_flops / attn_f
             bwd = op.bwd_flops / attn_b
@@ -149,8 +164,10 @@ def stage_times(b: Batch, wl: Workload) -> dict:
         parts[op.where]["fwd"] = parts[op.where]["fwd"] + fwd
         parts[op.where]["bwd"] = parts[op.where]["bwd"] + bwd
     lay = parts["layer"]
-    lay["fwd"] = lay["fwd"] + overhead
-    lay["bwd"] = lay["bwd"] + 2 * overhead
+    lay["fwd"] = lay["fwd"] + overhead + moe_fwd_over
+    lay["bwd"] = lay["bwd"] + 2 * overhead + moe_bwd_over
+    lay["moe_mlp_fwd"] = lay["moe_mlp_fwd"] + moe_fwd_over
+    lay["moe_mlp_bwd"] = lay["moe_mlp_bwd"] + moe_bwd_over
     rc = b.recompute
     # recompute: full replays the layer forward; selective (op-level SAC) replays every other
     # GEMM and the memory-bound ops whose outputs it did not keep

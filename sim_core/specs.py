@@ -25,6 +25,10 @@ CP_COMM = ("ring", "allgather")
 # fused (Megatron-LM's vocab-parallel CE, in place), compiled (torch.compile'd CE), eager
 # (PyTorch F.cross_entropy on an fp32 upcast), eager_parallel (PyTorch DTensor loss_parallel)
 LOSS_IMPL = ("fused", "compiled", "eager", "eager_parallel")
+# MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type, core_v0.15.3): allgather
+# (all-gather tokens over the tp x ep group), alltoall (NCCL all-to-all of the routed copies),
+# flex (DeepEP's fused dispatch/combine kernels, --moe-enable-deepep). See sim_core/moe.py.
+MOE_DISPATCHER = ("alltoall", "allgather", "flex")
 
 
 @dataclass(frozen=True)
@@ -174,10 +178,17 @@ PARALLEL_COLUMNS = {
     "moe_dropless": True,
     "capacity_factor": 1.0,
     "expert_skew": 0.0,
+    # MoE dispatch path (sim_core/moe.py; Megatron-Core core_v0.15.3 flags in sweep/export.py).
+    # moe_a2a_overlap above is --overlap-moe-expert-parallel-comm (combined 1F1B EP overlap)
+    "moe_dispatcher": "alltoall",
+    "moe_permute_fusion": False,  # --moe-permute-fusion (TE fused permute/unpermute kernels)
+    "moe_router_fusion": False,  # --moe-router-fusion (TE fused top-k + scores + aux loss)
+    "moe_delay_wgrad": False,  # --delay-wgrad-compute (needs moe_a2a_overlap)
+    "moe_shared_expert_overlap": False,  # --moe-shared-expert-overlap (alltoall only)
 }
 
 ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS}
 
 CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
                "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM,
-               "loss_impl": LOSS_IMPL}
+               "loss_impl": LOSS_IMPL, "moe_dispatcher": MOE_DISPATCHER}

@@ -37,6 +37,18 @@ IMPUTATION = {
     "moe": "MoE rows use the catalog model (experts, MLA, dense layers); 'tokendrop' rows drop "
            "tokens at capacity factor 1, others are dropless; routing is force-balanced; "
            "unstated EP all-to-all overlap (moe_a2a_overlap) is imputed like micro-batch",
+    "moe dispatch": "Megatron-Bridge MoE rows: fused permutation and fused router on (the "
+                    "Qwen3/DeepSeek/GPT-OSS model providers and every MoE perf config set "
+                    "moe_permute_fusion and moe_router_fusion); dispatcher and combined 1F1B "
+                    "EP overlap from the Megatron-Bridge perf config of the row's release "
+                    "(_MOE_RECIPES: DeepSeek-V3 H100 DeepEP + overlap; 25.09 Qwen3 alltoall "
+                    "without overlap; 25.11 Qwen3 H100 alltoall + overlap, GB200 HybridEP (flex); "
+                    "26.04/26.06 Qwen3-30B HybridEP (flex), Qwen3-235B alltoall + overlap; "
+                    "GPT-OSS alltoall), the overlap with delayed wgrad as Bridge's override "
+                    "sets it; rows not in that table get the fastest predicted of alltoall/flex "
+                    "and overlap on/off; shared-expert overlap on where the model has shared "
+                    "experts and the dispatcher is alltoall without 1F1B overlap (the DeepSeek "
+                    "provider's default); routing force-balanced (expert_skew 0)",
     "grad_reduce_fp32": "off for NeMo/Megatron-Bridge (MCore DDP default: bf16 grad buffers), "
                         "on for the Megatron-LM script (forces fp32 for bf16) and torch FSDP "
                         "(reduce_dtype fp32)",
@@ -203,9 +215,40 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         or bool(re.search(r"compile", fw, re.I)),
         loss_impl=_loss_impl(fw, tp),
     )
+    if moe_id:  # IMPUTATION["moe dispatch"]
+        disp, a2a = _moe_recipe(moe_id, str(r["source"]) + " " + str(r["framework"]), gpu)
+        run.update(moe_permute_fusion=True, moe_router_fusion=True, moe_dispatcher=disp,
+                   moe_a2a_overlap=a2a)
     if zero == 3 and pp > 1:
         run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
     return run, ""
+
+
+# Megatron-Bridge perf configs behind the archive's MoE rows (github NVIDIA-NeMo/Megatron-Bridge):
+# (model id pattern, release pattern, GPU pattern) -> (dispatcher, 1F1B EP overlap).
+# 25.09 = v0.1.0rc4 scripts/performance/run_script.py (DeepSeek-V3 on H100: DeepEP and the
+# 1F1B EP overlap with delayed wgrad; Qwen3: the provider's alltoall, overlap off); 25.11 = v0.2.0 scripts/performance/
+# configs/*/workload_base_configs.py; 26.04/26.06 = v0.4.0/v0.5.0 configs/*/..._workload_base_
+# configs.py. HybridEP (moe_flex_dispatcher_backend="hybridep", Megatron core_v0.16+) is priced
+# as flex: the same dedup'd NVLink/RDMA dispatch.
+_MOE_RECIPES = [
+    (r"deepseek", r"25\.09", r"h100", "flex", True),
+    (r"qwen3", r"25\.09", r"h100", "alltoall", False),
+    (r"deepseek", r"25\.11", r"h100", "flex", True),
+    (r"qwen3", r"25\.11", r"h100", "alltoall", True),
+    (r"deepseek|qwen3", r"25\.11", r"gb200", "flex", False),
+    (r"gpt-oss", r".", r".", "alltoall", False),
+    (r"qwen3-30b", r"26\.0[46]", r"h100", "flex", False),
+    (r"qwen3-235b", r"26\.0[46]", r"h100", "alltoall", True),
+]
+
+
+def _moe_recipe(model_id: str, release: str, gpu: str) -> tuple:
+    """(dispatcher, moe_a2a_overlap) of the row's published recipe, or (None, None) = impute."""
+    for mod, rel, g, disp, a2a in _MOE_RECIPES:
+        if re.search(mod, model_id) and re.search(rel, release) and re.search(g, gpu):
+            return disp, a2a
+    return None, None
 
 
 def _loss_impl(fw: str, tp: float) -> str:
@@ -260,7 +303,13 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
     moe = runs["is_moe"] if "is_moe" in runs else pd.Series(False, index=runs.index)
     if "moe_a2a_overlap" not in runs:
         runs["moe_a2a_overlap"] = np.where(moe, None, False)
-    todo = (runs["micro_batch"] == 0) | (runs["recompute"] == "") | runs["moe_a2a_overlap"].isna()
+    if "moe_dispatcher" not in runs:
+        runs["moe_dispatcher"] = np.where(moe, None, "alltoall")
+    runs["moe_dispatcher"] = runs["moe_dispatcher"].astype(object)
+    runs["moe_dispatcher"] = runs["moe_dispatcher"].where(runs["moe_dispatcher"].notna() | moe,
+                                                          "alltoall")
+    todo = ((runs["micro_batch"] == 0) | (runs["recompute"] == "")
+            | runs["moe_a2a_overlap"].isna() | runs["moe_dispatcher"].isna())
     if not todo.any():
         return runs
     sub = runs.loc[todo]
@@ -270,24 +319,45 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
     for mb in mbs_opts:
         for rc in rc_opts:
             for a2a in (False, True):
-                t = sub.copy()
-                t["micro_batch"] = np.where(sub["micro_batch"] == 0, mb, sub["micro_batch"])
-                t["recompute"] = np.where(sub["recompute"] == "", rc, sub["recompute"])
-                t["moe_a2a_overlap"] = np.where(sub["moe_a2a_overlap"].isna(), a2a,
-                                                sub["moe_a2a_overlap"]).astype(bool)
-                trials.append(t)
+                for disp in ("alltoall", "flex"):
+                    t = sub.copy()
+                    t["micro_batch"] = np.where(sub["micro_batch"] == 0, mb, sub["micro_batch"])
+                    t["recompute"] = np.where(sub["recompute"] == "", rc, sub["recompute"])
+                    t["moe_a2a_overlap"] = np.where(sub["moe_a2a_overlap"].isna(), a2a,
+                                                    sub["moe_a2a_overlap"]).astype(bool)
+                    t["moe_dispatcher"] = np.where(sub["moe_dispatcher"].isna(), disp,
+                                                   sub["moe_dispatcher"])
+                    _moe_overlap_flags(t)
+                    trials.append(t)
     cand = pd.concat(trials)
     pred = simulate_frame(cand.reset_index(drop=True))
     cand = cand.assign(_t=np.where(pred["fits"] & pred["valid"], pred["step_time_s"], np.inf))
     cand = cand.assign(_row=np.tile(np.arange(len(sub)), len(trials)))
     best = cand.sort_values(["_row", "_t"]).groupby("_row").head(1).sort_values("_row")
-    for col in ("micro_batch", "recompute", "moe_a2a_overlap"):
+    for col in ("micro_batch", "recompute", "moe_a2a_overlap", "moe_dispatcher"):
         was = sub[col].to_numpy()
         runs.loc[todo, col] = best[col].to_numpy()
         unstated = {"micro_batch": was == 0, "recompute": was == "",
-                    "moe_a2a_overlap": pd.isna(was)}[col]
+                    "moe_a2a_overlap": pd.isna(was), "moe_dispatcher": pd.isna(was)}[col]
         runs.loc[sub.index[unstated], "imputed"] += f"{col} "
+    for col in ("moe_delay_wgrad", "moe_shared_expert_overlap"):
+        if col not in runs:
+            runs[col] = False
+        runs[col] = runs[col].astype(object)
+        runs.loc[todo, col] = best[col].to_numpy()
     return runs
+
+
+def _moe_overlap_flags(t: pd.DataFrame) -> None:
+    """Delayed wgrad with the 1F1B EP overlap (Megatron-Bridge sets both together); shared-
+    expert overlap where the model has shared experts, the dispatcher is alltoall and the 1F1B
+    overlap is off (IMPUTATION['moe dispatch'])."""
+    a2a = t["moe_a2a_overlap"].astype(bool)
+    t["moe_delay_wgrad"] = a2a
+    shared = pd.Series([catalog.get_model(m).shared_experts > 0 if isinstance(m, str) and m
+                        else False for m in t.get("model", pd.Series("", index=t.index))],
+                       index=t.index)
+    t["moe_shared_expert_overlap"] = shared & (t["moe_dispatcher"] == "alltoall") & ~a2a
 
 
 def validate(data: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -170,6 +170,12 @@ def run(args) -> int:
         print("\nfitted constants, leave-one-source-out (refit without the family, error on it):")
         print(fit.leave_one_source_out(fit.dense_rows())
               .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        if subset == "moe":  # the MoE fit (sim_core.fit --moe), held out model by model
+            print("\nMoE fitted constants, leave-one-model-out (H100 MoE rows):")
+            rows = fit.moe_rows()
+            print(fit.leave_one_source_out(rows.assign(model_id=rows["model"]), by="model_id",
+                                           params=fit.FITTED_MOE)
+                  .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print("\nunstated fields were filled as follows:")
     for field, rule in validation.IMPUTATION.items():
         print(f"  {field}: {rule}")
