@@ -124,7 +124,9 @@ def _catalog_model(name: str) -> str:
 
 _MOE_MODELS = [(r"deepseek.?v3", "deepseek-v3"), (r"qwen3.?30b", "qwen3-30b-a3b"),
                (r"qwen3.?235b", "qwen3-235b-a22b"), (r"gpt.?oss.?120b", "gpt-oss-120b"),
-               (r"mixtral.?8x22b", "mixtral-8x22b"), (r"mixtral.?8x7b", "mixtral-8x7b")]
+               (r"mixtral.?8x22b", "mixtral-8x22b"), (r"mixtral.?8x7b", "mixtral-8x7b"),
+               (r"gpt.?oss.?20b", "gpt-oss-20b"), (r"kimi.?k2", "kimi-k2"),
+               (r"deepseek.?v2.?lite", "deepseek-v2-lite"), (r"deepseek.?v2", "deepseek-v2")]
 
 
 def _moe_model(name: str) -> str:

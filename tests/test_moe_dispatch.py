@@ -216,3 +216,29 @@ def test_export_moe_flags():
     assert not ns.moe_permute_fusion and float(ns.moe_expert_capacity_factor) == 1.25
     known = export.known_megatron_flags()
     assert all(a in known for a in export.megatron_args(row) if a.startswith("--"))
+
+
+def test_bundled_deepseek_space_varies_the_dispatch_path_and_exports_it():
+    from pathlib import Path
+
+    from sweep.config import load_space
+    from sweep.execution import evaluate
+    from sweep.space import Space
+
+    path = Path(__file__).resolve().parents[1] / "search_spaces" / "deepseek-v3-1024xh100.yaml"
+    cfg = load_space(path)
+    for axis in ("moe_dispatcher", "moe_a2a_overlap", "moe_delay_wgrad",
+                 "moe_shared_expert_overlap"):
+        assert len(cfg.space[axis]) == 2, axis
+    space = Space.from_config(cfg)
+    df = evaluate(space.frame(0, space.size))
+    assert set(df.loc[df["status"] == "ok", "moe_dispatcher"]) == {"alltoall", "flex"}
+    assert (df["invalid_reason"].str.contains("moe_a2a_overlap")).any()
+    best = df[df["status"] == "ok"].sort_values("step_time_s").iloc[0]
+    ns = export.megatron_parser().parse_args(export.megatron_args(best))
+    assert ns.moe_token_dispatcher_type == best["moe_dispatcher"]
+    assert bool(ns.moe_enable_deepep) == (best["moe_dispatcher"] == "flex")
+    assert bool(ns.overlap_moe_expert_parallel_comm) == bool(best["moe_a2a_overlap"])
+    assert bool(ns.delay_wgrad_compute) == bool(best["moe_delay_wgrad"])
+    assert bool(ns.moe_shared_expert_overlap) == bool(best["moe_shared_expert_overlap"])
+    assert ns.moe_permute_fusion and ns.moe_router_fusion
