@@ -18,7 +18,7 @@ import yaml
 
 from . import moe
 from .columns import Batch
-from .workload import Workload
+from .workload import ACT_BYTES, Workload
 
 TILE_M, TILE_N = 128, 128  # output tile of a tensor-core GEMM kernel (cuBLAS/CUTLASS default)
 
@@ -144,15 +144,6 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             fwd = fwd + op.fwd_flops * cast
             bwd = bwd + op.bwd_flops * cast
             parts[op.where]["gemm_fwd"] = parts[op.where]["gemm_fwd"] + fwd
-            if op.name in moe.MLP_OPS:  # what the EP overlap schedules against (moe.exposed)
-                p = parts[op.where]
-                p["moe_mlp_fwd"] = p["moe_mlp_fwd"] + fwd
-                p["moe_mlp_bwd"] = p["moe_mlp_bwd"] + bwd
-                p["moe_mlp_wgrad"] = p["moe_mlp_wgrad"] + bwd * op.bwd_wgrad_flops / np.maximum(
-                    op.bwd_flops, 1e-30)
-                if op.name in moe.SHARED_OPS:
-                    p["shared_fwd"] = p["shared_fwd"] + fwd
-                    p["shared_bwd"] = p["shared_bwd"] + bwd
         elif op.op_class == "attention":
             fwd = op.fwd_flops / attn_f
             bwd = op.bwd_flops / attn_b
@@ -163,6 +154,15 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             parts[op.where]["elem_fwd"] = parts[op.where]["elem_fwd"] + fwd
         parts[op.where]["fwd"] = parts[op.where]["fwd"] + fwd
         parts[op.where]["bwd"] = parts[op.where]["bwd"] + bwd
+        if op.name in moe.MLP_OPS:  # what the EP overlap schedules against (moe.exposed)
+            p = parts[op.where]
+            p["moe_mlp_fwd"] = p["moe_mlp_fwd"] + fwd
+            p["moe_mlp_bwd"] = p["moe_mlp_bwd"] + bwd
+            p["moe_mlp_wgrad"] = p["moe_mlp_wgrad"] + bwd * op.bwd_wgrad_flops / np.maximum(
+                op.bwd_flops, 1e-30)
+            if op.name in moe.SHARED_OPS:
+                p["shared_fwd"] = p["shared_fwd"] + fwd
+                p["shared_bwd"] = p["shared_bwd"] + bwd
     lay = parts["layer"]
     lay["fwd"] = lay["fwd"] + overhead + moe_fwd_over
     lay["bwd"] = lay["bwd"] + 2 * overhead + moe_bwd_over
@@ -173,6 +173,14 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     # GEMM and the memory-bound ops whose outputs it did not keep
     selective = 0.5 * lay["gemm_fwd"] + lay["elem_fwd"]
     lay["recompute"] = np.where(rc == 2, lay["fwd"], np.where(rc == 1, selective, 0.0))
+    # MoE recompute modules (with recompute none): "moe" replays the MoE layer's forward,
+    # "moe_act" the routed experts' activation function (reads FC1's output, writes its own)
+    moe_rc = np.where(rc == 0, b.moe_recompute, 0)
+    act_bytes = (ACT_BYTES * np.where(b.activation == 1, 3.0, 2.0) * wl.tokens / b.tp * b.top_k
+                 * wl.moe_load * b.expert_ffn * moe_frac * wl.layers_per_stage)
+    lay["recompute"] = lay["recompute"] + np.where(
+        moe_rc == moe.MOE_LAYER, lay["moe_mlp_fwd"],
+        np.where(moe_rc == moe.MOE_ACT, act_bytes / hbm_elem, 0.0))
     out = {}
     for w, d in parts.items():
         for k, val in d.items():

@@ -84,8 +84,17 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
                + ACT_BYTES * T * routed * b.expert_ffn * fc1_out / t
                + g_in * T * routed * b.expert_ffn / t + 4.0 * T * b.experts / t
                + ACT_BYTES * T * b.top_k * load * h / t)
-    mlp = (1 - moe_frac) * dense_mlp + moe_frac * moe_mlp
+    # MoE recompute modules (recompute none; Megatron --recompute-modules moe_act / moe): moe_act
+    # drops the routed experts' activation output, moe keeps only the MoE layer's input (next
+    # to the pre-MLP norm's input)
+    moe_rc = np.where(b.recompute == 0, b.moe_recompute, 0)
+    moe_kept = np.where(moe_rc == moe.MOE_LAYER, 2 * ACT_BYTES * T * h / rep,
+                        np.where(moe_rc == moe.MOE_ACT,
+                                 moe_mlp - g_in * T * b.top_k * load * b.expert_ffn / t, moe_mlp))
+    mlp = (1 - moe_frac) * dense_mlp + moe_frac * moe_kept
     none = attn + mlp
+    # what the layer holds live again during its backward, whatever was recomputed
+    live = attn + (1 - moe_frac) * dense_mlp + moe_frac * moe_mlp
     # selective = op-level selective checkpointing (torchtitan's op SAC; Megatron's selective
     # recompute with modules): keep the layer input, the attention output and statistics, and
     # every other GEMM output; recompute the rest in backward
@@ -94,7 +103,7 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
     selective = (ACT_BYTES * T * h / rep + ACT_BYTES * T * dims["a"] * dims["dv"] / t
                  + 4.0 * T * dims["a"] / t + 0.5 * ACT_BYTES * T * gemm_out)
     full = ACT_BYTES * T * h / rep  # only the layer input is kept
-    return {"none": none, "selective": selective, "full": full}
+    return {"none": none, "selective": selective, "full": full, "live": live}
 
 
 def estimate(b: Batch, wl: Workload) -> dict:
@@ -144,7 +153,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
     act_first = stored * L_stage * in_flight
     # during backward one layer's full set of activations is live again (recomputed or not),
     # plus its gradients (same order of size)
-    working = 2.0 * per_layer["none"]
+    working = 2.0 * per_layer["live"]
     # SP / TP: the all-gathered input of a column-parallel GEMM is materialised
     working = working + np.where(sp, ACT_BYTES * T * dims["h"], 0.0)
     # MoE: the dispatcher's send/receive (or gathered) token buffers of the layer in flight

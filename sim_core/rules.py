@@ -69,6 +69,9 @@ def moe_rules(b: Batch, etp) -> list[tuple[str, np.ndarray]]:
          b.moe_shared_expert_overlap & ~alltoall),
         ("moe_shared_expert_overlap needs a model with shared experts",
          b.moe_shared_expert_overlap & (b.shared_experts <= 0)),
+        ("moe_recompute needs recompute none (it is a selective recompute module)",
+         (b.moe_recompute > 0) & (b.recompute != 0)),
+        ("moe_recompute needs a MoE model", (b.moe_recompute > 0) & (b.experts <= 0)),
         ("flex dispatcher (DeepEP) supports ep*etp in " + ", ".join(map(str, DEEPEP_SIZES)),
          flex & (b.experts > 0) & ~np.isin(b.ep * etp, DEEPEP_SIZES)),
     ]

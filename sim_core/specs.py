@@ -29,6 +29,10 @@ LOSS_IMPL = ("fused", "compiled", "eager", "eager_parallel")
 # (all-gather tokens over the tp x ep group), alltoall (NCCL all-to-all of the routed copies),
 # flex (DeepEP's fused dispatch/combine kernels, --moe-enable-deepep). See sim_core/moe.py.
 MOE_DISPATCHER = ("alltoall", "allgather", "flex")
+# MoE-specific activation recompute (Megatron-Core --recompute-modules, core_v0.15.3): none,
+# moe_act (the routed experts' activation function is recomputed, its output not kept) or moe
+# (the whole MoE layer is checkpointed: only its input is kept; dispatch and combine replay)
+MOE_RECOMPUTE = ("none", "moe_act", "moe")
 
 
 @dataclass(frozen=True)
@@ -185,10 +189,12 @@ PARALLEL_COLUMNS = {
     "moe_router_fusion": False,  # --moe-router-fusion (TE fused top-k + scores + aux loss)
     "moe_delay_wgrad": False,  # --delay-wgrad-compute (needs moe_a2a_overlap)
     "moe_shared_expert_overlap": False,  # --moe-shared-expert-overlap (alltoall only)
+    "moe_recompute": "none",  # MOE_RECOMPUTE; with recompute none (selective modules moe_act/moe)
 }
 
 ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS}
 
 CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
                "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM,
-               "loss_impl": LOSS_IMPL, "moe_dispatcher": MOE_DISPATCHER}
+               "loss_impl": LOSS_IMPL, "moe_dispatcher": MOE_DISPATCHER,
+               "moe_recompute": MOE_RECOMPUTE}

@@ -110,7 +110,9 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     moe_parts = {"attn_f": (lay_fwd - mlp_f) * moe_frac, "attn_b": (lay_bwd - mlp_b) * moe_frac,
                  "mlp_f": mlp_f, "mlp_dgrad": mlp_b - mlp_w, "mlp_wgrad": mlp_w,
                  "shared_f": st["layer_shared_fwd"], "shared_b": st["layer_shared_bwd"]}
-    ep_exposed, ep_extra = moe.exposed(b, d_times, moe_parts, n_moe, m, b.recompute == 2)
+    # a full recompute, or the MoE-layer recompute module, replays dispatch and combine
+    replay = (b.recompute == 2) | ((b.recompute == 0) & (b.moe_recompute == moe.MOE_LAYER))
+    ep_exposed, ep_extra = moe.exposed(b, d_times, moe_parts, n_moe, m, replay)
     slow = slow + ep_extra
     # ZeRO-2/3: per micro-batch gradient reduce-scatter behind backward, parameter all-gather
     # behind forward (prefetch); the first layer's gather cannot be hidden

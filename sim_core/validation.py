@@ -25,7 +25,8 @@ IMPUTATION = {
     "vpp": "1 when not stated",
     "sequence_parallel": "on when tp > 1 for Megatron-Core/NeMo/torchtitan-TP rows unless 'no'",
     "recompute": "unstated: Megatron-LM 2021 rows use full (the paper's default); otherwise the "
-                 "fastest predicted mode that fits, chosen jointly with an unstated micro-batch",
+                 "fastest predicted mode that fits, chosen jointly with an unstated micro-batch "
+                 "(MoE rows may also get the MoE recompute modules moe_act or moe)",
     "network": "interconnect column: '400Gb/s RDMA/GPU' -> 50 GB/s per GPU, '1600 Gbps RoCE' "
                "-> 25 GB/s per GPU, HDR IB -> 25 GB/s per GPU; else the GPU's default cluster",
     "zero": "FSDP/FULL_SHARD/Megatron-FSDP -> 3, SHARD_GRAD_OP -> 2, distributed optimizer "
@@ -310,21 +311,28 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
     runs["moe_dispatcher"] = runs["moe_dispatcher"].astype(object)
     runs["moe_dispatcher"] = runs["moe_dispatcher"].where(runs["moe_dispatcher"].notna() | moe,
                                                           "alltoall")
+    if "moe_recompute" not in runs:
+        runs["moe_recompute"] = "none"
     todo = ((runs["micro_batch"] == 0) | (runs["recompute"] == "")
             | runs["moe_a2a_overlap"].isna() | runs["moe_dispatcher"].isna())
     if not todo.any():
         return runs
     sub = runs.loc[todo]
     mbs_opts = [1, 2, 4, 8]
-    rc_opts = ["none", "selective", "full"]
+    # (recompute, MoE recompute module): MoE modules only for MoE rows (the rules refuse them
+    # elsewhere), as selective modules on top of no layer recompute
+    rc_opts = [("none", "none"), ("selective", "none"), ("full", "none"),
+               ("none", "moe_act"), ("none", "moe")]
     trials = []
     for mb in mbs_opts:
-        for rc in rc_opts:
+        for rc, moe_rc in rc_opts:
             for a2a in (False, True):
                 for disp in ("alltoall", "flex"):
                     t = sub.copy()
                     t["micro_batch"] = np.where(sub["micro_batch"] == 0, mb, sub["micro_batch"])
                     t["recompute"] = np.where(sub["recompute"] == "", rc, sub["recompute"])
+                    t["moe_recompute"] = np.where(sub["recompute"] == "", moe_rc,
+                                                  sub["moe_recompute"])
                     t["moe_a2a_overlap"] = np.where(sub["moe_a2a_overlap"].isna(), a2a,
                                                     sub["moe_a2a_overlap"]).astype(bool)
                     t["moe_dispatcher"] = np.where(sub["moe_dispatcher"].isna(), disp,
@@ -342,7 +350,7 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
         unstated = {"micro_batch": was == 0, "recompute": was == "",
                     "moe_a2a_overlap": pd.isna(was), "moe_dispatcher": pd.isna(was)}[col]
         runs.loc[sub.index[unstated], "imputed"] += f"{col} "
-    for col in ("moe_delay_wgrad", "moe_shared_expert_overlap"):
+    for col in ("moe_delay_wgrad", "moe_shared_expert_overlap", "moe_recompute"):
         if col not in runs:
             runs[col] = False
         runs[col] = runs[col].astype(object)

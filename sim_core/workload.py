@@ -198,7 +198,7 @@ def build(b: Batch) -> Workload:
     # MoE: permutation, unpermutation and router passes of the dispatcher in use (moe.py)
     permute = moe_frac * moe.elementwise_bytes(b, T / t, load)
     elem_fwd_bytes = ACT_BYTES * (20 * T * h / h_shard + act_rw / 2 * T * f_width / t
-                                  + 2 * T * (d["q_dim"] + 2 * d["kv_dim"]) / t) + permute
+                                  + 2 * T * (d["q_dim"] + 2 * d["kv_dim"]) / t)
     zero = 0 * T
     # forward = 2*m*n*k per layer that has the op; backward = input grad + weight grad (2x)
     ops = [Op(name, "gemm", fwd * L_stage, 2 * fwd * L_stage, fwd * L_stage, zero, zero,
@@ -208,6 +208,9 @@ def build(b: Batch) -> Workload:
            0 * T, 0 * T, 0 * T),
         Op("elementwise", "elementwise", 0 * T, 0 * T, 0 * T, elem_fwd_bytes * L_stage,
            2 * elem_fwd_bytes * L_stage),
+        # the MoE layer's own memory-bound work (moe.MLP_OPS: scheduled with the experts)
+        Op("moe_permute", "elementwise", 0 * T, 0 * T, 0 * T, permute * L_stage,
+           2 * permute * L_stage),
     ]
     # ---- embedding, LM head and loss (first / last stage) -------------------------------------
     head_fwd = 2 * T * h * b.vocab / t

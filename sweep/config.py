@@ -38,7 +38,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from sim_core.specs import (ATTENTION_KERNEL, CATEGORICAL, CP_COMM, LOSS_IMPL, MOE_DISPATCHER,
-                            PARALLEL_COLUMNS)
+                            MOE_RECOMPUTE, PARALLEL_COLUMNS)
 
 from .errors import ConfigError
 
@@ -129,6 +129,7 @@ class ParallelConfig(_Strict):
     moe_router_fusion: StrictBool | None = None
     moe_delay_wgrad: StrictBool | None = None
     moe_shared_expert_overlap: StrictBool | None = None
+    moe_recompute: Literal[MOE_RECOMPUTE] | None = None  # type: ignore[valid-type]
 
 
 OBJECTIVES = {

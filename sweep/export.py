@@ -197,6 +197,9 @@ def megatron_args(row) -> list[str]:
     elif d["recompute"] == "selective":
         opt("--recompute-granularity", "selective")
         opt("--recompute-modules", ["core_attn"])
+    elif d.get("moe_recompute", "none") != "none" and m["experts"] > 0:
+        opt("--recompute-granularity", "selective")  # MoE recompute module (sim_core/moe.py)
+        opt("--recompute-modules", [d["moe_recompute"]])
     # data-parallel sharding / optimizer
     zero = d.get("zero", 1)
     if zero == 1:

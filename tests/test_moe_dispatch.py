@@ -242,3 +242,48 @@ def test_bundled_deepseek_space_varies_the_dispatch_path_and_exports_it():
     assert bool(ns.delay_wgrad_compute) == bool(best["moe_delay_wgrad"])
     assert bool(ns.moe_shared_expert_overlap) == bool(best["moe_shared_expert_overlap"])
     assert ns.moe_permute_fusion and ns.moe_router_fusion
+
+
+def test_moe_recompute_modules_memory_and_time_by_hand():
+    """DeepSeek-V3 bf16, tp 2 with SP, T = 4096 tokens, 58 of 61 layers MoE. moe_act drops the
+    routed experts' activation output, 2 B x T x top-8 x 2048 / tp per MoE layer; moe keeps only
+    the pre-MLP norm's input and the MoE layer's input, 2 x 2 B x T x 7168 / tp."""
+    from sim_core import memory
+
+    def per_layer(mode):
+        b = batch(DSV3, precision="bf16", recompute="none", moe_recompute=mode)
+        wl = workload.build(b)
+        return memory.activation_bytes_per_layer(b, wl.tokens, b.tp, b.sequence_parallel,
+                                                 wl.dims, wl.moe_load), wl
+
+    base, wl = per_layer("none")
+    act, _ = per_layer("moe_act")
+    whole, _ = per_layer("moe")
+    frac = 58 / 61
+    assert base["none"][0] - act["none"][0] == pytest.approx(frac * 2 * 4096 * 8 * 2048 / 2)
+    assert base["none"][0] == base["live"][0]  # nothing recomputed
+    # what a MoE layer keeps without recompute (h 7168, 8 routed + 1 shared of 2048, SwiGLU):
+    # norm + router/shared inputs, expert inputs, FC1 outputs (2 f), activation outputs,
+    # router probabilities (fp32 x 256 experts), the copies unpermute keeps
+    T, h, f, t = 4096, 7168, 2048, 2
+    moe_mlp = (4 * T * h / t + 2 * T * 9 * h / t + 2 * T * 9 * f * 2 / t + 2 * T * 9 * f / t
+               + 4 * T * 256 / t + 2 * T * 8 * h / t)
+    assert base["none"][0] - whole["none"][0] == pytest.approx(frac * (moe_mlp - 4 * T * h / t))
+    assert whole["live"][0] == base["live"][0]  # the backward holds the layer again
+    out = simulate_frame(pd.DataFrame([{**DSV3, "recompute": "none", "moe_recompute": m}
+                                       for m in ("none", "moe_act", "moe")]))
+    rc = out["time_recompute"].to_numpy()
+    assert rc[0] == 0 and 0 < rc[1] < rc[2]
+    # the MoE-layer module replays dispatch and combine
+    no_ov = pd.DataFrame([{**DSV3, "recompute": "none", "moe_recompute": m,
+                           "moe_a2a_overlap": False} for m in ("none", "moe")])
+    ep = simulate_frame(no_ov)["time_ep"].to_numpy()
+    assert ep[1] == pytest.approx(ep[0] * 6 / 4)
+
+
+def test_moe_recompute_rules_and_flags():
+    ok, why = rules.check(batch(DSV3, recompute="selective", moe_recompute="moe"))
+    assert not ok[0] and "needs recompute none" in why[0]
+    row = {**DSV3, "recompute": "none", "moe_recompute": "moe_act", "dp": 64}
+    ns = export.megatron_parser().parse_args(export.megatron_args(row))
+    assert ns.recompute_granularity == "selective" and ns.recompute_modules == ["moe_act"]
