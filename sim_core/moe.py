@@ -146,22 +146,25 @@ def dispatch_times(b: Batch, tokens_rank, load, net: dict, profile=None) -> dict
     ep_on = (b.ep > 1) & (b.experts > 0)
     disp = b.moe_dispatcher
 
-    def coll(op, nbytes, group, nodes):
+    def coll(op, nbytes, group, nodes, used):
+        if not used.any():  # no configuration runs this dispatcher: skip the NCCL model
+            return np.zeros_like(zero)
         code = np.full(b.ep.shape, nccl.COLLECTIVES.index(op))
         res = nccl.collective_time(code, nbytes, np.maximum(group, 1).astype(np.int64),
                                    np.maximum(nodes, 1).astype(np.int64), net, profile=profile)
         return res["time_s"]
 
     # NCCL all-to-all of the routed copies; the same call back for combine
-    nodes_a2a = by["nodes"]
-    a2a = coll("all_to_all", by["a2a"], b.ep, nodes_a2a)
+    moe_on = b.experts > 0
+    a2a = coll("all_to_all", by["a2a"], b.ep, by["nodes"], moe_on & (disp == ALLTOALL) & ep_on)
     # all-gather over the etp x ep group; combine is a reduce-scatter of the hidden states
     g = by["ag_group"]
     g_local = np.minimum(g, b.gpus_per_node)
     g_nodes = np.ceil(g / g_local)
-    ag = coll("all_gather", by["ag"], g, g_nodes)
+    ag_on = moe_on & (disp == ALLGATHER) & (g > 1)
+    ag = coll("all_gather", by["ag"], g, g_nodes, ag_on)
     rs = coll("reduce_scatter", by["ag"] * ACT_BYTES * b.hidden
-              / (ACT_BYTES * b.hidden + 5.0 * np.maximum(b.experts, 1.0)), g, g_nodes)
+              / (ACT_BYTES * b.hidden + 5.0 * np.maximum(b.experts, 1.0)), g, g_nodes, ag_on)
     # DeepEP: the slower of its RDMA and NVLink legs, plus a notify round and the kernel's own
     # launch (one intra- or inter-node latency each)
     nvl_bw = net["nvlink_bw_gbs"] * 1e9

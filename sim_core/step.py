@@ -34,11 +34,14 @@ def network(b: Batch) -> dict:
     }
 
 
-def comm_times(b: Batch, wl: Workload, profile=None) -> list[tuple]:
-    """(Comm, seconds per call) for every communication kind in the workload."""
+def comm_times(b: Batch, wl: Workload, profile=None, skip=()) -> list[tuple]:
+    """(Comm, seconds per call) for every communication kind in the workload (but `skip`'s
+    dimensions)."""
     net = network(b)
     out = []
     for cm in wl.comms:
+        if cm.dim in skip:
+            continue
         code = np.full(cm.group.shape, COLL_CODE[cm.op])
         group = np.maximum(cm.group, 1.0)
         res = nccl.collective_time(code, cm.nbytes, group.astype(np.int64),
@@ -63,9 +66,8 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     # the largest message each dimension sends, and its group: features of its overlaps
     msg = {dim: np.zeros_like(m) for dim in ("tp", "cp", "ep", "dp", "pp")}
     grp = {dim: np.zeros_like(m) for dim in msg}
-    for cm, per_call in comm_times(b, wl, profile):
-        if cm.dim == "ep":  # the dispatcher's transfers are priced and overlapped by moe.py
-            continue
+    # the EP dispatcher's transfers are priced and overlapped by moe.py, not here
+    for cm, per_call in comm_times(b, wl, profile, skip=("ep",)):
         total = per_call * cm.calls_per_step
         bigger = (cm.calls_per_step > 0) & (cm.nbytes > msg[cm.dim])
         msg[cm.dim] = np.where(bigger, cm.nbytes, msg[cm.dim])
