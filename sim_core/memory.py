@@ -226,7 +226,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
         "mem_activations": activations * FRAGMENTATION / GIB,
         "mem_logits": np.where(loss_wins, pr["loss_part"], 0.0) / GIB,
         "mem_working": np.where(loss_wins, 0.0, working * FRAGMENTATION) / GIB,
-        "mem_buffers": (np.where(loss_wins, head_w, layer_buf) + pp_buf) / GIB,
+        "mem_buffers": (np.where(loss_wins, head_w, layer_buf) + pp_buf - dispatcher) / GIB,
         "mem_dispatcher": dispatcher / GIB,
         "mem_optimizer_temp": np.maximum(opt - pr["fwd_bwd"], 0.0) / GIB,
         "mem_runtime": np.full_like(peak, RUNTIME_GIB),

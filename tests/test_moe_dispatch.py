@@ -287,3 +287,10 @@ def test_moe_recompute_rules_and_flags():
     row = {**DSV3, "recompute": "none", "moe_recompute": "moe_act", "dp": 64}
     ns = export.megatron_parser().parse_args(export.megatron_args(row))
     assert ns.recompute_granularity == "selective" and ns.recompute_modules == ["moe_act"]
+
+
+def test_memory_categories_add_up_with_the_dispatcher_buffers():
+    out = simulate_frame(pd.DataFrame([{**DSV3, "moe_dispatcher": "flex"}]))
+    cats = [c for c in out.columns if c.startswith("mem_")]
+    assert out["mem_dispatcher"].iloc[0] > 0.5
+    assert out[cats].iloc[0].sum() == pytest.approx(out["peak_memory_gib"].iloc[0], rel=1e-9)
