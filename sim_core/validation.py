@@ -38,7 +38,7 @@ IMPUTATION = {
     "moe": "MoE rows use the catalog model (experts, MLA, dense layers); 'tokendrop' rows drop "
            "tokens at capacity factor 1, others are dropless; routing is force-balanced; "
            "unstated EP all-to-all overlap (moe_a2a_overlap) is imputed like micro-batch",
-    "moe dispatch": "Megatron-Bridge MoE rows: fused permutation and fused router on (the "
+    "moe dispatch": "MoE rows: fused permutation and fused router on (Megatron-Bridge's "
                     "Qwen3/DeepSeek/GPT-OSS model providers and every MoE perf config set "
                     "moe_permute_fusion and moe_router_fusion); dispatcher and combined 1F1B "
                     "EP overlap from the Megatron-Bridge perf config of the row's release "

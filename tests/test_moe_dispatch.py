@@ -294,3 +294,24 @@ def test_memory_categories_add_up_with_the_dispatcher_buffers():
     cats = [c for c in out.columns if c.startswith("mem_")]
     assert out["mem_dispatcher"].iloc[0] > 0.5
     assert out[cats].iloc[0].sum() == pytest.approx(out["peak_memory_gib"].iloc[0], rel=1e-9)
+
+
+def test_validation_takes_each_moe_rows_dispatch_path_from_its_recipe():
+    from sim_core import validation
+
+    data = validation.load_published()
+    by_id = data.set_index("id")
+    assert by_id.loc["117", "moe_dispatcher"] == "flex" and by_id.loc["117", "moe_a2a_overlap"]
+    assert by_id.loc["118", "moe_dispatcher"] == "alltoall"
+    assert not by_id.loc["118", "moe_a2a_overlap"]
+    assert by_id.loc["125", "moe_dispatcher"] == "alltoall" and by_id.loc["125", "moe_a2a_overlap"]
+    assert by_id.loc["129", "moe_dispatcher"] == "flex"
+    assert by_id.loc["123", "moe_dispatcher"] == "alltoall"
+    moe = data[data["is_moe"] & (data["skip"] == "")]
+    assert moe["moe_permute_fusion"].all() and moe["moe_router_fusion"].all()
+    # a row whose release has no recipe in the table is imputed (fastest valid choice)
+    assert validation._moe_recipe("deepseek-v3", "some 2025 blog", "h100-sxm") == (None, None)
+    t = validation._impute(moe.assign(moe_dispatcher=None, moe_a2a_overlap=None).head(1))
+    assert t["moe_dispatcher"].iloc[0] in ("alltoall", "flex")
+    assert "moe_dispatcher" in t["imputed"].iloc[0]
+    assert t["moe_delay_wgrad"].iloc[0] == bool(t["moe_a2a_overlap"].iloc[0])
