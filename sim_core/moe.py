@@ -272,7 +272,9 @@ def exposed(b: Batch, times: dict, parts: dict, n_moe, m, full_rc) -> tuple:
     d_f, c_f, d_b, c_b = (times[k] * n_moe for k in ("d_f", "c_f", "d_b", "c_b"))
     a_f, a_b = parts["attn_f"], parts["attn_b"]
     m_f, m_d, m_w = parts["mlp_f"], parts["mlp_dgrad"], parts["mlp_wgrad"]
-    serial = d_f + c_f + d_b + c_b + np.where(full_rc, d_f + c_f, 0.0)
+    base = d_f + c_f + d_b + c_b
+    replay = np.where(full_rc, d_f + c_f, 0.0)  # recompute's forward, outside the pairing
+    serial = base + replay
     # SM contention while a transfer runs under compute
     flex = b.moe_dispatcher == FLEX
     sms = table()["deepep_num_sms"]
@@ -288,10 +290,10 @@ def exposed(b: Batch, times: dict, parts: dict, n_moe, m, full_rc) -> tuple:
                        np.maximum(d_f, m_d + m_w) + np.maximum(d_b, m_f))
     pair = np.maximum(c_b, a_f) + phase_b + np.maximum(c_f, a_b)
     pair_exposed = np.maximum(pair - (a_f + a_b + m_f + m_d + m_w), 0.0)
-    pair_hidden = np.minimum(serial, np.maximum(serial - pair_exposed, 0.0))
+    pair_hidden = np.minimum(base, np.maximum(base - pair_exposed, 0.0))
     f = overlapped_fraction(b, m)
     ov = b.moe_a2a_overlap & (b.ep > 1)
-    exp = np.where(ov, f * pair_exposed + (1 - f) * serial,
+    exp = np.where(ov, f * pair_exposed + (1 - f) * base + replay,
                    np.where(sh_on, serial - sh_hidden, serial))
     hidden = np.where(ov, f * pair_hidden, np.where(sh_on, sh_hidden, 0.0))
     extra = (factor - 1.0) * hidden

@@ -122,6 +122,9 @@ def test_1f1b_overlap_schedule_by_hand():
     exp, extra = moe.exposed(b, times, _parts(), np.array([1.0]), m, np.array([False]))
     assert exp[0] == pytest.approx((1 - f) * 3.5)
     assert extra[0] > 0  # the hidden transfers slow the compute under them
+    # the MoE-layer recompute replays dispatch + combine outside the pairing: exposed
+    exp_rc, _ = moe.exposed(b, times, _parts(), np.array([1.0]), m, np.array([True]))
+    assert exp_rc[0] == pytest.approx((1 - f) * 3.5 + 1.5)
     # no overlap: everything exposed, a full recompute replays dispatch + combine
     b["moe_a2a_overlap"] = np.array([False])
     exp, extra = moe.exposed(b, times, _parts(), np.array([1.0]), m, np.array([True]))
