@@ -16,8 +16,9 @@ from importlib import resources
 import numpy as np
 import yaml
 
+from . import moe
 from .columns import Batch
-from .workload import Workload
+from .workload import ACT_BYTES, Workload
 
 TILE_M, TILE_N = 128, 128  # output tile of a tensor-core GEMM kernel (cuBLAS/CUTLASS default)
 
@@ -107,15 +108,20 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             else:
                 attn_f = np.where(np.isnan(learned), attn_f, learned)
     moe_frac = wl.dims["n_moe_layers"] / b.layers  # share of layers that are MoE
-    overhead = (_by_arch(b.sm_arch, "layer_overhead_us")
-                + moe_frac * _by_arch(b.sm_arch, "moe_layer_overhead_us")) * 1e-6 * wl.layers_per_stage
+    # launch gaps of a layer's kernels; a MoE layer adds its router, permutation, dispatcher
+    # and per-expert GEMM launches and one host sync (moe.launch_overhead_s)
+    moe_launch = moe.launch_overhead_s(b)
+    overhead = _by_arch(b.sm_arch, "layer_overhead_us") * 1e-6 * wl.layers_per_stage
+    moe_fwd_over = moe_frac * moe_launch["fwd"] * wl.layers_per_stage
+    moe_bwd_over = moe_frac * moe_launch["bwd"] * wl.layers_per_stage
 
     # per-architecture constants of the GEMM loop, looked up once
     cast_bytes = _by_arch(b.sm_arch, "fp8_cast_bytes")
     grouped = {True: _by_arch(b.sm_arch, "grouped_gemm", "fp8"),
                False: _by_arch(b.sm_arch, "grouped_gemm", "bf16")}
     parts = {w: {"fwd": 0.0, "bwd": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,
-                 "elem_fwd": 0.0}
+                 "elem_fwd": 0.0, "moe_mlp_fwd": 0.0, "moe_mlp_bwd": 0.0,
+                 "moe_mlp_wgrad": 0.0, "shared_fwd": 0.0, "shared_bwd": 0.0}
              for w in ("layer", "first_stage", "last_stage")}
     for op in wl.ops:
         if op.op_class == "gemm":
@@ -148,14 +154,33 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             parts[op.where]["elem_fwd"] = parts[op.where]["elem_fwd"] + fwd
         parts[op.where]["fwd"] = parts[op.where]["fwd"] + fwd
         parts[op.where]["bwd"] = parts[op.where]["bwd"] + bwd
+        if op.name in moe.MLP_OPS:  # what the EP overlap schedules against (moe.exposed)
+            p = parts[op.where]
+            p["moe_mlp_fwd"] = p["moe_mlp_fwd"] + fwd
+            p["moe_mlp_bwd"] = p["moe_mlp_bwd"] + bwd
+            p["moe_mlp_wgrad"] = p["moe_mlp_wgrad"] + bwd * op.bwd_wgrad_flops / np.maximum(
+                op.bwd_flops, 1e-30)
+            if op.name in moe.SHARED_OPS:
+                p["shared_fwd"] = p["shared_fwd"] + fwd
+                p["shared_bwd"] = p["shared_bwd"] + bwd
     lay = parts["layer"]
-    lay["fwd"] = lay["fwd"] + overhead
-    lay["bwd"] = lay["bwd"] + 2 * overhead
+    lay["fwd"] = lay["fwd"] + overhead + moe_fwd_over
+    lay["bwd"] = lay["bwd"] + 2 * overhead + moe_bwd_over
+    lay["moe_mlp_fwd"] = lay["moe_mlp_fwd"] + moe_fwd_over
+    lay["moe_mlp_bwd"] = lay["moe_mlp_bwd"] + moe_bwd_over
     rc = b.recompute
     # recompute: full replays the layer forward; selective (op-level SAC) replays every other
     # GEMM and the memory-bound ops whose outputs it did not keep
     selective = 0.5 * lay["gemm_fwd"] + lay["elem_fwd"]
     lay["recompute"] = np.where(rc == 2, lay["fwd"], np.where(rc == 1, selective, 0.0))
+    # MoE recompute modules (with recompute none): "moe" replays the MoE layer's forward,
+    # "moe_act" the routed experts' activation function (reads FC1's output, writes its own)
+    moe_rc = np.where(rc == 0, b.moe_recompute, 0)
+    act_bytes = (ACT_BYTES * np.where(b.activation == 1, 3.0, 2.0) * wl.tokens / b.tp * b.top_k
+                 * wl.moe_load * b.expert_ffn * moe_frac * wl.layers_per_stage)
+    lay["recompute"] = lay["recompute"] + np.where(
+        moe_rc == moe.MOE_LAYER, lay["moe_mlp_fwd"],
+        np.where(moe_rc == moe.MOE_ACT, act_bytes / hbm_elem, 0.0))
     out = {}
     for w, d in parts.items():
         for k, val in d.items():

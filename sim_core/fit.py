@@ -31,12 +31,14 @@ FITTED = {
     (90, "attn_fwd", "fa2"): np.round(np.arange(0.16, 0.361, 0.02), 3),
     ("all", "gemm_k_half", None): np.array([64, 128, 192, 256, 384, 512]),
 }
-# MoE: the expert-GEMM efficiency relative to dense GEMMs, fitted on the H100 MoE rows after
-# the dense constants are fixed
+# MoE: only the expert-GEMM efficiency relative to dense GEMMs (no published grouped-GEMM
+# benchmark at these ragged shapes) is fitted, on the declared subset below (H100 MoE rows),
+# after the dense constants are fixed. Dispatch, combine, permutation, router, launches and
+# overlap are modelled (sim_core/moe.py), not fitted.
+# One value for both dtypes ("bf16+fp8"): the FP8 quantisation pass is priced separately
+# (fp8_cast_bytes), so what remains is the grouped kernel's own efficiency.
 FITTED_MOE = {
-    (90, "grouped_gemm", "fp8"): np.round(np.arange(0.20, 1.001, 0.05), 3),
-    (90, "grouped_gemm", "bf16"): np.round(np.arange(0.20, 1.001, 0.05), 3),
-    ("all", "moe_layer_overhead_us", None): np.array([0, 50, 100, 200, 300, 400, 600, 800]),
+    (90, "grouped_gemm", "bf16+fp8"): np.round(np.arange(0.20, 1.001, 0.05), 3),
 }
 # FA2 backward / forward efficiency ratio on Hopper, held fixed while fitting the forward
 # (FlashAttention-3 paper's FA2 curves: ~0.82)
@@ -55,7 +57,8 @@ def constants(values: dict):
                 if sub is None:
                     table[a][key] = float(val)
                 else:
-                    table[a][key][sub] = float(val)
+                    for one in sub.split("+"):  # "bf16+fp8": one value for both
+                        table[a][key][one] = float(val)
                 if (key, sub) == ("attn_fwd", "fa2"):
                     table[a]["attn_bwd"]["fa2"] = round(float(val) * FA2_BWD_RATIO, 3)
         yield
@@ -69,7 +72,7 @@ def current(params: dict = FITTED) -> dict:
     out = {}
     for arch, key, sub in params:
         row = table[max(table) if arch == "all" else arch]
-        out[(arch, key, sub)] = row[key] if sub is None else row[key][sub]
+        out[(arch, key, sub)] = row[key] if sub is None else row[key][sub.split("+")[0]]
     return out
 
 
@@ -116,13 +119,16 @@ def errors(rows: pd.DataFrame, values: dict) -> pd.Series:
 
 
 def leave_one_source_out(rows: pd.DataFrame, by: str = "family",
-                         params: dict = FITTED) -> pd.DataFrame:
-    """For each group (source family, or model): fit on the others, report the held-out error."""
+                         params: dict = FITTED, per_row: list | None = None) -> pd.DataFrame:
+    """For each group (source family, or model): fit on the others, report the held-out error.
+    `per_row`, when given, collects every held-out row's error (a Series per group)."""
     out = []
     for fam in sorted(rows[by].unique()):
         train, test = rows[rows[by] != fam], rows[rows[by] == fam]
         vals = fit(train, params=params)
         e = errors(test, vals)
+        if per_row is not None:
+            per_row.append(e)
         out.append({"held_out": fam, "rows": len(test), "median_abs_err": e.abs().median(),
                     "max_abs_err": e.abs().max(), "bias": e.median()})
     return pd.DataFrame(out)
@@ -135,7 +141,8 @@ def _fmt(values: dict) -> str:
 def main_moe() -> None:
     rows = moe_rows()
     rows = rows.assign(model_id=rows["model"])
-    print(f"fitting {list(FITTED_MOE)} on {len(rows)} H100 MoE rows: "
+    print(f"fitting {list(FITTED_MOE)} on the declared subset: {len(rows)} H100 MoE rows "
+          "(usable MoE rows of data/published_runs.csv on H100; GB200 rows held out): "
           + " ".join(rows["id"].astype(str)))
     start = current(FITTED_MOE)
     e0 = errors(rows, start)
@@ -145,8 +152,12 @@ def main_moe() -> None:
     print(f"fitted: median |err| {e1.abs().median():.3f}, max {e1.abs().max():.3f}")
     print(_fmt(vals))
     print("\nleave-one-model-out (fit without the model, error on it):")
-    print(leave_one_source_out(rows, by="model_id", params=FITTED_MOE)
+    held: list = []
+    print(leave_one_source_out(rows, by="model_id", params=FITTED_MOE, per_row=held)
           .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    e = pd.concat(held)
+    print(f"all {len(e)} held-out rows: median |err| {e.abs().median():.3f}, "
+          f"max {e.abs().max():.3f}, bias {e.median():+.3f}")
 
 
 def main() -> None:

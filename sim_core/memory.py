@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import frameworks
+from . import frameworks, moe
 from .columns import Batch
 from .workload import ACT_BYTES, Workload
 
@@ -64,7 +64,7 @@ LOSS_SEGMENT_BYTES = np.array([6.0, 4.0, 14.0, 18.0, 10.0])
 FOREACH_TEMP_BYTES = 4.0
 
 
-def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict) -> dict:
+def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict:
     """Bytes one micro-batch leaves stored per transformer layer, for each recompute mode."""
     h = dims["h"]
     rep = np.where(sp, t, 1.0)  # replicated-under-TP tensors are sharded only with SP
@@ -87,13 +87,25 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict) -> dict:
     dense_mlp = ((ACT_BYTES + g_in) * T * h / rep + ACT_BYTES * T * b.ffn * fc1_out / t
                  + g_in * T * b.ffn / t)
     # MoE: each token is routed to top_k experts (+ shared): dispatched copies of the hidden
-    # state and the expert FC1/activation outputs, plus router probabilities
-    routed = (b.top_k + b.shared_experts)
+    # state and the expert FC1/activation outputs (the busiest EP rank holds `load` times the
+    # balanced share of routed copies), the expert outputs unpermute keeps for the gradient of
+    # the routing probabilities (moe_utils.py unpermute, core_v0.15.3), router probabilities
+    routed = (b.top_k * load + b.shared_experts)
     moe_mlp = ((ACT_BYTES + g_in) * T * h / rep + g_in * T * routed * h / t
                + ACT_BYTES * T * routed * b.expert_ffn * fc1_out / t
-               + g_in * T * routed * b.expert_ffn / t + 4.0 * T * b.experts / t)
-    mlp = (1 - moe_frac) * dense_mlp + moe_frac * moe_mlp
+               + g_in * T * routed * b.expert_ffn / t + 4.0 * T * b.experts / t
+               + ACT_BYTES * T * b.top_k * load * h / t)
+    # MoE recompute modules (recompute none; Megatron --recompute-modules moe_act / moe): moe_act
+    # drops the routed experts' activation output, moe keeps only the MoE layer's input (next
+    # to the pre-MLP norm's input)
+    moe_rc = np.where(b.recompute == 0, b.moe_recompute, 0)
+    moe_kept = np.where(moe_rc == moe.MOE_LAYER, 2 * ACT_BYTES * T * h / rep,
+                        np.where(moe_rc == moe.MOE_ACT,
+                                 moe_mlp - g_in * T * b.top_k * load * b.expert_ffn / t, moe_mlp))
+    mlp = (1 - moe_frac) * dense_mlp + moe_frac * moe_kept
     none = attn + mlp
+    # what the layer holds live again during its backward, whatever was recomputed
+    live = attn + (1 - moe_frac) * dense_mlp + moe_frac * moe_mlp
     # selective = op-level selective checkpointing (torchtitan's op SAC; Megatron's selective
     # recompute with modules): keep the layer input, the attention output and statistics, and
     # every other GEMM output; recompute the rest in backward
@@ -102,7 +114,7 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict) -> dict:
     selective = (ACT_BYTES * T * h / rep + ACT_BYTES * T * dims["a"] * dims["dv"] / t
                  + 4.0 * T * dims["a"] / t + 0.5 * ACT_BYTES * T * gemm_out)
     full = ACT_BYTES * T * h / rep  # only the layer input is kept
-    return {"none": none, "selective": selective, "full": full}
+    return {"none": none, "selective": selective, "full": full, "live": live}
 
 
 def estimate(b: Batch, wl: Workload) -> dict:
@@ -145,7 +157,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
     optimizer = np.where(z >= fw["optimizer_shard_zero"], master_adam * P_shard, master_adam * P)
 
     # ---- activations -----------------------------------------------------------------------
-    per_layer = activation_bytes_per_layer(b, T, t, sp, dims)
+    per_layer = activation_bytes_per_layer(b, T, t, sp, dims, wl.moe_load)
     rc = b.recompute
     stored = np.where(rc == 2, per_layer["full"],
                       np.where(rc == 1, per_layer["selective"], per_layer["none"]))
@@ -160,9 +172,14 @@ def estimate(b: Batch, wl: Workload) -> dict:
     act_first = stored * L_stage * in_flight
     # during backward one layer's full set of activations is live again (recomputed or not),
     # plus its gradients (same order of size)
-    working = 2.0 * per_layer["none"]
+    working = 2.0 * per_layer["live"]
     # SP / TP: the all-gathered input of a column-parallel GEMM is materialised
     working = working + np.where(sp, ACT_BYTES * T * dims["h"], 0.0)
+    # MoE: the dispatcher's send/receive (or gathered) token buffers of the layer in flight
+    moe_frac = dims["n_moe_layers"] / b.layers
+    working = working + np.where(moe_frac > 0, moe.transient_bytes(b, T / t, wl.moe_load), 0.0)
+    # the dispatcher's communication buffers, held for the whole run (DeepEP NVL/RDMA buffers)
+    dispatcher = moe.buffer_bytes(b)
     # the rank holding the LM head (the last stage; with pp == 1 the only one): one micro-batch
     # in flight with pp > 1, plus the logits and the loss buffers
     logits = LOSS_BYTES[b.loss_impl] * T * b.vocab / t
@@ -186,7 +203,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # pipeline: send/recv buffers for activations in both directions; plus the framework's fixed
     # bf16 communication buckets (DeepSpeed ZeRO-2's reduce bucket)
     pp_buf = np.where(p > 1, 2 * ACT_BYTES * T * dims["h"] / np.where(sp, t, 1.0), 0.0)
-    pp_buf = pp_buf + ACT_BYTES * fw["bucket_elems"]
+    pp_buf = pp_buf + dispatcher + ACT_BYTES * fw["bucket_elems"]
 
     # ---- peak: the phases do not coincide ----------------------------------------------------
     states = weights + grads + optimizer
@@ -229,7 +246,8 @@ def estimate(b: Batch, wl: Workload) -> dict:
         "mem_activations": activations * FRAGMENTATION / GIB,
         "mem_logits": np.where(loss_wins, pr["loss_part"], 0.0) / GIB,
         "mem_working": np.where(loss_wins, 0.0, working * FRAGMENTATION) / GIB,
-        "mem_buffers": (np.where(loss_wins, head_w, layer_buf) + pp_buf) / GIB,
+        "mem_buffers": (np.where(loss_wins, head_w, layer_buf) + pp_buf - dispatcher) / GIB,
+        "mem_dispatcher": dispatcher / GIB,
         "mem_optimizer_temp": np.maximum(opt - pr["fwd_bwd"], 0.0) / GIB,
         "mem_runtime": np.full_like(peak, RUNTIME_GIB),
         "peak_memory_gib": peak / GIB,

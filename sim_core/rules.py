@@ -45,7 +45,37 @@ def rules(b: Batch) -> list[tuple[str, np.ndarray]]:
         ("interleaved schedule needs microbatches % pp == 0",
          (v > 1) & ~_divides(p, b.global_batch / np.maximum(dp * b.micro_batch, 1))),
         ("zero must be 0, 1, 2 or 3", ~np.isin(b.zero, (0, 1, 2, 3))),
+        *moe_rules(b, etp),
         *frameworks.rules(b),
+    ]
+
+
+# EP group sizes DeepEP has a kernel config for (deep_ep/buffer.py get_dispatch_config, v1.2.1)
+DEEPEP_SIZES = (2, 4, 8, 16, 24, 32, 64, 128, 144, 160)
+
+
+def moe_rules(b: Batch, etp) -> list[tuple[str, np.ndarray]]:
+    """What Megatron-Core core_v0.15.3 refuses (transformer_config.py __post_init__ asserts)."""
+    ov, disp = b.moe_a2a_overlap, b.moe_dispatcher  # specs.MOE_DISPATCHER codes
+    alltoall, flex = disp == 0, disp == 2
+    return [
+        ("moe_a2a_overlap (--overlap-moe-expert-parallel-comm) needs ep > 1", ov & (b.ep <= 1)),
+        ("moe_a2a_overlap needs the alltoall or flex dispatcher", ov & (disp == 1)),
+        ("moe_a2a_overlap does not support full recompute", ov & (b.recompute == 2)),
+        ("moe_a2a_overlap with pp > 1 needs vpp > 1 (interleaved schedule)",
+         ov & (b.pp > 1) & (b.vpp <= 1)),
+        ("moe_a2a_overlap and moe_shared_expert_overlap cannot both be on",
+         ov & b.moe_shared_expert_overlap),
+        ("moe_delay_wgrad (--delay-wgrad-compute) needs moe_a2a_overlap", b.moe_delay_wgrad & ~ov),
+        ("moe_shared_expert_overlap needs the alltoall dispatcher",
+         b.moe_shared_expert_overlap & ~alltoall),
+        ("moe_shared_expert_overlap needs a model with shared experts",
+         b.moe_shared_expert_overlap & (b.shared_experts <= 0)),
+        ("moe_recompute needs recompute none (it is a selective recompute module)",
+         (b.moe_recompute > 0) & (b.recompute != 0)),
+        ("moe_recompute needs a MoE model", (b.moe_recompute > 0) & (b.experts <= 0)),
+        ("flex dispatcher (DeepEP) supports ep*etp in " + ", ".join(map(str, DEEPEP_SIZES)),
+         flex & (b.experts > 0) & ~np.isin(b.ep * etp, DEEPEP_SIZES)),
     ]
 
 

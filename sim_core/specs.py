@@ -33,6 +33,14 @@ FRAMEWORK = ("megatron-core", "nemo", "torchtitan", "deepspeed", "nanotron", "ll
 # micro-batches in flight; all-forward-all-backward (GPipe, nanotron's AFAB) keeps all of them.
 # The interleaved schedule is 1f1b with vpp > 1.
 PP_SCHEDULE = ("1f1b", "afab")
+# MoE token dispatcher (Megatron-Core --moe-token-dispatcher-type, core_v0.15.3): allgather
+# (all-gather tokens over the tp x ep group), alltoall (NCCL all-to-all of the routed copies),
+# flex (DeepEP's fused dispatch/combine kernels, --moe-enable-deepep). See sim_core/moe.py.
+MOE_DISPATCHER = ("alltoall", "allgather", "flex")
+# MoE-specific activation recompute (Megatron-Core --recompute-modules, core_v0.15.3): none,
+# moe_act (the routed experts' activation function is recomputed, its output not kept) or moe
+# (the whole MoE layer is checkpointed: only its input is kept; dispatch and combine replay)
+MOE_RECOMPUTE = ("none", "moe_act", "moe")
 
 
 @dataclass(frozen=True)
@@ -187,10 +195,19 @@ PARALLEL_COLUMNS = {
     "moe_dropless": True,
     "capacity_factor": 1.0,
     "expert_skew": 0.0,
+    # MoE dispatch path (sim_core/moe.py; Megatron-Core core_v0.15.3 flags in sweep/export.py).
+    # moe_a2a_overlap above is --overlap-moe-expert-parallel-comm (combined 1F1B EP overlap)
+    "moe_dispatcher": "alltoall",
+    "moe_permute_fusion": False,  # --moe-permute-fusion (TE fused permute/unpermute kernels)
+    "moe_router_fusion": False,  # --moe-router-fusion (TE fused top-k + scores + aux loss)
+    "moe_delay_wgrad": False,  # --delay-wgrad-compute (needs moe_a2a_overlap)
+    "moe_shared_expert_overlap": False,  # --moe-shared-expert-overlap (alltoall only)
+    "moe_recompute": "none",  # MOE_RECOMPUTE; with recompute none (selective modules moe_act/moe)
 }
 
 ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS}
 
 CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
                "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM,
-               "loss_impl": LOSS_IMPL, "framework": FRAMEWORK, "pp_schedule": PP_SCHEDULE}
+               "loss_impl": LOSS_IMPL, "framework": FRAMEWORK, "pp_schedule": PP_SCHEDULE,
+               "moe_dispatcher": MOE_DISPATCHER, "moe_recompute": MOE_RECOMPUTE}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import compute, nccl, overlap
+from . import compute, moe, nccl, overlap
 from .columns import Batch
 from .workload import Workload
 
@@ -34,11 +34,14 @@ def network(b: Batch) -> dict:
     }
 
 
-def comm_times(b: Batch, wl: Workload, profile=None) -> list[tuple]:
-    """(Comm, seconds per call) for every communication kind in the workload."""
+def comm_times(b: Batch, wl: Workload, profile=None, skip=()) -> list[tuple]:
+    """(Comm, seconds per call) for every communication kind in the workload (but `skip`'s
+    dimensions)."""
     net = network(b)
     out = []
     for cm in wl.comms:
+        if cm.dim in skip:
+            continue
         code = np.full(cm.group.shape, COLL_CODE[cm.op])
         group = np.maximum(cm.group, 1.0)
         res = nccl.collective_time(code, cm.nbytes, group.astype(np.int64),
@@ -63,7 +66,8 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     # the largest message each dimension sends, and its group: features of its overlaps
     msg = {dim: np.zeros_like(m) for dim in ("tp", "cp", "ep", "dp", "pp")}
     grp = {dim: np.zeros_like(m) for dim in msg}
-    for cm, per_call in comm_times(b, wl, profile):
+    # the EP dispatcher's transfers are priced and overlapped by moe.py, not here
+    for cm, per_call in comm_times(b, wl, profile, skip=("ep",)):
         total = per_call * cm.calls_per_step
         bigger = (cm.calls_per_step > 0) & (cm.nbytes > msg[cm.dim])
         msg[cm.dim] = np.where(bigger, cm.nbytes, msg[cm.dim])
@@ -98,12 +102,20 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
                                                   "cp", "send_recv", msg["cp"], grp["cp"])
     cp_exposed = cp_exposed + cp_edge
     slow = slow + cp_extra
-    # EP: all-to-all is on the critical path unless the A2A-overlap schedule hides it behind
-    # another micro-batch's compute
-    ep_ov_exp, ep_extra = overlap.overlap_with(per_mb["ep"], lay_fwd + lay_bwd, arch, "gemm",
-                                                   "ep", "all_to_all", msg["ep"], grp["ep"])
-    ep_exposed = np.where(b.moe_a2a_overlap, ep_ov_exp, per_mb["ep"])
-    slow = slow + np.where(b.moe_a2a_overlap, ep_extra, 0.0)
+    # EP: the dispatcher's dispatch/combine, exposed unless the shared experts or the combined
+    # 1F1B schedule hide it (moe.exposed)
+    n_moe = wl.layers_per_stage * wl.dims["n_moe_layers"] / b.layers
+    moe_frac = wl.dims["n_moe_layers"] / b.layers
+    d_times = moe.dispatch_times(b, wl.tokens / t, wl.moe_load, network(b), profile)
+    mlp_f, mlp_b = st["layer_moe_mlp_fwd"], st["layer_moe_mlp_bwd"]
+    mlp_w = st["layer_moe_mlp_wgrad"]
+    moe_parts = {"attn_f": (lay_fwd - mlp_f) * moe_frac, "attn_b": (lay_bwd - mlp_b) * moe_frac,
+                 "mlp_f": mlp_f, "mlp_dgrad": mlp_b - mlp_w, "mlp_wgrad": mlp_w,
+                 "shared_f": st["layer_shared_fwd"], "shared_b": st["layer_shared_bwd"]}
+    # a full recompute, or the MoE-layer recompute module, replays dispatch and combine
+    replay = (b.recompute == 2) | ((b.recompute == 0) & (b.moe_recompute == moe.MOE_LAYER))
+    ep_exposed, ep_extra = moe.exposed(b, d_times, moe_parts, n_moe, m, replay)
+    slow = slow + ep_extra
     # ZeRO-2/3: per micro-batch gradient reduce-scatter behind backward, parameter all-gather
     # behind forward (prefetch); the first layer's gather cannot be hidden
     L_stage = wl.layers_per_stage

@@ -25,7 +25,8 @@ IMPUTATION = {
     "vpp": "1 when not stated",
     "sequence_parallel": "on when tp > 1 for Megatron-Core/NeMo/torchtitan-TP rows unless 'no'",
     "recompute": "unstated: Megatron-LM 2021 rows use full (the paper's default); otherwise the "
-                 "fastest predicted mode that fits, chosen jointly with an unstated micro-batch",
+                 "fastest predicted mode that fits, chosen jointly with an unstated micro-batch "
+                 "(MoE rows may also get the MoE recompute modules moe_act or moe)",
     "network": "interconnect column: '400Gb/s RDMA/GPU' -> 50 GB/s per GPU, '1600 Gbps RoCE' "
                "-> 25 GB/s per GPU, HDR IB -> 25 GB/s per GPU; else the GPU's default cluster",
     "zero": "FSDP/FULL_SHARD/Megatron-FSDP -> 3, SHARD_GRAD_OP -> 2, distributed optimizer "
@@ -43,6 +44,18 @@ IMPUTATION = {
     "torch.compile": "torchtitan rows that say 'compile': fused elementwise ops and GLU, and the "
                      "compiled loss except in the Dec-2024 benchmark (its loss compile was "
                      "switched off then)",
+    "moe dispatch": "MoE rows: fused permutation and fused router on (Megatron-Bridge's "
+                    "Qwen3/DeepSeek/GPT-OSS model providers and every MoE perf config set "
+                    "moe_permute_fusion and moe_router_fusion); dispatcher and combined 1F1B "
+                    "EP overlap from the Megatron-Bridge perf config of the row's release "
+                    "(_MOE_RECIPES: DeepSeek-V3 H100 DeepEP + overlap; 25.09 Qwen3 alltoall "
+                    "without overlap; 25.11 Qwen3 H100 alltoall + overlap, GB200 HybridEP (flex); "
+                    "26.04/26.06 Qwen3-30B HybridEP (flex), Qwen3-235B alltoall + overlap; "
+                    "GPT-OSS alltoall), the overlap with delayed wgrad as Bridge's override "
+                    "sets it; rows not in that table get the fastest predicted of alltoall/flex "
+                    "and overlap on/off; shared-expert overlap on where the model has shared "
+                    "experts and the dispatcher is alltoall without 1F1B overlap (the DeepSeek "
+                    "provider's default); routing force-balanced (expert_skew 0)",
     "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
                        "compared with peak_reserved_gib; TorchSim tracks live tensors, so its "
                        "tables compare with peak_allocated_gib",
@@ -107,7 +120,9 @@ def _catalog_model(name: str) -> str:
 
 _MOE_MODELS = [(r"deepseek.?v3", "deepseek-v3"), (r"qwen3.?30b", "qwen3-30b-a3b"),
                (r"qwen3.?235b", "qwen3-235b-a22b"), (r"gpt.?oss.?120b", "gpt-oss-120b"),
-               (r"mixtral.?8x22b", "mixtral-8x22b"), (r"mixtral.?8x7b", "mixtral-8x7b")]
+               (r"mixtral.?8x22b", "mixtral-8x22b"), (r"mixtral.?8x7b", "mixtral-8x7b"),
+               (r"gpt.?oss.?20b", "gpt-oss-20b"), (r"kimi.?k2", "kimi-k2"),
+               (r"deepseek.?v2.?lite", "deepseek-v2-lite"), (r"deepseek.?v2", "deepseek-v2")]
 
 
 def _moe_model(name: str) -> str:
@@ -199,6 +214,10 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         zero = frameworks.default_value(framework, "zero")
         run["zero"] = zero
     run["distributed_optimizer"] = zero >= 1
+    if moe_id:  # IMPUTATION["moe dispatch"]
+        disp, a2a = _moe_recipe(moe_id, str(r["source"]) + " " + str(r["framework"]), gpu)
+        run.update(moe_permute_fusion=True, moe_router_fusion=True, moe_dispatcher=disp,
+                   moe_a2a_overlap=a2a)
     if zero == 3 and pp > 1:
         run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
     return run, ""
@@ -212,6 +231,33 @@ def _framework(fw: str) -> str:
         if re.search(pat, fw, re.I):
             return fid
     return "megatron-core"
+
+
+# Megatron-Bridge perf configs behind the archive's MoE rows (github NVIDIA-NeMo/Megatron-Bridge):
+# (model id pattern, release pattern, GPU pattern) -> (dispatcher, 1F1B EP overlap).
+# 25.09 = v0.1.0rc4 scripts/performance/run_script.py (DeepSeek-V3 on H100: DeepEP and the
+# 1F1B EP overlap with delayed wgrad; Qwen3: the provider's alltoall, overlap off); 25.11 = v0.2.0 scripts/performance/
+# configs/*/workload_base_configs.py; 26.04/26.06 = v0.4.0/v0.5.0 configs/*/..._workload_base_
+# configs.py. HybridEP (moe_flex_dispatcher_backend="hybridep", Megatron core_v0.16+) is priced
+# as flex: the same dedup'd NVLink/RDMA dispatch.
+_MOE_RECIPES = [
+    (r"deepseek", r"25\.09", r"h100", "flex", True),
+    (r"qwen3", r"25\.09", r"h100", "alltoall", False),
+    (r"deepseek", r"25\.11", r"h100", "flex", True),
+    (r"qwen3", r"25\.11", r"h100", "alltoall", True),
+    (r"deepseek|qwen3", r"25\.11", r"gb200", "flex", False),
+    (r"gpt-oss", r".", r".", "alltoall", False),
+    (r"qwen3-30b", r"26\.0[46]", r"h100", "flex", False),
+    (r"qwen3-235b", r"26\.0[46]", r"h100", "alltoall", True),
+]
+
+
+def _moe_recipe(model_id: str, release: str, gpu: str) -> tuple:
+    """(dispatcher, moe_a2a_overlap) of the row's published recipe, or (None, None) = impute."""
+    for mod, rel, g, disp, a2a in _MOE_RECIPES:
+        if re.search(mod, model_id) and re.search(rel, release) and re.search(g, gpu):
+            return disp, a2a
+    return None, None
 
 
 def _measured_step(r: pd.Series) -> tuple[float, str]:
@@ -276,34 +322,68 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
     moe = runs["is_moe"] if "is_moe" in runs else pd.Series(False, index=runs.index)
     if "moe_a2a_overlap" not in runs:
         runs["moe_a2a_overlap"] = np.where(moe, None, False)
-    todo = (runs["micro_batch"] == 0) | (runs["recompute"] == "") | runs["moe_a2a_overlap"].isna()
+    if "moe_dispatcher" not in runs:
+        runs["moe_dispatcher"] = np.where(moe, None, "alltoall")
+    runs["moe_dispatcher"] = runs["moe_dispatcher"].astype(object)
+    runs["moe_dispatcher"] = runs["moe_dispatcher"].where(runs["moe_dispatcher"].notna() | moe,
+                                                          "alltoall")
+    if "moe_recompute" not in runs:
+        runs["moe_recompute"] = "none"
+    todo = ((runs["micro_batch"] == 0) | (runs["recompute"] == "")
+            | runs["moe_a2a_overlap"].isna() | runs["moe_dispatcher"].isna())
     if not todo.any():
         return runs
     sub = runs.loc[todo]
     mbs_opts = [1, 2, 4, 8]
-    rc_opts = ["none", "selective", "full"]
+    # (recompute, MoE recompute module): MoE modules only for MoE rows (the rules refuse them
+    # elsewhere), as selective modules on top of no layer recompute
+    rc_opts = [("none", "none"), ("selective", "none"), ("full", "none"),
+               ("none", "moe_act"), ("none", "moe")]
     trials = []
     for mb in mbs_opts:
-        for rc in rc_opts:
+        for rc, moe_rc in rc_opts:
             for a2a in (False, True):
-                t = sub.copy()
-                t["micro_batch"] = np.where(sub["micro_batch"] == 0, mb, sub["micro_batch"])
-                t["recompute"] = np.where(sub["recompute"] == "", rc, sub["recompute"])
-                t["moe_a2a_overlap"] = np.where(sub["moe_a2a_overlap"].isna(), a2a,
-                                                sub["moe_a2a_overlap"]).astype(bool)
-                trials.append(t)
+                for disp in ("alltoall", "flex"):
+                    t = sub.copy()
+                    t["micro_batch"] = np.where(sub["micro_batch"] == 0, mb, sub["micro_batch"])
+                    t["recompute"] = np.where(sub["recompute"] == "", rc, sub["recompute"])
+                    t["moe_recompute"] = np.where(sub["recompute"] == "", moe_rc,
+                                                  sub["moe_recompute"])
+                    t["moe_a2a_overlap"] = np.where(sub["moe_a2a_overlap"].isna(), a2a,
+                                                    sub["moe_a2a_overlap"]).astype(bool)
+                    t["moe_dispatcher"] = np.where(sub["moe_dispatcher"].isna(), disp,
+                                                   sub["moe_dispatcher"])
+                    _moe_overlap_flags(t)
+                    trials.append(t)
     cand = pd.concat(trials)
     pred = simulate_frame(cand.reset_index(drop=True))
     cand = cand.assign(_t=np.where(pred["fits"] & pred["valid"], pred["step_time_s"], np.inf))
     cand = cand.assign(_row=np.tile(np.arange(len(sub)), len(trials)))
     best = cand.sort_values(["_row", "_t"]).groupby("_row").head(1).sort_values("_row")
-    for col in ("micro_batch", "recompute", "moe_a2a_overlap"):
+    for col in ("micro_batch", "recompute", "moe_a2a_overlap", "moe_dispatcher"):
         was = sub[col].to_numpy()
         runs.loc[todo, col] = best[col].to_numpy()
         unstated = {"micro_batch": was == 0, "recompute": was == "",
-                    "moe_a2a_overlap": pd.isna(was)}[col]
+                    "moe_a2a_overlap": pd.isna(was), "moe_dispatcher": pd.isna(was)}[col]
         runs.loc[sub.index[unstated], "imputed"] += f"{col} "
+    for col in ("moe_delay_wgrad", "moe_shared_expert_overlap", "moe_recompute"):
+        if col not in runs:
+            runs[col] = False
+        runs[col] = runs[col].astype(object)
+        runs.loc[todo, col] = best[col].to_numpy()
     return runs
+
+
+def _moe_overlap_flags(t: pd.DataFrame) -> None:
+    """Delayed wgrad with the 1F1B EP overlap (Megatron-Bridge sets both together); shared-
+    expert overlap where the model has shared experts, the dispatcher is alltoall and the 1F1B
+    overlap is off (IMPUTATION['moe dispatch'])."""
+    a2a = t["moe_a2a_overlap"].astype(bool)
+    t["moe_delay_wgrad"] = a2a
+    shared = pd.Series([catalog.get_model(m).shared_experts > 0 if isinstance(m, str) and m
+                        else False for m in t.get("model", pd.Series("", index=t.index))],
+                       index=t.index)
+    t["moe_shared_expert_overlap"] = shared & (t["moe_dispatcher"] == "alltoall") & ~a2a
 
 
 def validate(data: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import moe
 from .columns import Batch
 
 ACT_BYTES = 2.0  # bf16 activations and communicated tensors
@@ -142,27 +143,8 @@ def _gemm_shapes(b: Batch, d: dict, T, t, etp, moe_frac, load, tok_expert) -> li
     return shapes
 
 
-def expert_load_factor(b: Batch) -> np.ndarray:
-    """How much more work the busiest EP rank gets than a balanced one (>= 1).
-
-    Routing skew is a Zipf law with exponent `expert_skew` over the experts (0 = balanced, as
-    in force-balanced benchmarks). The rank holding the hottest expert carries that expert's
-    share plus an average share for its other experts. Token dropping (not dropless) caps any
-    expert at `capacity_factor` times its balanced share, so the factor cannot exceed it.
-    """
-    E = np.maximum(b.experts, 1.0)
-    alpha = b.expert_skew
-    out = np.ones_like(E)
-    skewed = (alpha > 0) & (b.experts > 0)
-    if skewed.any():
-        # harmonic numbers H(E, alpha) for the distinct (E, alpha) pairs only
-        pairs, inv = np.unique(np.stack([E[skewed], alpha[skewed]]), axis=1, return_inverse=True)
-        top = np.array([1.0 / np.sum(np.arange(1, int(n) + 1) ** -a) for n, a in pairs.T])[inv]
-        local = E[skewed] / b.ep[skewed]
-        rank_share = top + (local - 1) * (1 - top) / np.maximum(E[skewed] - 1, 1)
-        out[skewed] = np.maximum(rank_share * b.ep[skewed], 1.0)
-    capped = ~b.moe_dropless & (b.experts > 0)
-    return np.where(capped, np.minimum(out, np.maximum(b.capacity_factor, 1.0)), out)
+# routing skew lives with the rest of the MoE dispatch path (moe.py); kept under this name too
+expert_load_factor = moe.expert_load_factor
 
 
 def param_counts(b: Batch, dims: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -213,10 +195,10 @@ def build(b: Batch) -> Workload:
     h_shard = np.where(sp, t, 1.0)
     act_rw = np.where(b.activation == 1, 6.0, 4.0)  # swiglu reads 2 f-wide inputs
     f_width = (1 - moe_frac) * b.ffn + moe_frac * (b.top_k + b.shared_experts) * b.expert_ffn
-    # MoE: permute + unpermute of the routed token copies (read and write each once)
-    permute = moe_frac * 2 * 2 * ACT_BYTES * T * b.top_k * h / t * load
+    # MoE: permutation, unpermutation and router passes of the dispatcher in use (moe.py)
+    permute = moe_frac * moe.elementwise_bytes(b, T / t, load)
     elem_fwd_bytes = ACT_BYTES * (20 * T * h / h_shard + act_rw / 2 * T * f_width / t
-                                  + 2 * T * (d["q_dim"] + 2 * d["kv_dim"]) / t) + permute
+                                  + 2 * T * (d["q_dim"] + 2 * d["kv_dim"]) / t)
     zero = 0 * T
     # forward = 2*m*n*k per layer that has the op; backward = input grad + weight grad (2x)
     ops = [Op(name, "gemm", fwd * L_stage, 2 * fwd * L_stage, fwd * L_stage, zero, zero,
@@ -226,6 +208,9 @@ def build(b: Batch) -> Workload:
            0 * T, 0 * T, 0 * T),
         Op("elementwise", "elementwise", 0 * T, 0 * T, 0 * T, elem_fwd_bytes * L_stage,
            2 * elem_fwd_bytes * L_stage),
+        # the MoE layer's own memory-bound work (moe.MLP_OPS: scheduled with the experts)
+        Op("moe_permute", "elementwise", 0 * T, 0 * T, 0 * T, permute * L_stage,
+           2 * permute * L_stage),
     ]
     # ---- embedding, LM head and loss (first / last stage) -------------------------------------
     head_fwd = 2 * T * h * b.vocab / t
@@ -342,15 +327,21 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     n_ag = np.where(z == 3, 2.0 * m, 1.0)
     comms.append(Comm("dp", "all_gather", param_bytes, dp_group, dp_nodes,
                       np.where((z >= 1) & (dp_group > 1), n_ag, 0.0), "forward"))
-    # ---- EP: token dispatch and combine (all-to-all), forward and backward, per MoE layer -----
+    # ---- EP: token dispatch and combine, forward and backward, per MoE layer ----------------
+    # (inventory only: step.py prices and overlaps them through moe.py; flex/DeepEP is not an
+    # NCCL collective and is not listed)
     e = b.ep
     moe_layers = L * np.where(d["moe"], (b.layers - b.first_dense_layers) / b.layers, 0.0)
-    ep_nodes = span_nodes(e, t * c, gpn)
-    # each routed copy of each token; the busiest rank receives `load` times the average
-    a2a_bytes = ACT_BYTES * T / t * h * b.top_k * wl.moe_load
+    by = moe.dispatch_bytes(b, T / t, wl.moe_load)
     n_a2a = moe_layers * m * 2 * (2 + full_rc)  # dispatch + combine, fwd (+rc) and bwd
-    comms.append(Comm("ep", "all_to_all", a2a_bytes, e, ep_nodes, np.where(e > 1, n_a2a, 0.0),
+    a2a = (b.moe_dispatcher == moe.ALLTOALL) & (e > 1)
+    comms.append(Comm("ep", "all_to_all", by["a2a"], e, by["nodes"], np.where(a2a, n_a2a, 0.0),
                       "none"))
+    ag = (b.moe_dispatcher == moe.ALLGATHER) & (by["ag_group"] > 1) & d["moe"]
+    ag_nodes = np.ceil(by["ag_group"] / np.minimum(by["ag_group"], gpn))
+    for op in ("all_gather", "reduce_scatter"):
+        comms.append(Comm("ep", op, by["ag"], by["ag_group"], ag_nodes,
+                          np.where(ag, n_a2a / 2, 0.0), "none"))
     # expert gradients reduce over the expert-data-parallel group
     edp = dp * c * t / (e * etp)
     exp_grad = g_bytes * wl.params_stage * wl.expert_fraction

@@ -38,7 +38,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from sim_core.specs import (ATTENTION_KERNEL, CATEGORICAL, CP_COMM, FRAMEWORK, LOSS_IMPL,
-                            PARALLEL_COLUMNS, PP_SCHEDULE)
+                            MOE_DISPATCHER, MOE_RECOMPUTE, PARALLEL_COLUMNS, PP_SCHEDULE)
 
 from .errors import ConfigError
 
@@ -66,7 +66,8 @@ EXPECT: dict[str, tuple[str, str]] = {
     **{k: _BOOL for k in ("sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                           "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap", "fsdp",
                           "tied_embeddings", "grad_reduce_fp32", "fused_elementwise", "fused_glu",
-                          "fp8_param_gather", "moe_dropless")},
+                          "fp8_param_gather", "moe_dropless", "moe_permute_fusion",
+                          "moe_router_fusion", "moe_delay_wgrad", "moe_shared_expert_overlap")},
     "capacity_factor": ("a number >= 1", "numbers >= 1"),
     "expert_skew": ("a number >= 0 (Zipf exponent; 0 = balanced)", "numbers >= 0"),
     "zero": ("an integer 0-3 (3 = FSDP)", "integers 0-3"),
@@ -125,6 +126,12 @@ class ParallelConfig(_Strict):
     moe_dropless: StrictBool | None = None
     capacity_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
     expert_skew: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    moe_dispatcher: Literal[MOE_DISPATCHER] | None = None  # type: ignore[valid-type]
+    moe_permute_fusion: StrictBool | None = None
+    moe_router_fusion: StrictBool | None = None
+    moe_delay_wgrad: StrictBool | None = None
+    moe_shared_expert_overlap: StrictBool | None = None
+    moe_recompute: Literal[MOE_RECOMPUTE] | None = None  # type: ignore[valid-type]
 
 
 OBJECTIVES = {

@@ -199,6 +199,9 @@ def megatron_args(row) -> list[str]:
     elif d["recompute"] == "selective":
         opt("--recompute-granularity", "selective")
         opt("--recompute-modules", ["core_attn"])
+    elif d.get("moe_recompute", "none") != "none" and m["experts"] > 0:
+        opt("--recompute-granularity", "selective")  # MoE recompute module (sim_core/moe.py)
+        opt("--recompute-modules", [d["moe_recompute"]])
     # data-parallel sharding / optimizer
     zero = d.get("zero", 1)
     if zero == 1:
@@ -213,8 +216,8 @@ def megatron_args(row) -> list[str]:
         opt("--overlap-param-gather")
     if d.get("tp_comm_overlap") and d["tp"] > 1 and d.get("sequence_parallel"):
         opt("--tp-comm-overlap")
-    if d.get("moe_a2a_overlap") and m["experts"] > 0:
-        opt("--overlap-moe-expert-parallel-comm")
+    if m["experts"] > 0:
+        _moe_args(d, opt)
     if not d.get("grad_reduce_fp32", True):
         opt("--grad-reduce-in-bf16")
     # precision and kernels
@@ -256,6 +259,30 @@ def megatron_args(row) -> list[str]:
         opt("--qk-pos-emb-head-dim", m["qk_rope_head_dim"])
         opt("--v-head-dim", m["v_head_dim"])
     return a
+
+
+def _moe_args(d: dict, opt) -> None:
+    """The MoE dispatch path (sim_core/moe.py) as Megatron-Core core_v0.15.3 flags: the token
+    dispatcher (flex = DeepEP), grouped GEMM (what the compute model prices), fused permutation
+    and router, capacity factor, and the overlaps (combined 1F1B EP overlap with delayed wgrad,
+    shared-expert overlap)."""
+    disp = d.get("moe_dispatcher") or "alltoall"
+    opt("--moe-token-dispatcher-type", disp)
+    if disp == "flex":
+        opt("--moe-enable-deepep")
+    opt("--moe-grouped-gemm")
+    if d.get("moe_permute_fusion"):
+        opt("--moe-permute-fusion")
+    if d.get("moe_router_fusion"):
+        opt("--moe-router-fusion")
+    if d.get("moe_dropless") is False:
+        opt("--moe-expert-capacity-factor", d.get("capacity_factor", 1.0))
+    if d.get("moe_a2a_overlap"):
+        opt("--overlap-moe-expert-parallel-comm")
+        if d.get("moe_delay_wgrad"):
+            opt("--delay-wgrad-compute")
+    if d.get("moe_shared_expert_overlap"):
+        opt("--moe-shared-expert-overlap")
 
 
 def _prediction_lines(d: dict) -> list[str]:

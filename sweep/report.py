@@ -46,7 +46,8 @@ TIME_PARTS = [  # column, label, colour
 ]
 MEM_LABELS = {"mem_weights": "weights", "mem_grads": "gradients", "mem_optimizer": "optimizer",
               "mem_activations": "activations", "mem_logits": "logits", "mem_working": "working",
-              "mem_buffers": "comm buffers", "mem_optimizer_temp": "optimizer temp",
+              "mem_buffers": "comm buffers", "mem_dispatcher": "MoE dispatcher buffers",
+              "mem_optimizer_temp": "optimizer temp",
               "mem_runtime": "runtime"}
 GPU_COLOURS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#b279a2", "#72b7b2", "#eeca3b",
                "#9d755d"]

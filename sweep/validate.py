@@ -194,6 +194,14 @@ def run(args) -> int:
     if args.loso:
         print("\nfitted constants, leave-one-source-out (refit without the family, error on it):")
         print(loso_table().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        if subset == "moe":  # the MoE fit (sim_core.fit --moe), held out model by model
+            from sim_core import fit
+
+            print("\nMoE fitted constants, leave-one-model-out (H100 MoE rows):")
+            rows = fit.moe_rows()
+            print(fit.leave_one_source_out(rows.assign(model_id=rows["model"]), by="model_id",
+                                           params=fit.FITTED_MOE)
+                  .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     print("\nunstated fields were filled as follows:")
     for field, rule in validation.IMPUTATION.items():
         print(f"  {field}: {rule}")

@@ -25,7 +25,7 @@ REQUIRED_MODELS = [
     "mpt-1b", "mpt-3b", "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b",
     "nemotron-4-340b", "nemotron-8b", "nemotron-22b",
     "mixtral-8x7b", "mixtral-8x22b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3",
-    "gpt-oss-120b",
+    "gpt-oss-120b", "gpt-oss-20b", "kimi-k2", "deepseek-v2", "deepseek-v2-lite",
 ]
 REQUIRED_GPUS = ["a100-40gb", "a100-80gb", "h100-sxm", "h100-96gb", "h800", "h200", "b200",
                  "gb200"]
@@ -122,6 +122,8 @@ def test_cluster_figures():
     ("mixtral-8x7b", 46.7, 0.02), ("mixtral-8x22b", 141.0, 0.02),
     ("qwen3-30b-a3b", 30.5, 0.02), ("qwen3-235b-a22b", 235.0, 0.02),
     ("deepseek-v3", 671.0, 0.02), ("gpt-oss-120b", 116.8, 0.02),
+    ("gpt-oss-20b", 20.9, 0.02), ("kimi-k2", 1040.0, 0.02), ("deepseek-v2", 236.0, 0.02),
+    ("deepseek-v2-lite", 15.7, 0.02),
 ])
 def test_total_params_match_advertised(name, total, tol):
     assert catalog.param_count(name) / B == pytest.approx(total, rel=tol)
@@ -133,6 +135,9 @@ def test_total_params_match_advertised(name, total, tol):
     ("deepseek-v3", 37.0, 0.03),
     # OpenAI's 5.1B excludes the input embedding; ours counts both embedding matrices
     ("gpt-oss-120b", 5.13 + 0.58, 0.03),
+    ("kimi-k2", 32.0, 0.04), ("deepseek-v2", 21.0, 0.04),
+    # DeepSeek's 2.4B, like OpenAI's figure, leaves out the input embedding (0.21B)
+    ("deepseek-v2-lite", 2.4 + 0.21, 0.03),
 ])
 def test_active_params_match_advertised(name, active, tol):
     assert catalog.active_param_count(name) / B == pytest.approx(active, rel=tol)

@@ -34,8 +34,9 @@ CASES = [  # (model and run overrides, parallel)
       "sequence_parallel": True}),  # 126 layers: uneven split
     ({"model": "mixtral-8x7b", "seq_len": 4096, "global_batch": 512,
       "cluster": {"gpu": "h100-sxm", "num_gpus": 64}},
-     {"tp": 2, "pp": 2, "ep": 8, "micro_batch": 1, "sequence_parallel": True,
-      "moe_a2a_overlap": True}),
+     {"tp": 2, "pp": 2, "vpp": 2, "ep": 8, "micro_batch": 1, "sequence_parallel": True,
+      "moe_a2a_overlap": True, "moe_delay_wgrad": True, "moe_dispatcher": "flex",
+      "moe_permute_fusion": True, "moe_router_fusion": True}),
     ({"model": "deepseek-v3", "seq_len": 4096, "global_batch": 4096,
       "cluster": {"gpu": "h100-sxm", "num_gpus": 1024}},
      {"tp": 2, "pp": 16, "ep": 64, "micro_batch": 1, "recompute": "full",
@@ -118,7 +119,10 @@ def test_megatron_flags_are_known_and_parse(rows, gpt3_best):
 def test_megatron_moe_and_mla(rows):
     ns = export.megatron_parser().parse_args(export.megatron_args(rows[5]))
     assert int(ns.num_experts) == 8 and int(ns.expert_model_parallel_size) == 8
-    assert ns.overlap_moe_expert_parallel_comm
+    assert ns.overlap_moe_expert_parallel_comm and ns.delay_wgrad_compute
+    assert ns.moe_token_dispatcher_type == "flex" and ns.moe_enable_deepep
+    assert ns.moe_permute_fusion and ns.moe_router_fusion and ns.moe_grouped_gemm
+    assert rows[5]["status"] == "ok", rows[5]["invalid_reason"]
     ns = export.megatron_parser().parse_args(export.megatron_args(rows[6]))
     assert ns.multi_latent_attention and int(ns.kv_lora_rank) > 0
     assert ns.moe_layer_freq.startswith("([0]*")
