@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim_core import validation  # noqa: E402
 from sweep import export, recommend  # noqa: E402
-from sweep.validate import loso_table, markdown_summary  # noqa: E402
+from sweep.validate import held_out_medians, markdown_summary  # noqa: E402
 from tests.results_fixture import make_results  # noqa: E402
 
 
@@ -40,7 +40,8 @@ def replace(text: str, marker: str, body: str) -> str:
 def main() -> None:
     readme = ROOT / "README.md"
     text = readme.read_text()
-    text = replace(text, "accuracy", markdown_summary(validation.validate(), loso_table()).strip())
+    table = markdown_summary(validation.validate(), held_out_medians())
+    text = replace(text, "accuracy", table.strip())
     text = replace(text, "gpt3-flags", "```bash\n" + gpt3_flags() + "\n```")
     readme.write_text(text)
     print(f"updated {readme}")

@@ -118,12 +118,12 @@ def _args(p: argparse.ArgumentParser) -> None:
                         "with --loso it has the held-out column)")
 
 
-def markdown_summary(table: pd.DataFrame, loso: pd.DataFrame | None = None) -> str:
-    """Per-subset accuracy as a Markdown table (what the README shows). With `loso` (from
-    sim_core.fit.leave_one_source_out), each dense family also shows its held-out median error:
-    the fitted constants refitted without that family."""
-    held = {} if loso is None else dict(zip(loso["held_out"], loso["median_abs_err"]))
-    lines = ["| rows | n | median abs err | held out (LOSO) | p90 abs err | max abs err | bias "
+def markdown_summary(table: pd.DataFrame, held: dict | None = None) -> str:
+    """Per-subset accuracy as a Markdown table (what the README shows). `held` (from
+    held_out_medians) adds each row's held-out median error: the fitted constants refitted
+    without that source family (dense) or that model (MoE)."""
+    held = held or {}
+    lines = ["| rows | n | median abs err | held out | p90 abs err | max abs err | bias "
              "| within 10% |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name in ("dense", "moe", "long-context", "blackwell-dense"):
@@ -131,8 +131,7 @@ def markdown_summary(table: pd.DataFrame, loso: pd.DataFrame | None = None) -> s
         for fam, g in [(f"{name}: all", sub)] + [(f"{name}: {k}", v)
                                                   for k, v in sub.groupby("family")]:
             e = g["step_error"].dropna()
-            family = fam.split(": ", 1)[1]
-            out = f"{held[family]:.1%}" if name == "dense" and family in held else "-"
+            out = f"{held[fam]:.1%}" if fam in held else "-"
             lines.append(f"| {fam} | {len(e)} | {e.abs().median():.1%} | {out} | "
                          f"{e.abs().quantile(0.9):.1%} | {e.abs().max():.1%} | "
                          f"{e.median():+.1%} | {(e.abs() <= 0.10).mean():.0%} |")
@@ -148,6 +147,23 @@ def loso_table() -> pd.DataFrame:
     from sim_core import fit
 
     return fit.leave_one_source_out(fit.dense_rows())
+
+
+def held_out_medians() -> dict:
+    """{README row: held-out median |error|}: dense constants refitted without each source
+    family (and over all their held-out rows), the MoE constant without each model."""
+    from sim_core import fit
+
+    rows: list = []
+    dense = fit.leave_one_source_out(fit.dense_rows(), per_row=rows)
+    held = {f"dense: {f}": v for f, v in zip(dense["held_out"], dense["median_abs_err"])}
+    held["dense: all"] = pd.concat(rows).abs().median()
+    moe = fit.moe_rows()
+    rows = []
+    fit.leave_one_source_out(moe.assign(model_id=moe["model"]), by="model_id",
+                             params=fit.FITTED_MOE, per_row=rows)
+    held["moe: all"] = pd.concat(rows).abs().median()
+    return held
 
 
 def run(args) -> int:
@@ -167,7 +183,7 @@ def run(args) -> int:
                          "(reasons above, one per row)")
     table = validation.validate(data)
     if args.markdown:
-        print(markdown_summary(table, loso_table() if args.loso else None))
+        print(markdown_summary(table, held_out_medians() if args.loso else None))
         return 0
     subset = "dense" if args.dense_only else args.subset
     table = table[SUBSETS[subset](table)]

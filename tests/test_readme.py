@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from sim_core import validation
-from sweep.validate import loso_table, markdown_summary
+from sweep.validate import held_out_medians, markdown_summary
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -14,7 +14,7 @@ def test_accuracy_table_matches_the_command():
     text = README.read_text()
     block = re.search(r"<!-- accuracy:begin -->\n(.*?)\n<!-- accuracy:end -->", text, re.S)
     assert block, "accuracy markers missing from README"
-    expected = markdown_summary(validation.validate(), loso_table())
+    expected = markdown_summary(validation.validate(), held_out_medians())
     assert block.group(1).strip() == expected.strip(), (
         "README accuracy table is stale: run `python scripts/update_readme.py` "
         "(= `sweep validate --markdown --loso`)")
