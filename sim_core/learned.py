@@ -707,20 +707,112 @@ def scale_net(net: dict | None, scales: dict) -> dict:
     return nccl.scale_net(net, scales)
 
 
-def nccl_rows(paths) -> pd.DataFrame:
-    """All rows of nccl-tests output files (out-of-place time), with the file as source."""
+def gpu_from_names(names) -> str | None:
+    """Catalog GPU id for the device names of an nccl-tests header, or None."""
+    joined = " ".join(names).lower().replace(" ", "-")
+    for hint, gpu in _GPU_HINTS:
+        if hint in joined:
+            return gpu
+    return None
+
+
+DEFAULT_NCCL_GPU = "h100-sxm"
+
+
+def nccl_gpu(paths, given: str | None = None, notes: dict | None = None) -> str:
+    """The catalog GPU of the logs: --gpu, else the device lines. A GPU named but outside the
+    catalog is a one-line error naming --gpu; a log that names none (a pasted table) is
+    fitted against h100-sxm's catalog network, said in `notes` (the fitted scales absorb the
+    difference; --gpu fits against another)."""
+    from .nccl_tests import read_log
+
+    if given:
+        catalog.get_gpu(given)
+        return given
+    names = []
+    for p in paths:
+        names += read_log(Path(p).read_text(errors="replace")).gpu_names
+    gpu = gpu_from_names(names)
+    if gpu:
+        return gpu
+    known = ", ".join(catalog.gpu_table().index)
+    if names:
+        raise ValueError(f"GPU '{names[0]}' (the log's device lines) is not in the catalog; "
+                         f"give --gpu with the nearest catalog GPU ({known})")
+    if notes is not None:
+        notes.setdefault("*", []).append(
+            f"GPU: the logs name none; fitted against {DEFAULT_NCCL_GPU}'s catalog network "
+            f"(give --gpu for another: {known})")
+    return DEFAULT_NCCL_GPU
+
+
+def _infer_nodes(log, gpu: str) -> tuple[int, str]:
+    """Nodes of a log that does not list its hosts: ranks packed gpus_per_node to a node,
+    unless the packing puts them on one node and the measured busbw is far below NVLink's
+    (then the ring crossed the network: one rank per node)."""
+    r = _gpu_row(gpu)
+    gpn = int(r["gpus_per_node"])
+    peak = max((x["oop_busbw"] for x in log.rows if np.isfinite(x["oop_busbw"])), default=0.0)
+    packed = -(-log.group // gpn)
+    if packed == 1 and log.group > 1 and peak < 0.4 * float(r["nvlink_bw_gbs"]):
+        return log.group, (f"peak busbw {peak:.0f} GB/s is far below {gpu}'s NVLink "
+                           f"{r['nvlink_bw_gbs']:.0f} GB/s: one rank per node")
+    return packed, f"{log.group} ranks packed {gpn} to a node"
+
+
+def nccl_rows(paths, op: str | None = None, ranks: int | None = None,
+              nodes: int | None = None, notes: dict | None = None,
+              gpu: str | None = None) -> pd.DataFrame:
+    """All rows of nccl-tests logs (out-of-place time), with the file as source. What a log
+    does not state is inferred (nccl_tests.read_log; nodes from the GPU's node size) and the
+    inferences go to `notes` ({file: [lines]}); what cannot be told is a one-line ValueError
+    naming the option to pass."""
+    from .nccl_tests import read_log
+
     frames = []
     for p in paths:
-        text = Path(p).read_text()
-        rows = parse_output(text, op=_op_from_text(text) or _op_from_text(Path(p).name))
-        if not rows or rows[0]["op"] is None or rows[0]["group"] is None:
-            raise ValueError(f"{p}: no nccl-tests rows, or the collective/ranks are unknown")
-        df = pd.DataFrame(rows)
-        df["source"] = Path(p).name
+        text = Path(p).read_text(errors="replace")
+        log = read_log(text, op=op or _op_from_text(Path(p).name), ranks=ranks, nodes=nodes)
+        if not log.rows:
+            raise ValueError(f"{p}: no nccl-tests result rows in the file")
+        if log.op is None:
+            raise ValueError(f"{p}: cannot tell the collective; pass --op")
+        if log.group is None:
+            why = next((n for n in log.notes if n.startswith("ranks:")), "")
+            raise ValueError(f"{p}: cannot tell the number of ranks ({why.removeprefix('ranks: ')}"
+                             f"); pass --ranks".replace(" ()", ""))
+        if log.nodes is None:
+            if gpu is None:
+                raise ValueError(f"{p}: the log does not say how many nodes ran it; pass --nodes")
+            log.nodes, why = _infer_nodes(log, gpu)
+            log.notes.append(f"{log.nodes} node(s): not in the log; {why} (pass --nodes if not)")
+        if notes is not None:
+            notes[str(p)] = log.notes
+        df = pd.DataFrame(log.rows).assign(op=log.op, group=log.group, nodes=log.nodes,
+                                           source=Path(p).name,
+                                           gpu_names="; ".join(log.gpu_names))
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     df = df[(df["size"] > 0) & (df["oop_time_us"] > 0)].reset_index(drop=True)
     return df
+
+
+def nccl_file_fits(df: pd.DataFrame, net: dict, min_bytes: float = 2**20) -> pd.DataFrame:
+    """Each log fitted on its own: median |model/measured - 1| over its sizes >= min_bytes,
+    with the catalog values and with the scales fitted to that log alone."""
+    out = []
+    for src, g in df.groupby("source", sort=False):
+        big = g["size"] >= min_bytes
+        if not big.any():
+            big = g["size"] == g["size"].max()
+        sc = fit_nccl_scales(g[big], net)
+        meas = g["oop_time_us"].to_numpy(float)[big.to_numpy()]
+        e0 = nccl_model_us(g[big], net) / meas - 1
+        e1 = nccl_model_us(g[big], net, sc) / meas - 1
+        out.append({"source": src, "rows": len(g), "rows_fitted_error": int(big.sum()),
+                    "median_abs_err_default": float(np.median(np.abs(e0))),
+                    "median_abs_err_fitted": float(np.median(np.abs(e1)))})
+    return pd.DataFrame(out)
 
 
 def nccl_model_us(df: pd.DataFrame, net: dict, scales: dict | None = None) -> np.ndarray:
@@ -741,26 +833,31 @@ def _identifiable(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def fit_nccl_scales(df: pd.DataFrame, net: dict, prior_weight: float = 0.02) -> dict:
-    """Scales minimising the squared log-time error over all rows (plus a weak pull to 1, so
-    that scales the data cannot see stay 1). Multi-start least squares: NCCL's algorithm
-    choice makes the error piecewise smooth."""
+def fit_nccl_scales(df: pd.DataFrame, net: dict, prior_weight: float = 0.02,
+                    robust_scale: float = 0.05) -> dict:
+    """Scales minimising the log-time error over all rows (plus a weak pull to 1, so that
+    scales the data cannot see stay 1). The loss is Cauchy beyond `robust_scale` (5% in log
+    time): real curves carry protocol-switch dips and noisy points that a squared loss would
+    chase at the expense of the rest. Multi-start: NCCL's algorithm choice makes the error
+    piecewise smooth."""
     from scipy.optimize import least_squares
 
     free = _identifiable(df)
     if not free:
         return {s: 1.0 for s in SCALES}
     meas = np.log(df["oop_time_us"].to_numpy(float))
+    prior = prior_weight * math.sqrt(len(meas))
 
     def resid(x):
         sc = dict(zip(free, np.exp(x)))
         r = np.log(nccl_model_us(df, net, sc)) - meas
-        return np.concatenate([r / math.sqrt(len(r)), prior_weight * x])
+        return np.concatenate([r, prior * x])
 
     best = None
-    starts = [np.zeros(len(free))] + [np.full(len(free), v) for v in (-0.5, 0.5)]
+    starts = [np.zeros(len(free))] + [np.full(len(free), v) for v in (-1.5, -0.5, 0.5, 1.5)]
     for x0 in starts:
-        res = least_squares(resid, x0, bounds=(-3.0, 3.0), diff_step=1e-3, x_scale=0.3)
+        res = least_squares(resid, x0, bounds=(-3.0, 3.0), diff_step=1e-3, x_scale=0.3,
+                            loss="cauchy", f_scale=robust_scale)
         if best is None or res.cost < best.cost:
             best = res
     out = {s: 1.0 for s in SCALES}

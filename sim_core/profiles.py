@@ -204,7 +204,8 @@ def activate(name_or_path) -> dict:
         if c.get("use_measured", True):
             from .nccl_tests import load_profile
 
-            measured = load_profile([d / i["file"] for i in c["inputs"]])
+            measured = load_profile([d / i["file"] for i in c["inputs"]],
+                                    curves=c.get("curves"))
         _install_nccl(c["scales"], measured)
     _active = {"dir": d, "version": man.get("version"), "manifest": man}
     return man

@@ -138,16 +138,25 @@ def cmd_nccl(args) -> int:
     from sim_core import learned, profiles
 
     files = _need(args.files)
-    df = learned.nccl_rows(files)
-    gpu = args.gpu
-    if not gpu:
-        gpu = learned.guess_gpu("\n".join(p.read_text() for p in files))
-        if not gpu:
-            raise SweepError("cannot tell the GPU from the nccl-tests headers; give --gpu")
+    notes: dict = {}
+    try:
+        gpu = learned.nccl_gpu(files, args.gpu, notes=notes)
+        df = learned.nccl_rows(files, op=args.op, ranks=args.ranks, nodes=args.nodes,
+                               notes=notes, gpu=gpu)
+    except ValueError as exc:
+        raise SweepError(str(exc)) from None
+    for path, lines in notes.items():
+        for line in lines:
+            print(f"{'all logs' if path == '*' else Path(path).name}: {line}")
     net = learned.base_network(gpu, args.cluster)
     runs = df.groupby(["op", "group", "nodes"]).size()
     print(f"nccl-tests: {len(df)} rows from {len(files)} file(s), GPU {gpu}: "
           + ", ".join(f"{op} {g} ranks/{n} node(s)" for (op, g, n) in runs.index))
+    per_file = learned.nccl_file_fits(df, net)
+    print("each log fitted alone, median |error| on its sizes >= 1 MiB:")
+    for r in per_file.itertuples():
+        print(f"  {r.source:<45} {r.rows_fitted_error:>3} sizes: default "
+              f"{_pct(r.median_abs_err_default):>6} -> fitted {_pct(r.median_abs_err_fitted):>6}")
     scales = learned.fit_nccl_scales(df, net)
     rep = learned.nccl_fit_report(df, net, scales)
     free = learned._identifiable(df)
@@ -179,6 +188,9 @@ def cmd_nccl(args) -> int:
                                                             for k, v in net.items()},
             "scales": scales, "free_scales": free, "rows": int(len(df)),
             "use_measured": not args.no_measured,
+            "curves": {src: {"op": g["op"].iat[0], "group": int(g["group"].iat[0]),
+                             "nodes": int(g["nodes"].iat[0])}
+                       for src, g in df.groupby("source", sort=False)},
             "median_abs_err_default": float(rep["err_default"].abs().median()),
             "median_abs_err_fitted": float(rep["err_fitted"].abs().median()),
             "loso": loso.to_dict("records")}
@@ -232,6 +244,10 @@ def _args(p: argparse.ArgumentParser) -> None:
     q = add("nccl", "fit the NCCL model's cluster scales to nccl-tests outputs", cmd_nccl)
     q.add_argument("files", nargs="+", help="nccl-tests stdout files (all_reduce_perf etc.)")
     q.add_argument("--gpu", help="GPU (default: from the device names in the output header)")
+    q.add_argument("--op", help="collective, where the log cannot tell (all_reduce, all_gather, "
+                   "reduce_scatter, alltoall, broadcast, sendrecv)")
+    q.add_argument("--ranks", type=int, help="number of ranks, where the log cannot tell")
+    q.add_argument("--nodes", type=int, help="number of nodes, where the log cannot tell")
     q.add_argument("--cluster", help="catalog cluster for NIC count/bandwidth and latencies "
                                      "(default: the GPU's default cluster)")
     q.add_argument("--no-measured", action="store_true",
