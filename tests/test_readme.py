@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from sim_core import validation
-from sweep.validate import held_out_medians, markdown_summary
+from sweep.accuracy import held_out_medians, markdown_summary
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
