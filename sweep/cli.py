@@ -46,6 +46,9 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run file (YAML): model, seq_len, global_batch, cluster, parallel")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--profile", help=PROFILE_HELP)
+    p.add_argument("--trace", metavar="STEP.json",
+                   help="also write one simulated step as a Chrome/Perfetto trace (open it in "
+                        "ui.perfetto.dev): a track per pipeline stage and stream")
 
 
 def _clean(v):
@@ -144,7 +147,13 @@ def cmd_simulate(args) -> int:
         from sim_core import profiles
 
         profiles.activate(args.profile)
-    rep = simulate_run(cfg)
+    row_df, space = simulate_rows(cfg)
+    rep = report_of(row_df, space)
+    if args.trace:
+        from .trace import write_trace_for_row
+
+        path = write_trace_for_row(row_df.iloc[0], args.trace, cfg_name(cfg))
+        print(f"wrote {path} (open it in https://ui.perfetto.dev)", file=sys.stderr)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
