@@ -258,6 +258,9 @@ class Recommendation:
     def found(self) -> bool:
         return self.best is not None
 
+    def __str__(self) -> str:  # what `sweep recommend` prints (print(rec) in a notebook)
+        return render(self)
+
 
 def recommend(df: pd.DataFrame, objective: str = "step_time", constraints: Constraints | None = None,
               within: float = 0.05, runner_ups: int = 3, run_name: str = "") -> Recommendation:
