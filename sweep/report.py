@@ -526,7 +526,9 @@ def interactive_plots(fits: pd.DataFrame, front: pd.DataFrame, best: pd.Series) 
                      yaxis=dict(type="log", title="step time (s)"), **common)
     cfg = {"displaylogo": False, "responsive": True, "scrollZoom": True}
     yamls = {str(int(r["config_id"])): export.run_yaml(r) for _, r in pts.iterrows()}
-    data = json.dumps(yamls, separators=(",", ":")).replace("</", "<\\/")
+    # JSON inside <script>: no "<", ">" or "&" of a user string reaches the HTML parser
+    data = (json.dumps(yamls, separators=(",", ":")).replace("<", "\\u003c")
+            .replace(">", "\\u003e").replace("&", "\\u0026"))
     boxes = lambda cls, values: "".join(  # noqa: E731
         f'<label><input type="checkbox" class="{cls}" value="{E(str(v))}" checked> '
         f"{E(str(v))}</label> " for v in values)
