@@ -15,7 +15,8 @@ Layout (open the file in https://ui.perfetto.dev or chrome://tracing):
     with no gap: their durations add up to the predicted step time;
   - "TP comm", "CP comm", "EP comm", "DP comm", "PP comm": the same exposed communication on its
     own stream, plus the communication hidden behind compute ("overlapped", off the critical
-    path; TP, CP and DP, from the simulator's NCCL model of the same configuration).
+    path; TP, CP and DP, from the simulator's NCCL model of the same configuration; the
+    hidden part of EP dispatch and of PP transfers is not drawn).
 
 The simulator treats every stage as the slowest one, so all stages carry the same totals;
 per micro-batch, forward and backward share `time_compute` in the ratio of the simulator's
@@ -34,6 +35,13 @@ import pandas as pd
 from .errors import SweepError
 
 US = 1e6  # trace-event timestamps are microseconds
+BREAKDOWN_PID = 1  # pid 0 is the idle task to some viewers: processes start at 1
+
+
+def stage_pid(stage: int) -> int:
+    """The trace process of pipeline stage `stage` (0-based)."""
+    return stage + 2
+
 STREAMS = [  # tid, name, breakdown column of its exposed time
     (0, "compute (critical path)", None),
     (1, "TP comm", "time_tp"),
@@ -136,12 +144,12 @@ def build(row: pd.Series, label: str = "") -> dict:
                        "args": {"seconds": dur_s, **args}})
 
     # ---- the breakdown, end to end ----------------------------------------------------------
-    meta(0, 0, "process_name", f"{title}: step breakdown ({step_s:.3f} s)")
-    meta(0, 0, "process_sort_index", 0)
-    meta(0, 0, "thread_name", "breakdown (critical path)")
+    meta(BREAKDOWN_PID, 0, "process_name", f"{title}: step breakdown ({step_s:.3f} s)")
+    meta(BREAKDOWN_PID, 0, "process_sort_index", 0)
+    meta(BREAKDOWN_PID, 0, "thread_name", "breakdown (critical path)")
     now = 0.0
     for col, name, cat in BREAKDOWN:
-        span(0, 0, name, cat, now, t[col], column=col, critical_path=True)
+        span(BREAKDOWN_PID, 0, name, cat, now, t[col], column=col, critical_path=True)
         now += t[col]
 
     # ---- per stage ------------------------------------------------------------------------------
@@ -157,7 +165,7 @@ def build(row: pd.Series, label: str = "") -> dict:
     tid_of = {"tp": 1, "cp": 2, "ep": 3, "dp": 4, "pp": 5}
     used_tids = {0}
     for stage in range(p):
-        pid = stage + 1
+        pid = stage_pid(stage)
         meta(pid, 0, "process_name", f"{title}: pipeline stage {stage}")
         meta(pid, 0, "process_sort_index", pid)
         now = 0.0
@@ -222,8 +230,8 @@ def build(row: pd.Series, label: str = "") -> dict:
     for stage in range(p):
         for tid, name, _ in STREAMS:
             if tid in used_tids:
-                meta(stage + 1, tid, "thread_name", name)
-                meta(stage + 1, tid, "thread_sort_index", tid)
+                meta(stage_pid(stage), tid, "thread_name", name)
+                meta(stage_pid(stage), tid, "thread_sort_index", tid)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",

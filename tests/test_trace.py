@@ -12,6 +12,7 @@ import pytest
 
 from sweep.cli import main
 from sweep.config import load_space
+from sweep.trace import BREAKDOWN_PID, stage_pid
 
 from .results_fixture import ROOT, make_results
 
@@ -45,7 +46,7 @@ def check_trace_format(doc: dict) -> None:
             assert isinstance(ev["name"], str) and ev["name"]
     xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert {e["pid"] for e in xs} <= named_pids
-    assert {(e["pid"], e["tid"]) for e in xs if e["pid"] > 0} <= named_threads
+    assert {(e["pid"], e["tid"]) for e in xs} <= named_threads
     # complete events on one track never overlap partially (the viewer nests them)
     by_track = defaultdict(list)
     for e in xs:
@@ -83,7 +84,8 @@ def test_critical_path_adds_up_to_the_step_time(gpt3):
         if e["ph"] == "X" and e["tid"] == 0:
             crit[e["pid"]].append(e)
     p = rep["config"]["pp"]
-    assert sorted(crit) == list(range(p + 1))  # the breakdown track + one per stage
+    # the breakdown track + one per stage
+    assert sorted(crit) == sorted([BREAKDOWN_PID] + [stage_pid(s) for s in range(p)])
     for pid, evs in crit.items():
         evs.sort(key=lambda e: e["ts"])
         assert evs[0]["ts"] == 0
@@ -101,7 +103,7 @@ def test_events_are_the_breakdown(gpt3):
     by = defaultdict(float)
     count = defaultdict(int)
     for e in doc["traceEvents"]:
-        if e["ph"] == "X" and e["pid"] == 1 and e["tid"] == 0:
+        if e["ph"] == "X" and e["pid"] == stage_pid(0) and e["tid"] == 0:
             by[e["cat"]] += e["dur"] / 1e6
             count[e["name"]] += 1
     assert by["forward"] + by["backward"] == pytest.approx(bd["compute"], rel=1e-6)
@@ -117,9 +119,10 @@ def test_events_are_the_breakdown(gpt3):
     streams = defaultdict(float)
     names = {}
     for e in doc["traceEvents"]:
-        if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == 1:
+        if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == stage_pid(0):
             names[e["tid"]] = e["args"]["name"]
-        if e["ph"] == "X" and e["pid"] == 1 and e["cat"] == "comm_exposed" and e["tid"] != 0:
+        if e["ph"] == "X" and e["pid"] == stage_pid(0) and e["cat"] == "comm_exposed" \
+                and e["tid"] != 0:
             streams[e["tid"]] += e["dur"] / 1e6
     assert {"compute (critical path)", "TP comm", "DP comm", "PP comm"} <= set(names.values())
     inv = {v: k for k, v in names.items()}
@@ -131,7 +134,8 @@ def test_events_are_the_breakdown(gpt3):
 def test_1f1b_order_and_bubble_by_stage(gpt3):
     doc, rep = gpt3
     p = rep["config"]["pp"]
-    for pid, stage in ((1, 0), (p, p - 1)):
+    for stage in (0, p // 2, p - 1):
+        pid = stage_pid(stage)
         evs = sorted((e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == pid
                       and e["tid"] == 0 and e["cat"] in ("forward", "backward", "bubble")),
                      key=lambda e: e["ts"])
