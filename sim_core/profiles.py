@@ -183,21 +183,24 @@ def activate(name_or_path) -> dict:
     if bad:
         raise ProfileError(f"profile {d.name}: input data changed since fitting: {bad}")
     deactivate()
-    from . import compute, learned, overlap
+    from . import compute, overlap
+    from .calibration import kernels
+    from .calibration import overlap as overlap_fit
 
     comps = man["components"]
     if "compute" in comps:
         gemm, attn = [], []
         for mrec in comps["compute"]["models"]:
-            mod = learned.KernelModel.load(d / mrec["file"], mrec["gpu"], mrec["op_class"], mrec)
+            mod = kernels.KernelModel.load(d / mrec["file"], mrec["gpu"], mrec["op_class"], mrec)
             (gemm if mrec["op_class"] == "gemm" else attn).append(mod)
         if gemm:
-            compute.set_gemm_model(learned.gemm_hook(gemm))
+            compute.set_gemm_model(kernels.gemm_hook(gemm))
         if attn:
-            compute.set_attention_model(learned.attention_hook(attn))
+            compute.set_attention_model(kernels.attention_hook(attn))
     if "overlap" in comps:
         c = comps["overlap"]
-        overlap.set_model(learned.overlap_hook(learned.SlowdownModel.load(d / c["file"], c)))
+        model = overlap_fit.SlowdownModel.load(d / c["file"], c)
+        overlap.set_model(overlap_fit.overlap_hook(model))
     if "nccl" in comps:
         c = comps["nccl"]
         measured = None

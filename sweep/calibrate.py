@@ -7,7 +7,7 @@ a named profile that `sweep simulate` / `sweep search` accept (`--profile NAME`)
     sweep calibrate show NAME
     sweep calibrate list
 
-Formats, features and metrics: docs/calibration.md and sim_core/learned.py. Profiles live in
+Formats, features and metrics: docs/calibration.md and sim_core/calibration/. Profiles live in
 $SWEEP_PROFILES/NAME (default ~/.cache/sweep/profiles/NAME); a path is accepted too.
 """
 
@@ -60,15 +60,16 @@ def _need(paths) -> list[Path]:
 
 # ---------------------------------------------------------------------------------------------
 def cmd_compute(args) -> int:
-    from sim_core import learned, profiles
+    from sim_core import profiles
+    from sim_core.calibration import kernels
 
     files = _need(args.files)
-    df = pd.concat([learned.load_kernels(p, args.format, args.gpu) for p in files],
+    df = pd.concat([kernels.load_kernels(p, args.format, args.gpu) for p in files],
                    ignore_index=True)
     if args.gpu:
         df = df[df["gpu"].astype(str) == args.gpu]
     print(f"kernel table: {len(df)} rows from {len(files)} file(s)")
-    models = learned.train_kernel_models(df, folds=args.folds, rounds=args.rounds)
+    models = kernels.train_kernel_models(df, folds=args.folds, rounds=args.rounds)
     if not models:
         raise SweepError("no (gpu, op class) had enough shaped gemm/attention rows to train")
     for (gpu, oc), m in models.items():
@@ -100,14 +101,15 @@ def cmd_compute(args) -> int:
 
 # ---------------------------------------------------------------------------------------------
 def cmd_overlap(args) -> int:
-    from sim_core import learned, profiles
+    from sim_core import profiles
+    from sim_core.calibration import overlap as overlap_fit
 
     (path,) = _need([args.table])
-    df = learned.load_overlap_table(path)
+    df = overlap_fit.load_overlap_table(path)
     print(f"overlap table: {len(df)} rows ({df['kernel_class'].nunique()} kernel classes, "
           f"{df['collective'].nunique()} collectives, archs "
           f"{sorted(int(a) for a in df['sm_arch'].unique())})")
-    model = learned.train_overlap_model(df, rounds=args.rounds)
+    model = overlap_fit.train_overlap_model(df, rounds=args.rounds)
     meta = model.meta
     h = meta["holdout_80_20"]
     print("Echo settings: XGBRegressor(objective='reg:squarederror', max_depth=12, "
@@ -135,31 +137,32 @@ def cmd_overlap(args) -> int:
 
 # ---------------------------------------------------------------------------------------------
 def cmd_nccl(args) -> int:
-    from sim_core import learned, profiles
+    from sim_core import profiles
+    from sim_core.calibration import nccl as nccl_fit
 
     files = _need(args.files)
     notes: dict = {}
     try:
-        gpu = learned.nccl_gpu(files, args.gpu, notes=notes)
-        df = learned.nccl_rows(files, op=args.op, ranks=args.ranks, nodes=args.nodes,
+        gpu = nccl_fit.nccl_gpu(files, args.gpu, notes=notes)
+        df = nccl_fit.nccl_rows(files, op=args.op, ranks=args.ranks, nodes=args.nodes,
                                notes=notes, gpu=gpu)
     except ValueError as exc:
         raise SweepError(str(exc)) from None
     for path, lines in notes.items():
         for line in lines:
             print(f"{'all logs' if path == '*' else Path(path).name}: {line}")
-    net = learned.base_network(gpu, args.cluster)
+    net = nccl_fit.base_network(gpu, args.cluster)
     runs = df.groupby(["op", "group", "nodes"]).size()
     print(f"nccl-tests: {len(df)} rows from {len(files)} file(s), GPU {gpu}: "
           + ", ".join(f"{op} {g} ranks/{n} node(s)" for (op, g, n) in runs.index))
-    per_file = learned.nccl_file_fits(df, net)
+    per_file = nccl_fit.nccl_file_fits(df, net)
     print("each log fitted alone, median |error| on its sizes >= 1 MiB:")
     for r in per_file.itertuples():
         print(f"  {r.source:<45} {r.rows_fitted_error:>3} sizes: default "
               f"{_pct(r.median_abs_err_default):>6} -> fitted {_pct(r.median_abs_err_fitted):>6}")
-    scales = learned.fit_nccl_scales(df, net)
-    rep = learned.nccl_fit_report(df, net, scales)
-    free = learned._identifiable(df)
+    scales = nccl_fit.fit_nccl_scales(df, net)
+    rep = nccl_fit.nccl_fit_report(df, net, scales)
+    free = nccl_fit._identifiable(df)
     print("fitted scales (least squares on log time; 1 = catalog value):")
     for s, v in scales.items():
         print(f"  {s:<14} x{v:.3f}" + ("" if s in free else "   (not seen by the data)"))
@@ -171,7 +174,7 @@ def cmd_nccl(args) -> int:
               f"-> fitted {_pct(r['af']):>6}")
     if args.verbose:
         print(rep.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    loso = learned.nccl_loso(df, net)
+    loso = nccl_fit.nccl_loso(df, net)
     if len(loso):
         print("leave-one-file-out (fit on the others, error on the held-out file):")
         for r in loso.itertuples():
