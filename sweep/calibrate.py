@@ -4,6 +4,7 @@ a named profile that `sweep simulate` / `sweep search` accept (`--profile NAME`)
     sweep calibrate compute KERNELS.csv [MORE...] [--gpu h100-sxm] --profile NAME
     sweep calibrate overlap TABLE.csv --profile NAME
     sweep calibrate nccl all_reduce_perf.txt [MORE...] [--gpu h100-sxm] --profile NAME
+    sweep calibrate inspect TRACE.json.gz|nsys_stats.txt [MORE...]
     sweep calibrate show NAME
     sweep calibrate list
 
@@ -32,7 +33,8 @@ examples (synthetic data shipped in sim_core/data/calibration_examples/):
   sweep calibrate show demo
 kernel table columns: gpu, op_class (gemm|attention), dtype, m, n, k, batch, heads, seq,
 head_dim, causal, direction (fwd|bwd), time_us[, source]; also accepted: nsys
-cuda_gpu_kern_sum CSV and PyTorch profiler chrome traces (record_shapes=True), with --gpu.
+cuda_gpu_kern_sum CSV or console output, and PyTorch profiler chrome traces (shapes need
+record_shapes=True); --gpu where the file names no catalog GPU.
 overlap table columns: gpu or sm_arch, kernel_class, collective, nbytes, group,
 time_alone_us, time_overlap_us[, source].
 """
@@ -59,13 +61,50 @@ def _need(paths) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------------------
+def _load_kernel_files(files, fmt: str, gpu: str | None) -> pd.DataFrame:
+    """Every file's kernels, with a line per file saying what the loader found in it."""
+    from sim_core.calibration import kernels
+
+    frames = []
+    for p in files:
+        try:
+            df = kernels.load_kernels(p, fmt, gpu)
+        except (ValueError, KeyError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            raise SweepError(f"{p}: cannot read it as a kernel table, nsys summary or profiler "
+                             f"trace ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                             ) from None
+        shaped = int(df["op_class"].isin(kernels.OP_CLASSES).mul(
+            df[["m", "seq"]].notna().any(axis=1)).sum()) if len(df) else 0
+        by = df.groupby("op_class")["time_us"].agg(["size", "sum"]) if len(df) else None
+        gpus = sorted(str(g) for g in df["gpu"].dropna().unique()) if len(df) else []
+        print(f"{p.name}: {len(df)} kernel rows, {shaped} with shapes (trainable); GPU "
+              f"{', '.join(gpus) if gpus else 'not named (give --gpu)'}"
+              + ("; per class: rows, summed per-call kernel time" if len(df) else ""))
+        if by is not None:
+            for oc, r in by.iterrows():
+                print(f"  {oc:<14} {int(r['size']):>6} rows {r['sum'] / 1e3:>12.3f} ms")
+        for note in df.attrs.get("notes", []):
+            print(f"  note: {note}")
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def cmd_inspect(args) -> int:
+    """What the loaders extract from profiler exports, without fitting anything."""
+    files = _need(args.files)
+    df = _load_kernel_files(files, args.format, args.gpu)
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+        print(f"wrote {len(df)} rows to {args.csv}")
+    return 0
+
+
 def cmd_compute(args) -> int:
     from sim_core import profiles
     from sim_core.calibration import kernels
 
     files = _need(args.files)
-    df = pd.concat([kernels.load_kernels(p, args.format, args.gpu) for p in files],
-                   ignore_index=True)
+    df = _load_kernel_files(files, args.format, args.gpu)
     if args.gpu:
         df = df[df["gpu"].astype(str) == args.gpu]
     print(f"kernel table: {len(df)} rows from {len(files)} file(s)")
@@ -238,6 +277,13 @@ def _args(p: argparse.ArgumentParser) -> None:
     q.add_argument("--folds", type=int, default=5, help="k of the k-fold CV (default 5)")
     q.add_argument("--rounds", type=int, default=300, help="boosting rounds (default 300)")
     q.add_argument("--profile", required=True, help="profile name or folder")
+
+    q = add("inspect", "show what the loaders extract from kernel tables, nsys summaries and "
+            "PyTorch profiler traces (no fitting)", cmd_inspect)
+    q.add_argument("files", nargs="+", help="kernel tables, nsys stats output, torch traces")
+    q.add_argument("--gpu", help="GPU of rows whose file does not name one")
+    q.add_argument("--format", default="auto", choices=["auto", "csv", "nsys", "torch"])
+    q.add_argument("--csv", help="also write the extracted rows to this CSV")
 
     q = add("overlap", "train the Echo overlap-slowdown model", cmd_overlap)
     q.add_argument("table", help="CSV: kernel times alone and with overlapping communication")

@@ -51,7 +51,7 @@ TILE = 128  # output tile of tensor-core GEMMs (compute.TILE_M/N)
 # Kernel tables: loaders
 # =============================================================================================
 _GEMM_RE = re.compile(r"gemm|xmma|cutlass|cublas|nvjet|\bsm\d+_.*(?:tn|nt|nn|tt)\b|matmul|"
-                      r"wgmma|s\d+gemm|h\d+gemm", re.IGNORECASE)
+                      r"wgmma|s\d+gemm|h\d+gemm|matrix_?mul", re.IGNORECASE)
 _ATTN_RE = re.compile(r"flash|fmha|attn|attention|sdpa|mha_", re.IGNORECASE)
 _COMM_RE = re.compile(r"nccl", re.IGNORECASE)
 
@@ -75,32 +75,102 @@ def _empty_kernels(n: int) -> dict:
             "source": [""] * n}
 
 
-def load_nsys_csv(path) -> pd.DataFrame:
-    """`nsys stats --report cuda_gpu_kern_sum --format csv` (one row per kernel NAME).
+_NSYS_SECTION_RE = re.compile(r"Executing '(cuda_gpu_kern_sum|gpukernsum)'")
+_NSYS_OTHER_RE = re.compile(r"Executing '|^\s*\[\d+/\d+\]")
+
+
+def _nsys_console_tables(lines: list[str]) -> list[pd.DataFrame]:
+    """The kernel-summary tables of `nsys profile --stats=true` / `nsys stats` console output:
+    fixed-width columns under a dashed rule, thousands separators, names cut with an
+    ellipsis. One table per 'cuda_gpu_kern_sum' (older: 'gpukernsum') section."""
+    tables = []
+    i = 0
+    while i < len(lines):
+        if not _NSYS_SECTION_RE.search(lines[i]):
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and not re.match(r"^\s*-{3,}(\s+-{3,})+\s*$", lines[j]):
+            if _NSYS_OTHER_RE.search(lines[j]) or lines[j].startswith("SKIPPED"):
+                break
+            j += 1
+        if j >= len(lines) or not lines[j].strip().startswith("-"):
+            i = j
+            continue
+        header, rule = lines[j - 1], lines[j]
+        spans = [(m.start(), m.end()) for m in re.finditer(r"-+", rule)]
+        # the last column (Name) runs to the end of the line
+        spans[-1] = (spans[-1][0], None)
+        cols = [header[a:b].strip() if b else header[a:].strip() for a, b in spans]
+        rows = []
+        k = j + 1
+        while k < len(lines) and lines[k].strip():
+            ln = lines[k]
+            rows.append([ln[a:b].strip() if b else ln[a:].strip() for a, b in spans])
+            k += 1
+        tables.append(pd.DataFrame(rows, columns=cols))
+        i = k
+    return tables
+
+
+def load_nsys_stats(path) -> pd.DataFrame:
+    """Nsight Systems kernel summaries: `nsys stats --report cuda_gpu_kern_sum --format csv`
+    (with whatever the tool printed before the header) or the console tables of
+    `nsys profile --stats=true` / `nsys stats` (every kernel-summary section in the file;
+    the `section` column numbers them). One row per kernel NAME.
 
     Extracted: name, op class (name heuristic), instances, time_us = Avg (ns) / 1000. Shapes are
     NOT in this report (only tile names such as 128x256x64 in CUTLASS kernel names, which are the
     tile, not the problem), so m/n/k and the attention dims stay NaN: such rows cannot train the
     shape-dependent models, and `train_kernel_models` drops them with a count.
     """
-    text = Path(path).read_text()
+    text = Path(path).read_text(errors="replace")
     lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if "Avg (ns)" in ln or "Avg(ns)" in ln), None)
-    if start is None:
-        raise ValueError(f"{path}: not an nsys cuda_gpu_kern_sum CSV (no 'Avg (ns)' column)")
-    from io import StringIO
+    if any(_NSYS_SECTION_RE.search(ln) for ln in lines):
+        tables = _nsys_console_tables(lines)
+        if not tables:
+            raise ValueError(f"{path}: its kernel-summary sections hold no table (SKIPPED: "
+                             "the report had no CUDA kernel data)")
+        df = pd.concat([t.assign(section=n) for n, t in enumerate(tables)], ignore_index=True)
+    else:
+        start = next((i for i, ln in enumerate(lines)
+                      if ("Avg (ns)" in ln or "Avg(ns)" in ln) and "Name" in ln), None)
+        if start is None:
+            raise ValueError(f"{path}: not an nsys kernel summary (no 'Avg (ns)' column and no "
+                             "'cuda_gpu_kern_sum' section)")
+        from io import StringIO
 
-    df = pd.read_csv(StringIO("\n".join(lines[start:])))
+        df = pd.read_csv(StringIO("\n".join(lines[start:])), thousands=",")
+        df["section"] = 0
     df.columns = [c.strip() for c in df.columns]
     avg = next(c for c in df.columns if c.replace(" ", "") == "Avg(ns)")
+
+    def num(col):
+        return pd.to_numeric(df[col].astype(str).str.replace(",", ""), errors="coerce").to_numpy()
+
     out = pd.DataFrame(_empty_kernels(len(df)))
     out["name"] = df["Name"].astype(str).to_numpy()
     out["op_class"] = [classify_kernel(n) for n in out["name"]]
-    out["instances"] = pd.to_numeric(df.get("Instances", 1), errors="coerce").to_numpy()
-    out["time_us"] = pd.to_numeric(df[avg], errors="coerce").to_numpy() / 1e3
-    out["dtype"] = ["fp8" if re.search(r"e4m3|e5m2|fp8", n, re.I) else "bf16" for n in out["name"]]
+    out["instances"] = num("Instances") if "Instances" in df else 1.0
+    out["time_us"] = num(avg) / 1e3
+    out["dtype"] = [_kernel_dtype(n) for n in out["name"]]
+    out["section"] = df["section"].to_numpy()
     out["source"] = Path(path).name
     return out
+
+
+def _kernel_dtype(name: str) -> str:
+    """The dtype a kernel name says (cuBLAS/CUTLASS spell it), bf16 when it says none."""
+    n = name.lower()
+    if re.search(r"e4m3|e5m2|fp8", n):
+        return "fp8"
+    if re.search(r"bf16|bfloat16", n):
+        return "bf16"
+    if re.search(r"fp16|f16|half|h\d+gemm", n):
+        return "fp16"
+    if re.search(r"sgemm|fp32|f32|float|tf32", n):
+        return "fp32"
+    return "bf16"
 
 
 _TORCH_GEMM = {"aten::mm": (0, 1), "aten::addmm": (1, 2), "aten::bmm": (0, 1),
@@ -131,24 +201,51 @@ def _torch_dtype(types) -> str:
     return "fp32" if "float" in t else "bf16"
 
 
-def load_torch_trace(path) -> pd.DataFrame:
-    """PyTorch profiler chrome trace (export_chrome_trace / tensorboard trace handler, .json or
-    .json.gz), recorded with record_shapes=True.
+def gpu_from_device(name: str, total_mem_bytes: float | None = None) -> str | None:
+    """Catalog GPU for a CUDA device name (and its memory, which tells A100 40 GB from 80 GB):
+    the catalog GPUs whose family ("a100", "h100", ...) the name contains, nearest in memory.
+    None for a GPU outside the catalog."""
+    from .. import catalog
 
-    Extracted: every aten GEMM op (mm, addmm, bmm, baddbmm, _scaled_mm) and attention op
-    (_flash_attention_*, _efficient_attention_*, _scaled_dot_product_*) with its "Input Dims"
-    and "Input type"; its time is the sum of the GPU kernels it launched (runtime launch events
-    inside the op's CPU interval on the same thread, matched to kernels by "correlation"; nested
-    recognised ops get their launches, the innermost wins). Ops without GPU kernels (CPU-only
-    traces) are dropped: CPU op durations are not kernel times. Attention is assumed causal
-    unless the trace's "Concrete Inputs" say otherwise (positional is_causal is not reliable).
+    tab = catalog.gpu_table()
+    low = name.lower().replace(" ", "-")
+    fams = {g: g.split("-")[0] for g in tab.index}
+    cands = [g for g, f in fams.items() if re.search(rf"(?<![a-z]){re.escape(f)}", low)]
+    if not cands:
+        return None
+    if total_mem_bytes:
+        gib = float(total_mem_bytes) / 2**30
+        return min(cands, key=lambda g: abs(float(tab.loc[g, "hbm_gib"]) - gib))
+    return cands[0]
+
+
+def load_torch_trace(path) -> pd.DataFrame:
+    """PyTorch profiler (Kineto) chrome trace (export_chrome_trace / tensorboard trace handler,
+    .json or .json.gz).
+
+    Shaped rows (recorded with record_shapes=True): every aten GEMM op (mm, addmm, bmm,
+    baddbmm, _scaled_mm) and attention op (_flash_attention_*, _efficient_attention_*,
+    _scaled_dot_product_*) with its "Input Dims" and "Input type"; its time is the sum of the
+    GPU kernels it launched (runtime launch events inside the op's CPU interval on the same
+    thread, matched to kernels by "correlation"; nested recognised ops get their launches, the
+    innermost wins). Attention is assumed causal unless "Concrete Inputs" say otherwise.
+    Every other GPU kernel (and every kernel of a trace without shapes) is a row of its own,
+    classed by its name, with no shape: it tells what the GPU spent its time on but cannot
+    train the shape-dependent models. CPU-only traces give no rows: CPU op durations are not
+    kernel times. The GPU comes from the trace's deviceProperties (name and memory) when it
+    is in the catalog. `load_torch_trace.notes` says what was found.
     """
     raw = Path(path).read_bytes()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
     data = json.loads(raw)
     events = data["traceEvents"] if isinstance(data, dict) else data
-    ops, launches, kernels = [], [], {}
+    devices = (data.get("deviceProperties") or []) if isinstance(data, dict) else []
+    gpu = None
+    if devices:
+        gpu = gpu_from_device(str(devices[0].get("name", "")), devices[0].get("totalGlobalMem"))
+    ops, launches, kernels, knames = [], [], {}, {}
+    n_kernel_events = 0
     for ev in events:
         if ev.get("ph") != "X":
             continue
@@ -157,47 +254,78 @@ def load_torch_trace(path) -> pd.DataFrame:
             ops.append(ev)
         elif cat in ("cuda_runtime", "cuda_driver") and "aunch" in name:
             launches.append(ev)
-        elif cat == "kernel" and "correlation" in args:
-            kernels[args["correlation"]] = kernels.get(args["correlation"], 0.0) + float(ev["dur"])
-    t_op = {id(o): 0.0 for o in ops}
-    hit = {id(o): 0 for o in ops}
+        elif cat == "kernel":
+            n_kernel_events += 1
+            corr = args.get("correlation", f"nocorr{n_kernel_events}")
+            kernels[corr] = kernels.get(corr, 0.0) + float(ev.get("dur", 0.0))
+            knames[corr] = name
+    shaped_ops = [o for o in ops if _torch_shape(o) is not None]
+    t_op = {id(o): 0.0 for o in shaped_ops}
+    hit = {id(o): 0 for o in shaped_ops}
+    used = set()
     for la in launches:
         corr = (la.get("args") or {}).get("correlation")
         if corr not in kernels:
             continue
-        inside = [o for o in ops if o.get("pid") == la.get("pid") and o.get("tid") == la.get("tid")
-                  and o["ts"] <= la["ts"] <= o["ts"] + o["dur"]]
+        inside = [o for o in shaped_ops if o.get("pid") == la.get("pid")
+                  and o.get("tid") == la.get("tid") and o["ts"] <= la["ts"] <= o["ts"] + o["dur"]]
         if inside:
             o = min(inside, key=lambda e: e["dur"])
             t_op[id(o)] += kernels[corr]
             hit[id(o)] += 1
+            used.add(corr)
     rows = []
-    for o in ops:
+    for o in shaped_ops:
         if not hit[id(o)]:
             continue
         args = o.get("args", {})
-        dims = args.get("Input Dims") or []
         r = {k: v[0] for k, v in _empty_kernels(1).items()}
         r.update(name=o["name"], dtype=_torch_dtype(args.get("Input type")), time_us=t_op[id(o)],
-                 source=Path(path).name)
-        if o["name"] in _TORCH_GEMM:
-            ia, ib = _TORCH_GEMM[o["name"]]
-            if len(dims) <= ib or len(dims[ia]) < 2 or len(dims[ib]) < 2:
-                continue
-            a, bm = dims[ia], dims[ib]
-            r.update(op_class="gemm", m=a[-2], k=a[-1], n=bm[-1],
-                     batch=a[0] if len(a) == 3 else 1)
-        else:
-            direction, layout = _TORCH_ATTN[o["name"]]
-            q = dims[0] if dims else []
-            if len(q) != 4:
-                continue
-            bsz, s, h, d = (q if layout == "bshd" else (q[0], q[2], q[1], q[3]))
-            conc = " ".join(str(x) for x in (args.get("Concrete Inputs") or []))
-            r.update(op_class="attention", batch=bsz, seq=s, heads=h, head_dim=d,
-                     direction=direction, causal=0 if re.search(r"\bFalse\b", conc) else 1)
+                 source=Path(path).name, **_torch_shape(o))
         rows.append(r)
-    return pd.DataFrame(rows, columns=list(_empty_kernels(0)) + ["name"])
+    for corr, t in kernels.items():
+        if corr in used:
+            continue
+        r = {k: v[0] for k, v in _empty_kernels(1).items()}
+        r.update(name=knames[corr], op_class=classify_kernel(knames[corr]),
+                 dtype=_kernel_dtype(knames[corr]), time_us=t, source=Path(path).name)
+        rows.append(r)
+    df = pd.DataFrame(rows, columns=list(_empty_kernels(0)) + ["name"])
+    if gpu:
+        df["gpu"] = gpu
+    notes = []
+    if devices:
+        notes.append(f"device {devices[0].get('name')!r}: "
+                     + (f"catalog GPU {gpu}" if gpu else "not in the catalog (give --gpu)"))
+    else:
+        notes.append("the trace names no device (give --gpu)")
+    if not n_kernel_events:
+        notes.append("no GPU kernel events: a CPU-only trace or one recorded without CUDA "
+                     "activity (ProfilerActivity.CUDA); CPU op durations are not kernel times")
+    elif not any(o.get("args", {}).get("Input Dims") for o in ops):
+        notes.append("no input shapes (record_shapes=False): kernels are classed by name only")
+    df.attrs["notes"] = notes
+    return df
+
+
+def _torch_shape(o) -> dict | None:
+    """The op class and problem shape of a recognised aten op, or None without usable dims."""
+    args = o.get("args", {}) or {}
+    dims = args.get("Input Dims") or []
+    if o["name"] in _TORCH_GEMM:
+        ia, ib = _TORCH_GEMM[o["name"]]
+        if len(dims) <= ib or len(dims[ia]) < 2 or len(dims[ib]) < 2:
+            return None
+        a, bm = dims[ia], dims[ib]
+        return dict(op_class="gemm", m=a[-2], k=a[-1], n=bm[-1], batch=a[0] if len(a) == 3 else 1)
+    direction, layout = _TORCH_ATTN[o["name"]]
+    q = dims[0] if dims else []
+    if len(q) != 4:
+        return None
+    bsz, sq, h, d = (q if layout == "bshd" else (q[0], q[2], q[1], q[3]))
+    conc = " ".join(str(x) for x in (args.get("Concrete Inputs") or []))
+    return dict(op_class="attention", batch=bsz, seq=sq, heads=h, head_dim=d, direction=direction,
+                causal=0 if re.search(r"\bFalse\b", conc) else 1)
 
 
 def load_kernels(path, fmt: str = "auto", gpu: str | None = None) -> pd.DataFrame:
@@ -206,17 +334,18 @@ def load_kernels(path, fmt: str = "auto", gpu: str | None = None) -> pd.DataFram
     `gpu` fills the gpu column where the file has none (profiler exports never name it)."""
     path = Path(path)
     if fmt == "auto":
-        head = path.read_bytes()[:4096]
+        head = path.read_bytes()[:262144]
         if path.suffix in (".json", ".gz") or head[:2] == b"\x1f\x8b" or head.lstrip()[:1] in (b"{", b"["):
             fmt = "torch"
-        elif b"Avg (ns)" in head or b"Avg(ns)" in head:
+        elif (b"Avg (ns)" in head or b"Avg(ns)" in head or b"cuda_gpu_kern_sum" in head
+              or b"gpukernsum" in head):
             fmt = "nsys"
         else:
             fmt = "csv"
     if fmt == "torch":
         df = load_torch_trace(path)
     elif fmt == "nsys":
-        df = load_nsys_csv(path)
+        df = load_nsys_stats(path)
     elif fmt == "csv":
         df = pd.read_csv(path, comment="#")
         missing = {"op_class", "time_us"} - set(df.columns)
