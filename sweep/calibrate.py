@@ -5,6 +5,7 @@ a named profile that `sweep simulate` / `sweep search` accept (`--profile NAME`)
     sweep calibrate overlap TABLE.csv --profile NAME
     sweep calibrate nccl all_reduce_perf.txt [MORE...] [--gpu h100-sxm] --profile NAME
     sweep calibrate inspect TRACE.json.gz|nsys_stats.txt [MORE...]
+    sweep calibrate runs RUNS.csv [--fit EXPR] --profile NAME
     sweep calibrate show NAME
     sweep calibrate list
 
@@ -243,6 +244,136 @@ def cmd_nccl(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+def _median_abs(x) -> float:
+    x = pd.Series(x, dtype=float).dropna()
+    return float(x.abs().median()) if len(x) else float("nan")
+
+
+def cmd_runs(args) -> int:
+    from sim_core import profiles
+    from sim_core.calibration import runs as runs_fit
+
+    path = _need([args.file])[0]
+    try:
+        runs = runs_fit.load_runs(path)
+    except ValueError as exc:
+        raise SweepError(f"{path.name}: {exc}") from None
+
+    def select(frame: pd.DataFrame, expr: str, flag: str) -> pd.Series:
+        try:
+            out = frame.eval(expr, engine="python")
+            return pd.Series(out, index=frame.index).astype(object).fillna(False).astype(bool)
+        except Exception as exc:  # noqa: BLE001 - a user's expression: any error is theirs
+            raise SweepError(f"{flag}: cannot evaluate {expr!r} on the runs ({exc}); columns: "
+                             f"{', '.join(c for c in frame.columns if not c.startswith('_'))}"
+                             ) from None
+
+    if args.rows:
+        runs = runs[select(runs, args.rows, "--rows")]
+    for r in runs[runs["skip"] != ""].itertuples():
+        print(f"run {r.id} ({r.label}): skipped: {r.skip}")
+    use = runs[runs["skip"] == ""]
+    if args.fit:
+        mask = select(use, args.fit, "--fit")
+        train, held = use[mask], use[~mask]
+    else:
+        train, held = use, use.iloc[0:0]
+    if len(train) == 0:
+        raise SweepError("no usable run to fit on (each skipped run's reason is above)")
+    free = runs_fit.free_parameters(train)
+    print(f"runs: {len(train)} to fit on ({int((train['status'] == 'oom').sum())} OOM), "
+          f"{len(held)} held out; free scales: "
+          + ", ".join(f"{n}[{g}]" if g else n for n, g in free))
+    scales = runs_fit.fit(train, free)
+    print("fitted (1 / +0 = the white-box model; prior sigma in brackets):")
+    sd = scales.to_dict()
+    for n, g in free:
+        v = sd[n][g] if g else sd[n]
+        unit = " GiB" if n == "mem_fixed_gib" else ""
+        print(f"  {(n + '[' + g + ']') if g else n:<26} {'+' if n == 'mem_fixed_gib' else 'x'}"
+              f"{v:.3f}{unit}   [{runs_fit.PRIOR_SIGMA[n]}]")
+    loro = runs_fit.leave_one_run_out(train, scales)
+    print("leave-one-run-out on the fitted runs (each predicted by a fit on the others):")
+    print(f"  step time median |error| {_pct(_median_abs(loro['step_error_before']))} (white-box) "
+          f"-> {_pct(_median_abs(loro['step_error_after']))}")
+    if loro["mem_error_before"].notna().any():
+        print(f"  peak memory median |error| {_pct(_median_abs(loro['mem_error_before']))} -> "
+              f"{_pct(_median_abs(loro['mem_error_after']))}")
+    oom = loro["status"] == "oom"
+    if oom.any():
+        print(f"  OOM runs predicted not to fit: {int((~loro.loc[oom, 'fits_before']).sum())}"
+              f"/{int(oom.sum())} -> {int((~loro.loc[oom, 'fits_after']).sum())}/{int(oom.sum())}")
+    summary = {"set": args.name or path.stem, "fit_rows": len(train), "held_rows": len(held),
+               "loro_before": _median_abs(loro["step_error_before"]),
+               "loro_after": _median_abs(loro["step_error_after"])}
+    if len(held):
+        before = runs_fit.predict(held)
+        after = runs_fit.predict(held, scales)
+        e0 = runs_fit.errors(held, before)
+        e1 = runs_fit.errors(held, after)
+        meas = held["measured_step_s"].to_numpy(float)
+        tp_m = runs_fit.throughput_per_gpu(held, meas)
+        rho0 = runs_fit.spearman(runs_fit.throughput_per_gpu(held, before["step_s"]), tp_m)
+        rho1 = runs_fit.spearman(runs_fit.throughput_per_gpu(held, after["step_s"]), tp_m)
+        print(f"held-out runs ({len(held)}): step time median |error| "
+              f"{_pct(_median_abs(e0['step_error']))} -> {_pct(_median_abs(e1['step_error']))}, "
+              f"bias {_pct(e0['step_error'].median())} -> {_pct(e1['step_error'].median())}; "
+              f"rank (Spearman of tokens/s/GPU) {rho0:.2f} -> {rho1:.2f}")
+        if e0["mem_error"].notna().any():
+            print(f"  peak memory median |error| {_pct(_median_abs(e0['mem_error']))} -> "
+                  f"{_pct(_median_abs(e1['mem_error']))} ({int(e0['mem_error'].notna().sum())} "
+                  "runs with a measured peak)")
+        if args.verbose:
+            for i, r in enumerate(held.itertuples()):
+                print(f"  {r.id:>5} {r.label:<28} {r.gpu:<10} {int(r.num_gpus):>5} GPUs  "
+                      f"{_pct(e0['step_error'].iat[i]):>7} -> {_pct(e1['step_error'].iat[i]):>7}"
+                      + (f"   memory {_pct(e0['mem_error'].iat[i]):>7} -> "
+                         f"{_pct(e1['mem_error'].iat[i]):>7}"
+                         if np.isfinite(e0["mem_error"].iat[i]) else ""))
+        summary.update(held_before=_median_abs(e0["step_error"]),
+                       held_after=_median_abs(e1["step_error"]),
+                       bias_before=float(e0["step_error"].median()),
+                       bias_after=float(e1["step_error"].median()), rank_before=rho0,
+                       rank_after=rho1, mem_before=_median_abs(e0["mem_error"]),
+                       mem_after=_median_abs(e1["mem_error"]))
+    if args.markdown:
+        print(RUNS_TABLE_HEADER)
+        print(_runs_markdown_row(summary))
+
+    def write(d: Path):
+        (d / "runs").mkdir(exist_ok=True)
+        loro.to_csv(d / "runs" / "leave_one_run_out.csv", index=False)
+        return ["runs/leave_one_run_out.csv"]
+
+    info = {"scales": scales.to_dict(), "free": [[n, g] for n, g in free],
+            "prior_sigma": runs_fit.PRIOR_SIGMA, "rows": int(len(train)),
+            "selection": {"rows": args.rows, "fit": args.fit},
+            "loro_step_before": summary["loro_before"],
+            "loro_step_after": summary["loro_after"]}
+    man = profiles.save_component(args.profile, "runs", info, [path], write)
+    print(f"saved profile {man['name']} version {man['version']} "
+          f"({profiles.profile_dir(args.profile)})")
+    return 0
+
+
+RUNS_TABLE_HEADER = ("| runs | fitted on | held out | leave-one-run-out (fitted runs) | "
+                     "held out: median abs err | held out: bias | held out: rank (Spearman) | "
+                     "held out: peak memory |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def _runs_markdown_row(s: dict) -> str:
+    def pair(a, b, pct=True):
+        f = _pct if pct else (lambda v: "-" if v is None or np.isnan(v) else f"{v:.2f}")
+        return f"{f(a)} -> {f(b)}"
+
+    return (f"| {s['set']} | {s['fit_rows']} | {s['held_rows']} | "
+            f"{pair(s['loro_before'], s['loro_after'])} | "
+            f"{pair(s.get('held_before', np.nan), s.get('held_after', np.nan))} | "
+            f"{pair(s.get('bias_before', np.nan), s.get('bias_after', np.nan))} | "
+            f"{pair(s.get('rank_before', np.nan), s.get('rank_after', np.nan), pct=False)} | "
+            f"{pair(s.get('mem_before', np.nan), s.get('mem_after', np.nan))} |")
+
+
 def cmd_show(args) -> int:
     from sim_core import profiles
 
@@ -302,6 +433,20 @@ def _args(p: argparse.ArgumentParser) -> None:
     q.add_argument("--no-measured", action="store_true",
                    help="do not use the measured curves as an override, only the fitted scales")
     q.add_argument("--verbose", action="store_true", help="print every row's fit error")
+    q.add_argument("--profile", required=True, help="profile name or folder")
+
+    q = add("runs", "fit a few interpretable scales (compute per GPU, network tiers, memory "
+            "overhead) to your own training runs, with priors", cmd_runs)
+    q.add_argument("file", help="runs CSV in the published_runs format, optional status column "
+                                "(ok | oom | failed)")
+    q.add_argument("--fit", help="pandas expression selecting the runs to fit on (the others are "
+                                 "held out and predicted before/after), e.g. \"label in "
+                                 "['MPT-1B','MPT-3B','MPT-7B']\"")
+    q.add_argument("--rows", help="pandas expression selecting the runs to use at all, e.g. "
+                                  "\"framework.str.contains('llm-foundry')\"")
+    q.add_argument("--name", help="label of this set in --markdown output")
+    q.add_argument("--markdown", action="store_true", help="also print a README table row")
+    q.add_argument("--verbose", action="store_true", help="print every held-out run's error")
     q.add_argument("--profile", required=True, help="profile name or folder")
 
     q = add("show", "print a profile: version, data hashes, CV metrics", cmd_show)
