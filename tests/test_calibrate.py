@@ -21,12 +21,7 @@ H100 = dict(model="llama3-8b", seq_len=4096, global_batch=256, gpu="h100-sxm", n
 A100 = {**H100, "gpu": "a100-80gb"}
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("SWEEP_PROFILES", str(tmp_path / "profiles"))
-    profiles.deactivate()
-    yield
-    profiles.deactivate()
+pytestmark = pytest.mark.usefixtures("isolated_profiles")
 
 
 def _frame(*rows):

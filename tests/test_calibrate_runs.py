@@ -14,12 +14,7 @@ from sim_core.validation import dataset_path
 TITAN_8B_H100 = ["55", "56", "62", "63"]  # torchtitan Dec-2024, Llama 3.1 8B, H100 96GB
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("SWEEP_PROFILES", str(tmp_path / "profiles"))
-    profiles.deactivate()
-    yield
-    profiles.deactivate()
+pytestmark = pytest.mark.usefixtures("isolated_profiles")
 
 
 def _csv(tmp_path, ids, status=None, scale_time=1.0, name="runs.csv"):

@@ -19,12 +19,7 @@ def _log(name, **kw):
     return read_log((LOGS / name).read_text(errors="replace"), **kw)
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("SWEEP_PROFILES", str(tmp_path / "profiles"))
-    profiles.deactivate()
-    yield
-    profiles.deactivate()
+pytestmark = pytest.mark.usefixtures("isolated_profiles")
 
 
 def test_every_log_is_cited():
