@@ -70,6 +70,16 @@ def test_nsys_console_output_every_kernel_section():
     assert df[["m", "n", "k", "seq"]].isna().all().all()  # a summary has no shapes
 
 
+def test_real_nsys_csv_export_with_tool_lines_before_the_header():
+    df = kernels.load_kernels(DATA / "nsys_kern_sum_csv_polyfhe.csv")
+    assert len(df) == 15 and df["name"].str.contains(",").all()  # quoted signatures
+    first = df.iloc[0]
+    # 28.4,1791874,5,358374.8,... "phantom::key_switch_inner_prod_c2_and_evk(...)"
+    assert first["name"].startswith("phantom::key_switch_inner_prod_c2_and_evk(")
+    assert first["time_us"] == pytest.approx(358.3748) and first["instances"] == 5
+    assert (df["op_class"] == "gemm").sum() == 2  # the two bconv_matmul kernels, by name
+
+
 def test_nsys_csv_with_preamble_and_quoted_names(tmp_path):
     # the layout `nsys stats --format csv` prints: tool lines first, names quoted with commas
     f = tmp_path / "k.csv"
@@ -96,13 +106,14 @@ def test_cli_inspect_prints_what_each_file_gives(capsys, tmp_path):
 
     out_csv = tmp_path / "rows.csv"
     assert main(["calibrate", "inspect", *map(str, sorted(DATA.glob("*.gz"))),
-                 str(DATA / "nsys_stats_console_rtx2080ti.md"), "--csv", str(out_csv)]) == 0
+                 str(DATA / "nsys_stats_console_rtx2080ti.md"),
+                 str(DATA / "nsys_kern_sum_csv_polyfhe.csv"), "--csv", str(out_csv)]) == 0
     out = capsys.readouterr().out
     assert "hta_sampled_rank0_shapes.json.gz: 1145 kernel rows, 377 with shapes" in out
     assert "GPU a100-40gb" in out and "no GPU kernel events" in out
     import pandas as pd
 
-    assert len(pd.read_csv(out_csv)) == 1145 + 79 + 5
+    assert len(pd.read_csv(out_csv)) == 1145 + 79 + 5 + 15
     assert np.isfinite(pd.read_csv(out_csv)["time_us"]).all()
 
 
