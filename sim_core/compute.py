@@ -24,6 +24,7 @@ TILE_M, TILE_N = 128, 128  # output tile of a tensor-core GEMM kernel (cuBLAS/CU
 
 _gemm_model = None  # optional learned model: f(batch, m, n, k, is_fp8) -> efficiency array
 _attention_model = None  # optional learned model: f(batch, backward: bool) -> efficiency array
+_efficiency_scale = None  # optional run calibration: f(batch) -> (gemm scale, attention scale)
 
 
 def set_gemm_model(model) -> None:
@@ -37,6 +38,20 @@ def set_attention_model(model) -> None:
     dense peak per configuration, NaN where it has no opinion (None restores the curve)."""
     global _attention_model
     _attention_model = model
+
+
+def set_efficiency_scale(fn) -> None:
+    """Install a per-configuration scale of GEMM and attention efficiency, f(batch) -> (gemm,
+    attention) arrays, 1 where it has no opinion (sim_core.calibration.runs fits it to a user's
+    runs); None removes it."""
+    global _efficiency_scale
+    _efficiency_scale = fn
+
+
+def _scale(b: Batch, which: int):
+    if _efficiency_scale is None:
+        return 1.0
+    return np.asarray(_efficiency_scale(b)[which], dtype=np.float64)
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,10 +78,13 @@ def gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
     if _gemm_model is not None:
         learned = np.asarray(_gemm_model(b, m, n, k, fp8), dtype=np.float64)
         miss = np.isnan(learned)
-        if not miss.any():
-            return learned
-        return np.where(miss, roofline_gemm_efficiency(b, m, n, k, fp8), learned)
-    return roofline_gemm_efficiency(b, m, n, k, fp8)
+        eff = learned if not miss.any() else np.where(
+            miss, roofline_gemm_efficiency(b, m, n, k, fp8), learned)
+    else:
+        eff = roofline_gemm_efficiency(b, m, n, k, fp8)
+    if _efficiency_scale is None:
+        return eff
+    return np.minimum(eff * _scale(b, 0), 1.0)
 
 
 def roofline_gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
@@ -107,6 +125,9 @@ def stage_times(b: Batch, wl: Workload) -> dict:
                 attn_b = np.where(np.isnan(learned), attn_b, learned)
             else:
                 attn_f = np.where(np.isnan(learned), attn_f, learned)
+    if _efficiency_scale is not None:
+        attn_f = np.minimum(attn_f * _scale(b, 1), peak_bf16)
+        attn_b = np.minimum(attn_b * _scale(b, 1), peak_bf16)
     moe_frac = wl.dims["n_moe_layers"] / b.layers  # share of layers that are MoE
     # launch gaps of a layer's kernels; a MoE layer adds its router, permutation, dispatcher
     # and per-expert GEMM launches and one host sync (moe.launch_overhead_s)

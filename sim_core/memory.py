@@ -117,6 +117,17 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
     return {"none": none, "selective": selective, "full": full, "live": live}
 
 
+_overhead = None  # optional run calibration: f(batch) -> (fixed GiB, activation scale) arrays
+
+
+def set_overhead(fn) -> None:
+    """Install a per-configuration memory overhead fitted to a user's runs
+    (sim_core.calibration.runs): f(batch) -> (fixed GiB added to the peak, scale of the
+    per-token activation bytes); None removes it."""
+    global _overhead
+    _overhead = fn
+
+
 def estimate(b: Batch, wl: Workload) -> dict:
     """Memory per category (bytes) for the worst rank, plus peak and fits."""
     dims = wl.dims
@@ -161,6 +172,9 @@ def estimate(b: Batch, wl: Workload) -> dict:
     rc = b.recompute
     stored = np.where(rc == 2, per_layer["full"],
                       np.where(rc == 1, per_layer["selective"], per_layer["none"]))
+    fixed_extra, act_scale = (0.0, 1.0) if _overhead is None else (
+        np.asarray(x, dtype=np.float64) for x in _overhead(b))
+    stored = stored * act_scale
     L_stage = wl.layers_per_stage
     # micro-batches in flight on the first stage: 1F1B keeps p; interleaving adds (p-1)/v
     # chunks (Korthikanti et al.: factor 1 + (p-1)/(p*v)); never more than the step has
@@ -175,6 +189,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
     working = 2.0 * per_layer["live"]
     # SP / TP: the all-gathered input of a column-parallel GEMM is materialised
     working = working + np.where(sp, ACT_BYTES * T * dims["h"], 0.0)
+    working = working * act_scale
     # MoE: the dispatcher's send/receive (or gathered) token buffers of the layer in flight
     moe_frac = dims["n_moe_layers"] / b.layers
     working = working + np.where(moe_frac > 0, moe.transient_bytes(b, T / t, wl.moe_load), 0.0)
@@ -234,6 +249,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
 
     allocated, _ = peak_of(reserved=False)
     reserved, pr = peak_of(reserved=True)
+    allocated, reserved = allocated + fixed_extra * GIB, reserved + fixed_extra * GIB
     # the device also holds the CUDA context and NCCL's buffers, outside the allocator
     peak = reserved + RUNTIME_GIB * GIB
     fits = peak / GIB <= b.hbm_gib
@@ -249,7 +265,8 @@ def estimate(b: Batch, wl: Workload) -> dict:
         "mem_buffers": (np.where(loss_wins, head_w, layer_buf) + pp_buf - dispatcher) / GIB,
         "mem_dispatcher": dispatcher / GIB,
         "mem_optimizer_temp": np.maximum(opt - pr["fwd_bwd"], 0.0) / GIB,
-        "mem_runtime": np.full_like(peak, RUNTIME_GIB),
+        # the CUDA context and NCCL buffers, plus a run calibration's fixed overhead
+        "mem_runtime": np.full_like(peak, RUNTIME_GIB) + fixed_extra,
         "peak_memory_gib": peak / GIB,
         "peak_reserved_gib": reserved / GIB,
         "peak_allocated_gib": allocated / GIB,

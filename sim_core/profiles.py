@@ -97,6 +97,10 @@ def _version(components: dict) -> str:
     for comp in sorted(components):
         for inp in sorted(components[comp].get("inputs", []), key=lambda x: x["sha256"]):
             h.update(f"{comp}:{inp['sha256']}\n".encode())
+        # which rows of the data were used (a run calibration selects them by expression)
+        sel = components[comp].get("selection")
+        if sel:
+            h.update(f"{comp}:selection:{json.dumps(sel, sort_keys=True)}\n".encode())
     return h.hexdigest()[:16]
 
 
@@ -183,21 +187,24 @@ def activate(name_or_path) -> dict:
     if bad:
         raise ProfileError(f"profile {d.name}: input data changed since fitting: {bad}")
     deactivate()
-    from . import compute, learned, overlap
+    from . import compute, overlap
+    from .calibration import kernels
+    from .calibration import overlap as overlap_fit
 
     comps = man["components"]
     if "compute" in comps:
         gemm, attn = [], []
         for mrec in comps["compute"]["models"]:
-            mod = learned.KernelModel.load(d / mrec["file"], mrec["gpu"], mrec["op_class"], mrec)
+            mod = kernels.KernelModel.load(d / mrec["file"], mrec["gpu"], mrec["op_class"], mrec)
             (gemm if mrec["op_class"] == "gemm" else attn).append(mod)
         if gemm:
-            compute.set_gemm_model(learned.gemm_hook(gemm))
+            compute.set_gemm_model(kernels.gemm_hook(gemm))
         if attn:
-            compute.set_attention_model(learned.attention_hook(attn))
+            compute.set_attention_model(kernels.attention_hook(attn))
     if "overlap" in comps:
         c = comps["overlap"]
-        overlap.set_model(learned.overlap_hook(learned.SlowdownModel.load(d / c["file"], c)))
+        model = overlap_fit.SlowdownModel.load(d / c["file"], c)
+        overlap.set_model(overlap_fit.overlap_hook(model))
     if "nccl" in comps:
         c = comps["nccl"]
         measured = None
@@ -207,6 +214,11 @@ def activate(name_or_path) -> dict:
             measured = load_profile([d / i["file"] for i in c["inputs"]],
                                     curves=c.get("curves"))
         _install_nccl(c["scales"], measured)
+    if "runs" in comps:
+        from .calibration import runs as runs_fit
+
+        nccl_scales = comps["nccl"]["scales"] if "nccl" in comps else None
+        runs_fit.install(runs_fit.RunScales.from_dict(comps["runs"]["scales"]), nccl_scales)
     _active = {"dir": d, "version": man.get("version"), "manifest": man}
     return man
 
@@ -214,10 +226,12 @@ def activate(name_or_path) -> dict:
 def deactivate() -> None:
     """Back to the default models, exactly."""
     global _active
-    from . import compute, nccl, overlap
+    from . import compute, memory, nccl, overlap
 
     compute.set_gemm_model(None)
     compute.set_attention_model(None)
+    compute.set_efficiency_scale(None)
+    memory.set_overhead(None)
     overlap.set_model(None)
     nccl.set_calibration(None)
     _active = None
@@ -311,6 +325,16 @@ def describe(name_or_path) -> str:
         for r in c.get("loso", []):
             lines.append(f"  LOSO {r['held_out']}: median {_pct(r['median_abs_err'])}, max "
                          f"{_pct(r['max_abs_err'])}")
+    if "runs" in comps:
+        c = comps["runs"]
+        sc = c["scales"]
+        parts = [f"gemm {g} x{v:.3f}" for g, v in sc["gemm"].items()]
+        parts += [f"attention {g} x{v:.3f}" for g, v in sc["attention"].items()]
+        parts += [f"nvlink_bw x{sc['nvlink_bw']:.3f}", f"nic_bw x{sc['nic_bw']:.3f}",
+                  f"memory +{sc['mem_fixed_gib']:.2f} GiB, activations x{sc['mem_act_scale']:.3f}"]
+        lines.append(f"runs ({c['rows']} runs fitted): " + ", ".join(parts))
+        lines.append(f"  leave-one-run-out median |step err| {_pct(c['loro_step_before'])} -> "
+                     f"{_pct(c['loro_step_after'])}")
     for comp in comps.values():
         for i in comp.get("inputs", []):
             lines.append(f"  data {i['file']}  sha256 {i['sha256'][:16]}")

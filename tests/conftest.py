@@ -15,3 +15,14 @@ def local_ray():
     yield
     if started:
         ray.shutdown()
+
+
+@pytest.fixture
+def isolated_profiles(tmp_path, monkeypatch):
+    """Calibration profiles in a fresh folder, default models before and after the test."""
+    from sim_core import profiles
+
+    monkeypatch.setenv("SWEEP_PROFILES", str(tmp_path / "profiles"))
+    profiles.deactivate()
+    yield
+    profiles.deactivate()

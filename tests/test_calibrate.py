@@ -7,10 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim_core import compute, learned, nccl, overlap, profiles
+from sim_core import compute, nccl, overlap, profiles
+from sim_core.calibration import kernels, synthetic
+from sim_core.calibration import nccl as nccl_fit
+from sim_core.calibration import overlap as overlap_fit
 from sim_core.simulate import simulate_frame
 
-EX = learned.EXAMPLES_DIR
+EX = synthetic.EXAMPLES_DIR
 NCCL_FILES = sorted(EX.glob("*_perf_*.txt"))
 # a multi-node H100 configuration with exposed DP/TP communication and overlapped gradients
 H100 = dict(model="llama3-8b", seq_len=4096, global_batch=256, gpu="h100-sxm", num_gpus=32,
@@ -18,12 +21,7 @@ H100 = dict(model="llama3-8b", seq_len=4096, global_batch=256, gpu="h100-sxm", n
 A100 = {**H100, "gpu": "a100-80gb"}
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("SWEEP_PROFILES", str(tmp_path / "profiles"))
-    profiles.deactivate()
-    yield
-    profiles.deactivate()
+pytestmark = pytest.mark.usefixtures("isolated_profiles")
 
 
 def _frame(*rows):
@@ -32,7 +30,7 @@ def _frame(*rows):
 
 # ---- examples ------------------------------------------------------------------------------
 def test_shipped_examples_are_what_the_generator_writes(tmp_path):
-    for p in learned.make_examples(tmp_path):
+    for p in synthetic.make_examples(tmp_path):
         assert p.read_bytes() == (EX / p.name).read_bytes(), p.name
         if p.suffix in (".csv", ".txt"):
             assert "SYNTHETIC" in p.read_text().splitlines()[0] or p.name.startswith("nsys")
@@ -40,7 +38,7 @@ def test_shipped_examples_are_what_the_generator_writes(tmp_path):
 
 # ---- loaders -------------------------------------------------------------------------------
 def test_nsys_loader_classifies_kernels_and_has_no_shapes():
-    df = learned.load_kernels(EX / "nsys_kern_sum_synthetic.csv", gpu="h100-sxm")
+    df = kernels.load_kernels(EX / "nsys_kern_sum_synthetic.csv", gpu="h100-sxm")
     assert list(df["op_class"]) == ["gemm", "attention", "communication", "elementwise"]
     assert df["time_us"].tolist() == [412.0, 450.0, 604.0, 40.0]
     assert df[["m", "n", "k", "seq"]].isna().all().all()
@@ -48,7 +46,7 @@ def test_nsys_loader_classifies_kernels_and_has_no_shapes():
 
 
 def test_torch_trace_loader_recovers_shapes_and_kernel_time():
-    df = learned.load_kernels(EX / "torch_trace_synthetic.json", gpu="h100-sxm")
+    df = kernels.load_kernels(EX / "torch_trace_synthetic.json", gpu="h100-sxm")
     g = df[df["op_class"] == "gemm"].iloc[0]
     assert (g["m"], g["n"], g["k"], g["time_us"]) == (8192, 11008, 4096, 1010.5)
     a = df[df["op_class"] == "attention"].iloc[0]
@@ -59,31 +57,31 @@ def test_torch_trace_loader_recovers_shapes_and_kernel_time():
 
 
 def test_classify_kernel_names():
-    assert learned.classify_kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn") == "gemm"
-    assert learned.classify_kernel("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN") == "gemm"
-    assert learned.classify_kernel("flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel") == "attention"
-    assert learned.classify_kernel("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "communication"
-    assert learned.classify_kernel("triton_poi_fused_add_mul_0") == "elementwise"
+    assert kernels.classify_kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn") == "gemm"
+    assert kernels.classify_kernel("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN") == "gemm"
+    assert kernels.classify_kernel("flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel") == "attention"
+    assert kernels.classify_kernel("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL") == "communication"
+    assert kernels.classify_kernel("triton_poi_fused_add_mul_0") == "elementwise"
 
 
 # ---- compute -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def kernel_models():
-    df = learned.load_kernels(EX / "kernels_h100_synthetic.csv")
-    return learned.train_kernel_models(df, folds=3, rounds=150, log=lambda *a: None)
+    df = kernels.load_kernels(EX / "kernels_h100_synthetic.csv")
+    return kernels.train_kernel_models(df, folds=3, rounds=150, log=lambda *a: None)
 
 
 def test_compute_model_recovers_the_known_surface(kernel_models):
     mod = kernel_models[("h100-sxm", "gemm")]
     rng = np.random.default_rng(7)
     m, n, k = (2.0 ** rng.integers(9, 15, 300) for _ in range(3))
-    pred = mod.efficiency(learned.gemm_features(m, n, k, 0.0))
-    true = learned.synth_gemm_eff(m, n, k, False)
+    pred = mod.efficiency(kernels.gemm_features(m, n, k, 0.0))
+    true = synthetic.synth_gemm_eff(m, n, k, False)
     assert np.median(np.abs(pred / true - 1)) < 0.05
     att = kernel_models[("h100-sxm", "attention")]
     s = np.array([1024.0, 4096.0, 16384.0])
-    pred = att.efficiency(learned.attention_features(64.0, s, 128.0, 1.0, 0.0))
-    assert np.allclose(pred, learned.synth_attn_eff(s, 128.0, False), rtol=0.05)
+    pred = att.efficiency(kernels.attention_features(64.0, s, 128.0, 1.0, 0.0))
+    assert np.allclose(pred, synthetic.synth_attn_eff(s, 128.0, False), rtol=0.05)
     cv = mod.meta["cv"]
     assert cv["kfold3"]["median_abs_err"] < 0.06
     assert set(cv["leave_one_source_out"]) == {"sweep0", "sweep1", "sweep2"}
@@ -92,16 +90,16 @@ def test_compute_model_recovers_the_known_surface(kernel_models):
 def test_compute_model_round_trips(kernel_models, tmp_path):
     mod = kernel_models[("h100-sxm", "gemm")]
     mod.save(tmp_path / "g.json")
-    back = learned.KernelModel.load(tmp_path / "g.json", "h100-sxm", "gemm")
-    X = learned.gemm_features([512, 4096, 3000], [8192, 1024, 7000], [4096, 256, 11000], 0.0)
+    back = kernels.KernelModel.load(tmp_path / "g.json", "h100-sxm", "gemm")
+    X = kernels.gemm_features([512, 4096, 3000], [8192, 1024, 7000], [4096, 256, 11000], 0.0)
     assert np.array_equal(mod.efficiency(X), back.efficiency(X))
 
 
 # ---- overlap -------------------------------------------------------------------------------
 def test_overlap_model_recovers_known_slowdowns():
-    train = learned.load_overlap_table(EX / "overlap_synthetic.csv")
-    model = learned.train_overlap_model(train)
-    test = learned.make_overlap_table(n=400, seed=99, noise=0.0)  # unseen draws, no noise
+    train = overlap_fit.load_overlap_table(EX / "overlap_synthetic.csv")
+    model = overlap_fit.train_overlap_model(train)
+    test = synthetic.make_overlap_table(n=400, seed=99, noise=0.0)  # unseen draws, no noise
     pred = model.predict(test["sm_arch"], test["kernel_class"], test["collective"],
                          test["nbytes"], test["group"])
     true = test["time_overlap_us"] / test["time_alone_us"]
@@ -120,8 +118,8 @@ def test_overlap_model_recovers_known_slowdowns():
 
 
 def test_overlap_hook_falls_back_to_the_prior_for_unseen_architectures():
-    model = learned.train_overlap_model(learned.make_overlap_table(n=300), rounds=20)
-    hook = learned.overlap_hook(model)
+    model = overlap_fit.train_overlap_model(synthetic.make_overlap_table(n=300), rounds=20)
+    hook = overlap_fit.overlap_hook(model)
     arch = np.array([80.0, 90.0, 100.0])
     out = hook({"sm_arch": arch, "kernel_class": "gemm", "collective": "all_reduce",
                 "nbytes": np.zeros(3), "group": np.zeros(3)})
@@ -131,22 +129,22 @@ def test_overlap_hook_falls_back_to_the_prior_for_unseen_architectures():
 
 # ---- nccl ----------------------------------------------------------------------------------
 def test_nccl_fit_recovers_the_perturbed_scales():
-    df = learned.nccl_rows(NCCL_FILES)
-    net = learned.base_network(learned.guess_gpu(NCCL_FILES[0].read_text()))
-    scales = learned.fit_nccl_scales(df, net)
-    for k, v in learned.SYNTH_NCCL_SCALES.items():
+    df = nccl_fit.nccl_rows(NCCL_FILES)
+    net = nccl_fit.base_network(nccl_fit.guess_gpu(NCCL_FILES[0].read_text()))
+    scales = nccl_fit.fit_nccl_scales(df, net)
+    for k, v in synthetic.SYNTH_NCCL_SCALES.items():
         assert scales[k] == pytest.approx(v, rel=0.03), k
-    rep = learned.nccl_fit_report(df, net, scales)
+    rep = nccl_fit.nccl_fit_report(df, net, scales)
     assert rep["err_fitted"].abs().median() < 0.01 < rep["err_default"].abs().median()
-    loso = learned.nccl_loso(df, net)
+    loso = nccl_fit.nccl_loso(df, net)
     assert len(loso) == len(NCCL_FILES) and (loso["median_abs_err"] < 0.05).all()
 
 
 def test_nccl_single_node_data_leaves_network_scales_at_one():
-    df = learned.nccl_rows([p for p in NCCL_FILES if "1node" in p.name])
-    scales = learned.fit_nccl_scales(df, learned.base_network("h100-sxm"))
+    df = nccl_fit.nccl_rows([p for p in NCCL_FILES if "1node" in p.name])
+    scales = nccl_fit.fit_nccl_scales(df, nccl_fit.base_network("h100-sxm"))
     assert scales["nic_bw"] == 1.0 and scales["inter_latency"] == 1.0
-    assert scales["nvlink_bw"] == pytest.approx(learned.SYNTH_NCCL_SCALES["nvlink_bw"], rel=0.03)
+    assert scales["nvlink_bw"] == pytest.approx(synthetic.SYNTH_NCCL_SCALES["nvlink_bw"], rel=0.03)
 
 
 # ---- profiles ------------------------------------------------------------------------------
@@ -159,9 +157,9 @@ def _calibrate(*argv):
 def _slow_tables(tmp_path):
     """A deliberately slow GPU (60% of the synthetic efficiency) and large slowdowns."""
     k = tmp_path / "slow_kernels.csv"
-    learned.make_kernel_table(scale=0.6).to_csv(k, index=False)
+    synthetic.make_kernel_table(scale=0.6).to_csv(k, index=False)
     o = tmp_path / "big_slowdowns.csv"
-    learned.make_overlap_table(scale=4.0).to_csv(o, index=False)
+    synthetic.make_overlap_table(scale=4.0).to_csv(o, index=False)
     return k, o
 
 
@@ -218,9 +216,9 @@ def test_measured_override_and_packed_activation(tmp_path):
     blob = profiles.pack("m")
     profiles.activate_packed(blob)
     # an all-reduce of a measured size on 8 GPUs of one node: the measured time exactly
-    rows = learned.nccl_rows([p for p in NCCL_FILES if "all_reduce_perf_8gpu" in p.name])
+    rows = nccl_fit.nccl_rows([p for p in NCCL_FILES if "all_reduce_perf_8gpu" in p.name])
     r = rows[rows["size"] == 2**26].iloc[0]
-    t = nccl.collective_time("all_reduce", 2**26, 8, 1, learned.base_network("h100-sxm"))
+    t = nccl.collective_time("all_reduce", 2**26, 8, 1, nccl_fit.base_network("h100-sxm"))
     # (via the printed busbw, 2 decimals)
     assert t["time_s"][()] * 1e6 == pytest.approx(r["oop_time_us"], rel=1e-3)
     assert profiles.active()["name"] == "m"

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim_core import learned, profiles
+from sim_core import profiles
+from sim_core.calibration import nccl as nccl_fit
 from sim_core.nccl_tests import read_log, strip_prefix
 
 LOGS = Path(__file__).parent / "data" / "nccl_logs"
@@ -18,12 +19,7 @@ def _log(name, **kw):
     return read_log((LOGS / name).read_text(errors="replace"), **kw)
 
 
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("SWEEP_PROFILES", str(tmp_path / "profiles"))
-    profiles.deactivate()
-    yield
-    profiles.deactivate()
+pytestmark = pytest.mark.usefixtures("isolated_profiles")
 
 
 def test_every_log_is_cited():
@@ -104,24 +100,24 @@ def test_given_options_override_the_inference():
 
 def test_nodes_from_the_bandwidth_when_the_log_lists_no_hosts():
     notes = {}
-    df = learned.nccl_rows([LOGS / "nccl_tests_issue232_h100_2node_1gpu.log"], gpu="h100-sxm",
+    df = nccl_fit.nccl_rows([LOGS / "nccl_tests_issue232_h100_2node_1gpu.log"], gpu="h100-sxm",
                            notes=notes)
     assert set(df["nodes"]) == {2}  # 41 GB/s over 2 ranks cannot be NVLink
     assert any("one rank per node" in n for v in notes.values() for n in v)
-    df = learned.nccl_rows([LOGS / "nccl_tests_issue119_console_rows_linear.log"],
+    df = nccl_fit.nccl_rows([LOGS / "nccl_tests_issue119_console_rows_linear.log"],
                            gpu="h100-sxm")
     assert set(df["nodes"]) == {3}  # 24 ranks packed 8 to a node
 
 
 def test_unknown_gpu_is_one_line_naming_gpu_and_a_table_without_names_is_said():
     with pytest.raises(ValueError, match=r"GPU 'Tesla T4' .* not in the catalog; give --gpu"):
-        learned.nccl_gpu([LOGS / "nccl_issue428_t4_info_unknown_gpu.log"])
+        nccl_fit.nccl_gpu([LOGS / "nccl_issue428_t4_info_unknown_gpu.log"])
     notes = {}
-    gpu = learned.nccl_gpu([LOGS / "nccl_tests_issue119_console_rows_linear.log"], notes=notes)
-    assert gpu == learned.DEFAULT_NCCL_GPU and "name none" in notes["*"][0]
-    assert learned.nccl_gpu([LOGS / "gcp_a3mega_h100_allreduce_mpirun.log"]) == "h100-sxm"
-    assert learned.nccl_gpu([LOGS / "aws_efa_eks_p4d_allreduce_mpijob.log"]) == "a100-40gb"
-    assert learned.nccl_gpu([LOGS / "skypilot_gke_h200_allgather_prefixed.log"]) == "h200"
+    gpu = nccl_fit.nccl_gpu([LOGS / "nccl_tests_issue119_console_rows_linear.log"], notes=notes)
+    assert gpu == nccl_fit.DEFAULT_NCCL_GPU and "name none" in notes["*"][0]
+    assert nccl_fit.nccl_gpu([LOGS / "gcp_a3mega_h100_allreduce_mpirun.log"]) == "h100-sxm"
+    assert nccl_fit.nccl_gpu([LOGS / "aws_efa_eks_p4d_allreduce_mpijob.log"]) == "a100-40gb"
+    assert nccl_fit.nccl_gpu([LOGS / "skypilot_gke_h200_allgather_prefixed.log"]) == "h200"
 
 
 def test_cli_unknown_gpu_exits_non_zero_with_one_line(capsys):

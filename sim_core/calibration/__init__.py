@@ -1,0 +1,16 @@
+"""Calibration: fit the simulator's optional parts to what a user measured on their cluster.
+
+One module per artefact, each readable and changeable alone:
+
+* `kernels`   kernel tables (nsys CSV, PyTorch profiler traces, plain tables) -> per-(GPU, op
+              class) efficiency regressors and the hooks compute.py calls;
+* `overlap`   overlap tables -> the Echo slowdown regressor and the hook overlap.py calls;
+* `nccl`      nccl-tests logs -> per-cluster scales of the white-box NCCL model;
+* `runs`      a user's own training runs -> a few interpretable per-cluster/framework scales;
+* `training`  what the learned models share (xgboost calls, fingerprints, validation);
+* `synthetic` example inputs with known ground truth (`python -m sim_core.calibration.synthetic
+              make-examples`).
+
+All of it is OPTIONAL: the simulator's defaults are untouched until a profile is activated
+(sim_core.profiles.activate). Nothing here is fitted per configuration.
+"""
