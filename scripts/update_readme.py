@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim_core import validation  # noqa: E402
 from sweep import export, recommend  # noqa: E402
-from sweep.validate import held_out_medians, markdown_summary  # noqa: E402
+from sweep.accuracy import held_out_medians, markdown_summary  # noqa: E402
 from tests.results_fixture import make_results  # noqa: E402
 
 

@@ -46,6 +46,9 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="run file (YAML): model, seq_len, global_batch, cluster, parallel")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--profile", help=PROFILE_HELP)
+    p.add_argument("--trace", metavar="STEP.json",
+                   help="also write one simulated step as a Chrome/Perfetto trace (open it in "
+                        "ui.perfetto.dev): a track per pipeline stage and stream")
 
 
 def _clean(v):
@@ -56,8 +59,9 @@ def _clean(v):
     return v
 
 
-def simulate_run(cfg, simulate=None) -> dict:
-    """One configuration -> the JSON-able report of `sweep simulate`."""
+def simulate_rows(cfg, simulate=None):
+    """One run configuration -> (its simulated row as a one-row DataFrame with costs, the
+    Space it came from); a one-line SweepError when the configuration is invalid."""
     from .execution import evaluate
     from .results import add_costs, gpu_prices
     from .space import Space
@@ -65,9 +69,21 @@ def simulate_run(cfg, simulate=None) -> dict:
     space = Space.from_config(cfg)
     row_df = evaluate(space.frame(0, 1), simulate)
     row_df = add_costs(row_df, gpu_prices(row_df["gpu"], space.price_per_hour))
+    if row_df["status"].iloc[0] == "invalid":
+        raise SweepError(f"{cfg_name(cfg)}: configuration is invalid: "
+                         f"{row_df['invalid_reason'].iloc[0]}")
+    return row_df, space
+
+
+def simulate_run(cfg, simulate=None) -> dict:
+    """One configuration -> the JSON-able report of `sweep simulate`."""
+    row_df, space = simulate_rows(cfg, simulate)
+    return report_of(row_df, space)
+
+
+def report_of(row_df, space) -> dict:
+    """The JSON-able report of `sweep simulate` for a one-row simulated frame."""
     row = {k: _clean(v) for k, v in row_df.iloc[0].to_dict().items()}
-    if row["status"] == "invalid":
-        raise SweepError(f"{cfg_name(cfg)}: configuration is invalid: {row['invalid_reason']}")
     from sim_core.frameworks import profile_fields
 
     config_keys = [c for c in row_df.columns
@@ -131,7 +147,13 @@ def cmd_simulate(args) -> int:
         from sim_core import profiles
 
         profiles.activate(args.profile)
-    rep = simulate_run(cfg)
+    row_df, space = simulate_rows(cfg)
+    rep = report_of(row_df, space)
+    if args.trace:
+        from .trace import write_trace_for_row
+
+        path = write_trace_for_row(row_df.iloc[0], args.trace, cfg_name(cfg))
+        print(f"wrote {path} (open it in https://ui.perfetto.dev)", file=sys.stderr)
     if args.json:
         print(json.dumps(rep, indent=2))
     else:
@@ -240,7 +262,7 @@ register("check", "validate a search space and count its valid configurations",
 
 def _load_plugins() -> None:
     """Subcommands that live in their own modules register themselves on import."""
-    from . import validate  # noqa: F401
+    from . import accuracy  # noqa: F401  (sweep validate)
     from . import calibrate  # noqa: F401
     from . import recommend, report  # noqa: F401
 

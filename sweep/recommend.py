@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -257,6 +258,9 @@ class Recommendation:
     def found(self) -> bool:
         return self.best is not None
 
+    def __str__(self) -> str:  # what `sweep recommend` prints (print(rec) in a notebook)
+        return render(self)
+
 
 def recommend(df: pd.DataFrame, objective: str = "step_time", constraints: Constraints | None = None,
               within: float = 0.05, runner_ups: int = 3, run_name: str = "") -> Recommendation:
@@ -406,6 +410,25 @@ def recommend_after_search(out_dir: str | Path, objective: str | None = None) ->
     return text
 
 
+def write_traces(df: pd.DataFrame, rec: Recommendation, out_dir: str | Path) -> list[Path]:
+    """DIR/best.json and DIR/rule_of_thumb.json: one simulated step of each as a trace (the
+    rule of thumb as the report finds it in the same results; skipped when none fits)."""
+    from .report import rule_of_thumb, short
+    from .trace import write_trace_for_row
+
+    d = Path(out_dir)
+    paths = [write_trace_for_row(rec.best, d / "best.json",
+                                 f"best {short(export.config_of(rec.best))}")]
+    rot, rule = rule_of_thumb(derive(df), rec.best)
+    if rot is None:
+        print(f"no rule-of-thumb configuration fits ({rule}): no rule_of_thumb.json",
+              file=sys.stderr)
+    else:
+        paths.append(write_trace_for_row(rot, d / "rule_of_thumb.json",
+                                         f"rule of thumb {short(export.config_of(rot))}"))
+    return paths
+
+
 def _default_objective(meta: dict) -> str:
     objs = meta.get("objectives") or ["step_time"]
     first = objs[0]
@@ -455,6 +478,10 @@ def _args(p: argparse.ArgumentParser) -> None:
                    default="table", help="what to print (default: the table)")
     p.add_argument("--out", help="where to write the recipe files (default RUN/recipe/)")
     p.add_argument("--no-write", action="store_true", help="write no recipe files")
+    p.add_argument("--trace", metavar="DIR",
+                   help="write one simulated step of the best configuration (DIR/best.json) "
+                        "and of the rule of thumb (DIR/rule_of_thumb.json) as Chrome/Perfetto "
+                        "traces, to compare side by side")
 
 
 def cmd_recommend(args) -> int:
@@ -465,6 +492,9 @@ def cmd_recommend(args) -> int:
                     run_name=str(meta.get("space", "")))
     if not args.no_write and rec.found:
         write_recipe(rec, args.out or Path(args.run) / "recipe")
+    if args.trace and rec.found:
+        for path in write_traces(df, rec, args.trace):
+            print(f"wrote {path}", file=sys.stderr)
     if args.format == "table":
         print(render(rec))
     elif not rec.found:

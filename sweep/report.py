@@ -1,5 +1,11 @@
 """`sweep report RESULTS_DIR [--out DIR] [--screenshot report.png]`: a self-contained HTML
-report (plots embedded as PNG data URIs, no script, opens offline) and a Markdown summary.
+report (opens offline: plotly.js inlined, plots embedded as PNG data URIs, nothing fetched) and
+a Markdown summary with static PNGs.
+
+In the HTML, the frontier and the configuration scatter (step time vs memory) are interactive
+(plotly): hover shows a point's whole configuration and step-time breakdown, GPU types and
+cluster sizes toggle (check boxes, or the legend), and a click puts the point's run YAML under
+the plots, with a copy button.
 
 Sections: the recommendation; the cost-vs-throughput Pareto frontier across GPU types and
 cluster sizes (USD per million tokens against cluster tokens/s; with --tokens also total cost
@@ -16,6 +22,7 @@ import argparse
 import base64
 import html
 import io
+import json
 import math
 import os
 import shutil
@@ -405,6 +412,200 @@ def md_table(heads, rows) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Interactive plots (plotly, offline)
+# ---------------------------------------------------------------------------------------------
+MAX_POINTS = 1000  # points in the interactive plots: the frontier plus an even sample
+SYMBOLS = ["circle", "square", "triangle-up", "diamond", "triangle-down", "cross", "x", "star"]
+HOVER_CONFIG = [("framework", "framework"), ("tp", "TP"), ("pp", "PP"), ("vpp", "VPP"),
+                ("cp", "CP"), ("ep", "EP"), ("dp", "DP"), ("micro_batch", "micro-batch"),
+                ("num_microbatches", "micro-batches"), ("recompute", "recompute"),
+                ("sequence_parallel", "sequence parallel"), ("zero", "ZeRO"),
+                ("precision", "precision")]
+HOVER_RESULTS = [("step_time_s", "step time", "{:.3f} s"),
+                 ("tokens_per_s", "throughput", "{:,.0f} tokens/s"),
+                 ("mfu", "MFU", "{:.1%}"), ("peak_memory_gib", "peak memory", "{:.1f} GiB"),
+                 ("oom_risk", "OOM risk", "{:.0%}"), ("cost_per_mtok_usd", "cost", "${:.3f}/Mtok")]
+
+
+def shown_points(fits: pd.DataFrame, front: pd.DataFrame, cap: int = MAX_POINTS) -> pd.DataFrame:
+    """What the interactive plots draw: every frontier point, and of the rest an even sample
+    by throughput within each (GPU, cluster size), `cap` points in all (all when fewer)."""
+    if len(fits) <= cap:
+        return fits
+    on = fits["config_id"].isin(front["config_id"])
+    rest = fits[~on]
+    groups = list(rest.groupby(["gpu", "num_gpus"], sort=True))
+    per = max(1, (cap - int(on.sum())) // max(len(groups), 1))
+    picks = [fits[on]]
+    for _, g in groups:
+        g = g.sort_values(["tokens_per_s", "config_id"])
+        idx = np.unique(np.linspace(0, len(g) - 1, min(per, len(g))).round().astype(int))
+        picks.append(g.iloc[idx])
+    return pd.concat(picks)
+
+
+def hover_text(r: pd.Series) -> str:
+    """A point's whole configuration, predictions and step-time breakdown (plotly hover)."""
+    head = f"<b>{E(str(r['gpu']))} x {int(r['num_gpus'])}</b>: {E(short(export.config_of(r)))}"
+    cfg = ", ".join(f"{lab} {E(str(export._py(r[c])))}" for c, lab in HOVER_CONFIG
+                    if c in r.index and pd.notna(r[c]))
+    res = ", ".join(f"{lab} {fmt.format(float(r[c]))}" for c, lab, fmt in HOVER_RESULTS
+                    if c in r.index and pd.notna(r[c]))
+    parts = [f"{lab} {float(r[c]):.3f} s" for c, lab, _ in TIME_PARTS
+             if c in r.index and pd.notna(r[c]) and float(r[c]) > 0]
+    lines = [head, _wrap(cfg), _wrap(res), "<b>step-time breakdown</b>"]
+    lines += [_wrap(", ".join(parts[i:i + 3])) for i in range(0, len(parts), 3)]
+    return "<br>".join(lines)
+
+
+def _wrap(text: str, width: int = 90) -> str:
+    import textwrap
+
+    return "<br>".join(textwrap.wrap(text, width)) if text else ""
+
+
+def _point_traces(pts: pd.DataFrame, front_ids: set, x: str, y: str, gpus: list, sizes: list):
+    import plotly.graph_objects as go
+
+    traces = []
+    for gi, g in enumerate(gpus):
+        for si, n in enumerate(sizes):
+            sub = pts[(pts["gpu"] == g) & (pts["num_gpus"] == n)]
+            if not len(sub):
+                continue
+            traces.append(go.Scatter(
+                x=sub[x], y=sub[y], mode="markers", name=f"{n} GPUs", legendgroup=str(g),
+                legendgrouptitle_text=str(g), text=list(sub["_hover"]),
+                customdata=list(sub["config_id"].astype(int)),
+                hovertemplate="%{text}<extra></extra>",
+                marker=dict(color=GPU_COLOURS[gi % len(GPU_COLOURS)],
+                            symbol=SYMBOLS[si % len(SYMBOLS)], size=7, opacity=0.55,
+                            line=dict(width=0)),
+                meta={"gpu": str(g), "size": int(n)}))
+    return traces
+
+
+def interactive_plots(fits: pd.DataFrame, front: pd.DataFrame, best: pd.Series) -> dict:
+    """{'frontier': html, 'scatter': html, 'controls': html, 'script': html, 'shown': n}: the two
+    plotly figures (plotly.js inlined once), the GPU / cluster-size toggles, the YAML panel."""
+    import plotly.graph_objects as go
+
+    pts = shown_points(fits, front).copy()
+    pts["_hover"] = [hover_text(r) for _, r in pts.iterrows()]
+    gpus = sorted(pts["gpu"].unique())
+    sizes = sorted(int(n) for n in pts["num_gpus"].unique())
+    front_ids = set(front["config_id"].astype(int))
+    f = pts[pts["config_id"].isin(front_ids)].sort_values("tokens_per_s")
+    common = dict(template="plotly_white", height=560, hovermode="closest",
+                  hoverlabel=dict(align="left", font_size=11), clickmode="event",
+                  legend=dict(groupclick="toggleitem", font_size=11),
+                  margin=dict(l=60, r=20, t=30, b=50))
+
+    fig = go.Figure(_point_traces(pts[~pts["config_id"].isin(front_ids)], front_ids,
+                                  "tokens_per_s", "cost_per_mtok_usd", gpus, sizes))
+    fig.add_trace(go.Scatter(
+        x=f["tokens_per_s"], y=f["cost_per_mtok_usd"], mode="lines+markers+text",
+        name="Pareto frontier", line=dict(color="black", width=1.5, shape="hv"),
+        marker=dict(color="white", size=9, line=dict(color="black", width=1.5)),
+        text=[str(k) for k in range(1, len(f) + 1)], textposition="top right",
+        hovertext=list(f["_hover"]), customdata=list(f["config_id"].astype(int)),
+        hovertemplate="%{hovertext}<extra>frontier %{text}</extra>", meta={"frontier": True}))
+    fig.update_layout(xaxis=dict(type="log", title="throughput (tokens/s, whole cluster)"),
+                      yaxis=dict(type="log", title="cost (USD per million tokens)"), **common)
+
+    sc = go.Figure(_point_traces(pts, front_ids, "peak_memory_gib", "step_time_s", gpus,
+                                 sizes))
+    b = pts[pts["config_id"] == best["config_id"]]
+    if len(b):
+        sc.add_trace(go.Scatter(
+            x=b["peak_memory_gib"], y=b["step_time_s"], mode="markers", name="recommended",
+            marker=dict(symbol="star", size=16, color="red", line=dict(color="black", width=1)),
+            hovertext=list(b["_hover"]), customdata=list(b["config_id"].astype(int)),
+            hovertemplate="%{hovertext}<extra>recommended</extra>", meta={"best": True}))
+    sc.update_layout(xaxis=dict(title="peak memory per GPU (GiB, worst rank)"),
+                     yaxis=dict(type="log", title="step time (s)"), **common)
+    cfg = {"displaylogo": False, "responsive": True, "scrollZoom": True}
+    yamls = {str(int(r["config_id"])): export.run_yaml(r) for _, r in pts.iterrows()}
+    # JSON inside <script>: no "<", ">" or "&" of a user string reaches the HTML parser
+    data = (json.dumps(yamls, separators=(",", ":")).replace("<", "\\u003c")
+            .replace(">", "\\u003e").replace("&", "\\u0026"))
+    boxes = lambda cls, values: "".join(  # noqa: E731
+        f'<label><input type="checkbox" class="{cls}" value="{E(str(v))}" checked> '
+        f"{E(str(v))}</label> " for v in values)
+    controls = (f'<p class="toggles">GPU type: {boxes("tog-gpu", gpus)} &nbsp; cluster size: '
+                f'{boxes("tog-size", sizes)}</p>')
+    panel = ('<div class="yaml-panel"><p><b id="point-title">recommended configuration</b> '
+             '<button id="copy-yaml" type="button">copy run YAML</button> '
+             '<span id="copy-state" class="muted"></span></p>'
+             f'<pre id="point-yaml">{E(export.run_yaml(best))}</pre></div>')
+    return {"frontier": fig.to_html(full_html=False, include_plotlyjs=True,
+                                    div_id="frontier-plot", config=cfg),
+            "scatter": sc.to_html(full_html=False, include_plotlyjs=False,
+                                  div_id="scatter-plot", config=cfg),
+            "controls": controls, "panel": panel,
+            "script": (f'<script type="application/json" id="point-yamls">{data}</script>'
+                       f"<script>{TOGGLE_JS}</script>"),
+            "shown": len(pts)}
+
+
+TOGGLE_JS = r"""
+(function () {
+  var ids = ["frontier-plot", "scatter-plot"];
+  function checked(cls) {
+    var on = {};
+    document.querySelectorAll("." + cls).forEach(function (c) { on[c.value] = c.checked; });
+    return on;
+  }
+  function sync() {
+    var g = checked("tog-gpu"), s = checked("tog-size");
+    ids.forEach(function (id) {
+      var el = document.getElementById(id);
+      if (!el || !el.data) return;
+      var vis = el.data.map(function (t) {
+        if (!t.meta || t.meta.gpu === undefined) return true;
+        return g[t.meta.gpu] && s[String(t.meta.size)] ? true : "legendonly";
+      });
+      Plotly.restyle(el, {visible: vis});
+    });
+  }
+  var yamls = JSON.parse(document.getElementById("point-yamls").textContent);
+  function show(ev) {
+    var p = ev && ev.points && ev.points[0];
+    var text = p && yamls[String(p.customdata)];
+    if (!text) return;
+    document.getElementById("point-yaml").textContent = text;
+    document.getElementById("point-title").textContent = "clicked: " +
+      text.split("\n")[0].replace(/^# run file for `sweep simulate`: /, "");
+    document.getElementById("copy-state").textContent = "";
+  }
+  function copy() {
+    var pre = document.getElementById("point-yaml"), state = document.getElementById("copy-state");
+    var text = pre.textContent;
+    function fallback() {
+      var r = document.createRange(); r.selectNodeContents(pre);
+      var sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(r);
+      var ok = false;
+      try { ok = document.execCommand("copy"); } catch (e) { ok = false; }
+      state.textContent = ok ? "copied" : "selected: press Ctrl+C";
+    }
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(function () { state.textContent = "copied"; },
+                                               fallback);
+    } else { fallback(); }
+  }
+  document.querySelectorAll(".tog-gpu,.tog-size").forEach(function (c) {
+    c.addEventListener("change", sync);
+  });
+  document.getElementById("copy-yaml").addEventListener("click", copy);
+  ids.forEach(function (id) {
+    var el = document.getElementById(id);
+    if (el && el.on) el.on("plotly_click", show);
+  });
+})();
+"""
+
+
+# ---------------------------------------------------------------------------------------------
 # The report
 # ---------------------------------------------------------------------------------------------
 CSS = """
@@ -416,6 +617,8 @@ th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}
 th{background:#f4f4f4}td:nth-child(-n+4){text-align:left}
 img{max-width:100%;display:block;margin:8px 0}
 .muted{color:#666;font-size:12px}pre{background:#f7f7f7;padding:8px;font-size:11px;overflow-x:auto}
+.toggles{font-size:12px}.toggles label{margin-right:8px}
+.yaml-panel pre{max-height:320px;overflow-y:auto}
 """
 
 
@@ -477,6 +680,7 @@ def build(run_dir: str | Path, *, objective: str | None = None,
                 "heatmap": plot_heatmap(heat, best),
                 "memory": plot_memory(best, cap, rot, "rule of thumb")},
         "megatron": export.megatron_text(best),
+        "interactive": interactive_plots(fits, front, best),
     }
 
 
@@ -495,6 +699,7 @@ def render_html(r: dict) -> str:
     th, tr = top_rows(rec_rows, labels, c.tokens)
     fh, fr = frontier_rows(r["front"], c.tokens)
     cons = "; ".join(c.describe()) or "none"
+    ia = r["interactive"]
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>sweep report: {E(r['run'])}</title>", f"<style>{CSS}</style></head><body>",
@@ -508,10 +713,15 @@ def render_html(r: dict) -> str:
         f"{E(rec.objective)} with more memory headroom. Recipes: <code>sweep recommend "
         f"RUN --format megatron|torchtitan|yaml</code>.</p>",
         "<h2>Cost vs throughput: Pareto frontier</h2>",
-        _img(r["png"]["frontier"], "cost vs throughput frontier"),
         f"<p class=muted>{len(r['fits']):,} configurations that fit; {len(r['front'])} on the "
-        "frontier (no other configuration is both cheaper per token and faster).</p>",
-        html_table(fh, fr),
+        "frontier (no other configuration is both cheaper per token and faster). Hover a point "
+        "for its configuration and step-time breakdown; click it for its run YAML (below the "
+        "plots); "
+        + (f"{ia['shown']:,} points drawn: the frontier and an even sample of each GPU type "
+           "and cluster size; " if ia["shown"] < len(r["fits"]) else "")
+        + "the legend or the boxes toggle GPU types and cluster sizes.</p>",
+        ia["controls"], ia["frontier"], html_table(fh, fr),
+        "<h2>Configurations: step time vs memory</h2>", ia["scatter"], ia["panel"],
         "<h2>Step-time breakdown of the top configurations</h2>",
         _img(r["png"]["breakdown"], "step time breakdown"),
         f"<h2>TP x PP: best step time on {E(str(r['best']['num_gpus']))} x "
@@ -523,7 +733,7 @@ def render_html(r: dict) -> str:
         "<h2>Prices</h2>", html_table(["GPU", "USD per GPU-hour", "source"], r["price_rows"]),
         "<h2>Megatron-LM flags for the winner</h2>", f"<pre>{E(r['megatron'])}</pre>",
         f"<pre class=muted>{E(rec_text(rec))}</pre>",
-        "</body></html>"]
+        ia["script"], "</body></html>"]
     return "\n".join(parts)
 
 
@@ -614,6 +824,7 @@ def page_height(html_text: str) -> int:
         h += int(hh * min(1.0, 1052 / max(w, 1))) + 40
     h += 24 * html_text.count("<tr>") + 16 * html_text.count("\n", html_text.find("<pre>"))
     h += 60 * html_text.count("<h2>") + 40 * html_text.count("<li>")
+    h += 600 * html_text.count('class="plotly-graph-div"') + 400  # plots + YAML panel
     return min(h, 16000)
 
 
@@ -622,7 +833,7 @@ def screenshot(html_path: str | Path, png_path: str | Path, width: int = 1200) -
     html_path, png_path = Path(html_path), Path(png_path).resolve()
     height = page_height(html_path.read_text(encoding="utf-8"))
     res = run_chromium(html_path, f"--window-size={width},{height}",
-                       f"--screenshot={png_path}")
+                       "--virtual-time-budget=10000", f"--screenshot={png_path}")
     if not png_path.exists():
         raise SweepError(f"chromium wrote no screenshot (exit {res.returncode}): "
                          f"{(res.stderr or '').strip().splitlines()[-1:]}")

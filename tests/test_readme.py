@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from sim_core import validation
-from sweep.validate import held_out_medians, markdown_summary
+from sweep.accuracy import held_out_medians, markdown_summary
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -46,3 +46,24 @@ def test_gpt3_flags_block_is_the_export(tmp_path):
     block = re.search(r"<!-- gpt3-flags:begin -->\n```bash\n(.*?)\n```\n<!-- gpt3-flags:end -->",
                       text, re.S)
     assert block and block.group(1).strip() == expected
+
+
+def test_python_api_section_names_what_exists():
+    """The README's Python API lines call functions and methods that exist, on files that
+    exist (the notebook test runs the same calls)."""
+    import sweep
+
+    text = README.read_text()
+    section = text.split("### Python API", 1)[1].split("\n### ", 1)[0]
+    block = re.search(r"```python\n(.*?)\n```", section, re.S).group(1)
+    assert len(block.splitlines()) <= 6
+    for name in re.findall(r"\bsweep\.(\w+)\(", section):
+        assert callable(getattr(sweep, name)), name
+    methods = set(re.findall(r"\bres\.(\w+)\(", section))
+    methods |= set(re.findall(r"\b(best|frontier|to_pandas)\(\)", section))
+    assert {"top", "recommend", "best", "frontier", "to_pandas", "report", "trace"} <= methods
+    for name in methods:
+        assert callable(getattr(sweep.Results, name)), name
+    for path in re.findall(r'"((?:search_spaces|examples)/[^"]+)"', section):
+        assert (README.parent / path).exists(), path
+    assert (README.parent / "examples" / "quickstart.ipynb").exists()

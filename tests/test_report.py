@@ -1,7 +1,8 @@
 """`sweep report` on the bundled multi-hardware space: the cost-vs-throughput frontier is
-correct on the data, the HTML is self-contained (no script, no remote resource, every plot
-embedded), user strings are escaped, and the page renders in headless Chromium (skipped when
-no Chromium is installed)."""
+correct on the data, the HTML is self-contained (plotly.js inlined, no remote resource, every
+plot embedded), the interactive points carry their configuration, breakdown and run YAML, user
+strings are escaped, and the page renders in headless Chromium with no network, no console
+error, and working toggles and click-to-YAML (skipped when no Chromium is installed)."""
 
 from __future__ import annotations
 
@@ -74,11 +75,17 @@ def test_pareto_front_matches_brute_force():
 def test_report_files(written):
     html = (written / "report.html").read_text()
     md = (written / "report.md").read_text()
-    assert "<script" not in html.lower()
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)  # nothing remote
+    assert not re.search(r"<script[^>]*\bsrc\s*=", html, re.I)  # every script is inline
+    markup = re.sub(r"<script.*?</script>", "", html, flags=re.S | re.I)
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", markup)  # nothing remote
+    assert "cdn.plot.ly" not in markup and "require.js" not in markup
+    import plotly
+
+    assert f"plotly.js v{plotly.__version__}" in html or "Plotly" in html  # the bundle, inlined
+    assert 'id="frontier-plot"' in html and 'id="scatter-plot"' in html
     imgs = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([^"]+)"', html)
-    assert {a for a, _ in imgs} == {"cost vs throughput frontier", "step time breakdown",
-                                    "TP x PP heatmap", "memory per category"}
+    assert {a for a, _ in imgs} == {"step time breakdown", "TP x PP heatmap",
+                                    "memory per category"}
     for _, b64 in imgs:
         assert base64.b64decode(b64)[:8] == b"\x89PNG\r\n\x1a\n"
     for text in ("Pareto frontier", "Why the best beats the rule of thumb", "--tensor-model"):
@@ -117,9 +124,15 @@ def test_chromium_renders_report(written, tmp_path):
                               "--enable-logging=stderr", "--v=0", timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     dom = res.stdout
-    assert dom.count("<img") == 4 and dom.count("data:image/png;base64,") == 4
+    assert dom.count("<img") == 3
+    assert len(re.findall(r'<img[^>]+src="data:image/png;base64,', dom)) == 3
     assert "Pareto frontier" in dom
     assert not re.search(r"Uncaught|CONSOLE\(\d+\)", res.stderr)
+    # plotly drew both plots (SVG), each with its points
+    for div in ("frontier-plot", "scatter-plot"):
+        part = dom.split(f'id="{div}"')[1][:3_000_000]
+        assert 'class="main-svg"' in part
+    assert dom.count('class="point plotly-customdata"') >= 2 * 20
     png = report.screenshot(written / "report.html", tmp_path / "shot.png")
     from PIL import Image
 
@@ -129,3 +142,91 @@ def test_chromium_renders_report(written, tmp_path):
     # plots are there: lots of non-white pixels, in several separate bands down the page
     rows_inked = (a < 200).mean(axis=1) > 0.05
     assert rows_inked.sum() > 600
+
+
+def _interactive_points(html: str) -> list[dict]:
+    """The points of the frontier figure as plotly.js receives them."""
+    import json
+
+    start = re.search(r'Plotly\.newPlot\(\s*"frontier-plot",\s*', html).end()
+    return json.JSONDecoder().raw_decode(html, start)[0]
+
+
+def test_points_carry_configuration_breakdown_and_run_yaml(written, run):
+    import html as htmllib
+    import json
+
+    import yaml
+
+    from sweep import simulate
+
+    page = (written / "report.html").read_text()
+    traces = _interactive_points(page)
+    front = [t for t in traces if (t.get("meta") or {}).get("frontier")]
+    groups = [t for t in traces if "gpu" in (t.get("meta") or {})]
+    assert len(front) == 1 and len(groups) >= 8  # one trace per GPU type x cluster size
+    from sweep.recommend import Constraints, feasible
+
+    df, _ = load_run(run)
+    d = derive(df, 15e12)
+    mask, _ = feasible(d, Constraints(tokens=15e12))  # what the report was asked for
+    want = report.frontier(d[mask])
+    assert front[0]["customdata"] == [int(i) for i in want["config_id"]]  # the same frontier
+    yamls = json.loads(re.search(r'<script type="application/json" id="point-yamls">(.*?)'
+                                 r"</script>", page, re.S).group(1))
+    cid = front[0]["customdata"][0]
+    row = df[df["config_id"] == cid].iloc[0]
+    hover = front[0]["hovertext"][0]
+    for part in ("step-time breakdown", "compute", f"TP {int(row['tp'])}",
+                 f"PP {int(row['pp'])}", f"{row['step_time_s']:.3f} s", str(row["gpu"])):
+        assert part in htmllib.unescape(hover), part
+    # the YAML of a point is a run file that simulates to the same step time
+    sim = simulate(yaml.safe_load(yamls[str(cid)]))
+    assert sim["step_time_s"].iloc[0] == pytest.approx(row["step_time_s"], rel=1e-9)
+    assert set(map(int, yamls)) >= {int(c) for t in traces for c in t["customdata"]}
+
+
+CLICK_TEST = """<script>
+(function () {
+  var el = document.getElementById("frontier-plot");
+  var fr = el.data.filter(function (t) { return t.meta && t.meta.frontier; })[0];
+  el.emit("plotly_click", {points: [{customdata: fr.customdata[0]}]});
+  var box = document.querySelector(".tog-gpu");
+  box.checked = false;
+  box.dispatchEvent(new Event("change"));
+  var sc = document.getElementById("scatter-plot");
+  var vis = sc.data.map(function (t) {
+    return [t.meta && t.meta.gpu, t.visible === undefined ? true : t.visible]; });
+  var out = document.createElement("pre");
+  out.id = "test-result";
+  out.textContent = JSON.stringify({id: fr.customdata[0], gpu: box.value, vis: vis,
+                                    yaml: document.getElementById("point-yaml").textContent});
+  document.body.appendChild(out);
+})();
+</script></body>"""
+
+
+def test_chromium_offline_click_and_toggle(written, tmp_path):
+    """With every host name unresolvable the page still draws; a click on a frontier point
+    fills the YAML panel with that point's run file; unticking a GPU type hides its traces."""
+    if not report.find_chromium():
+        pytest.skip("no chromium binary (install chromium or set SWEEP_CHROMIUM)")
+    import html as htmllib
+    import json
+
+    page = (written / "report.html").read_text()
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", CLICK_TEST))
+    res = report.run_chromium(probe, "--dump-dom", "--virtual-time-budget=10000",
+                              "--host-resolver-rules=MAP * ~NOTFOUND",
+                              "--enable-logging=stderr", "--v=0", timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert not re.search(r"Uncaught|CONSOLE\(\d+\)", res.stderr)
+    got = json.loads(htmllib.unescape(
+        re.search(r'<pre id="test-result">(.*?)</pre>', res.stdout, re.S).group(1)))
+    yamls = json.loads(re.search(r'<script type="application/json" id="point-yamls">(.*?)'
+                                 r"</script>", page, re.S).group(1))
+    assert got["yaml"] == yamls[str(got["id"])]
+    vis = [v for g, v in got["vis"] if g is not None]
+    assert vis and all(v == "legendonly" for g, v in got["vis"] if g == got["gpu"])
+    assert any(v is True for g, v in got["vis"] if g not in (None, got["gpu"]))

@@ -166,22 +166,38 @@ def held_out_medians() -> dict:
     return held
 
 
-def run(args) -> int:
+def load_dataset(dataset: str | Path | None) -> pd.DataFrame:
+    """The published_runs CSV (the shipped one for None), with one-line errors."""
     from sim_core import validation
 
-    if args.dataset and not Path(args.dataset).is_file():
-        raise SweepError(f"dataset: no such file '{args.dataset}'")
+    if dataset and not Path(dataset).is_file():
+        raise SweepError(f"dataset: no such file '{dataset}'")
     try:
-        data = validation.load_published(args.dataset)
+        return validation.load_published(dataset)
     except (KeyError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise SweepError(f"dataset: not in the published_runs format ({exc})") from None
+
+
+def compare(data: pd.DataFrame) -> pd.DataFrame:
+    """Predicted vs measured for every row that can be compared (`sweep validate`'s table);
+    a one-line error (each row's reason on stderr) when none can."""
+    from sim_core import validation
+
     skipped = data[data["skip"] != ""]
     if len(skipped) == len(data):
         for _, r in skipped.iterrows():
             print(f"row {r['id']} ({r['label']}): skipped: {r['skip']}", file=sys.stderr)
         raise SweepError(f"dataset: none of its {len(data)} rows can be compared "
                          "(reasons above, one per row)")
-    table = validation.validate(data)
+    return validation.validate(data)
+
+
+def run(args) -> int:
+    from sim_core import validation
+
+    data = load_dataset(args.dataset)
+    skipped = data[data["skip"] != ""]
+    table = compare(data)
     if args.markdown:
         print(markdown_summary(table, held_out_medians() if args.loso else None))
         return 0
