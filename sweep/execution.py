@@ -24,6 +24,7 @@ import os
 import sys
 import time
 import warnings
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +37,10 @@ from sim_core.frameworks import resolve_frame
 from .config import OBJECTIVES, SpaceConfig
 from .errors import Interrupted, SweepError
 from .results import (
-    ResultStore, add_costs, best, counts, gpu_prices, rank, summary, write_tables,
+    Leaderboard, ResultStore, add_costs, best, constant_columns, counts, gpu_prices, objective_columns, rank,
+    read_results, summary, summary_text, write_part_file, write_ranked_tables, write_tables,
 )
-from .space import Space, census, require_valid, rule_reasons, sim_frame
+from .space import Census, Space, census, require_valid, rule_reasons, sim_frame
 
 DEFAULT_GRID_BATCH = 20_000  # candidate configurations per Ray task
 DEFAULT_OPTUNA_BATCH = 8  # fewest trials per ask/tell round
@@ -130,6 +132,46 @@ def _eval_range(space: Space, start: int, stop: int, simulate, check) -> pd.Data
     return evaluate(space.frame(start, stop), simulate, check)
 
 
+@dataclass
+class GridJob:
+    """What every grid task needs besides its range: where and how to write its part, and what
+    to send back (counters, local top K, local Pareto set)."""
+
+    parts_dir: str
+    fingerprint: str
+    prices: dict
+    cost_unit: str
+    objectives: list
+    keep: int
+    constants: dict
+
+
+def part_counts(status: np.ndarray) -> dict:
+    ok, oom = int((status == "ok").sum()), int((status == "oom").sum())
+    n = len(status)
+    return {"total": n, "invalid": n - ok - oom, "oom": oom, "simulated": ok + oom, "ok": ok}
+
+
+def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, job: GridJob):
+    """One grid batch inside a Ray worker: evaluate, write the simulated rows as a part of the
+    results folder (a path every node sees), return only counters and local top K / Pareto."""
+    df = evaluate(space.frame(start, stop), simulate, check)
+    status = df["status"].to_numpy()
+    bad = status == "invalid"
+    reasons = pd.Series(df["invalid_reason"].to_numpy()[bad]).value_counts()
+    sim = df[~bad].reset_index(drop=True)
+    sim = add_costs(sim, job.prices, job.cost_unit)
+    top, pareto = Leaderboard(job.objectives, job.keep).local(sim)
+    name = f"g{bid:06d}"
+    info = {"start": start, "stop": stop, "counts": part_counts(status),
+            "reasons": {str(k): int(v) for k, v in reasons.items()}}
+    digest = write_part_file(Path(job.parts_dir) / f"{name}.parquet", sim,
+                             {"batch_id": name, "fingerprint": job.fingerprint,
+                              "columns": list(sim.columns), **info}, job.constants)
+    entry = {"file": f"{name}.parquet", "rows": int(len(sim)), "sha256": digest, **info}
+    return entry, top, pareto
+
+
 def _eval_frame(frame: pd.DataFrame, simulate, check) -> pd.DataFrame:
     return evaluate(frame, simulate, check)
 
@@ -192,27 +234,32 @@ def _progress(total: int, initial: int, unit: str, enabled: bool):
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class Outcome:
-    results: pd.DataFrame
+    """What a search returns. `top` and `pareto` are the ranked rows the driver kept; the
+    results themselves stay on disk (`results` reads them back, whole: for small runs)."""
+
     out_dir: Path
     seconds: float
     evaluated: int  # configurations evaluated by this run (not resumed ones)
     objectives: list
     config_cols: list
     strategy: str
+    top: pd.DataFrame
     pareto: pd.DataFrame = field(default_factory=pd.DataFrame)
+    counts: dict = field(default_factory=dict)
+    reasons: dict = field(default_factory=dict)
     note: str = ""
 
     @property
-    def counts(self) -> dict:
-        return counts(self.results)
+    def results(self) -> pd.DataFrame:
+        return read_results(self.out_dir)[0]
 
     @property
     def best(self) -> pd.DataFrame:
-        return best(self.results, 1)
+        return best(self.top, 1)
 
     def summary(self) -> str:
-        text = summary(self.results, self.config_cols, self.seconds, self.objectives,
-                       self.out_dir, self.evaluated)
+        text = summary_text(self.top, self.counts, self.config_cols, self.seconds,
+                            self.objectives, self.out_dir, self.evaluated)
         if len(self.objectives) > 1:
             text += f"\npareto set: {len(self.pareto)} configurations (pareto.csv)"
         if self.note:
@@ -243,6 +290,7 @@ def _config_cols(space: Space) -> list[str]:
 
 def _assemble(store: ResultStore, cfg: SpaceConfig, space: Space, t0: float, evaluated: int,
               strategy: str) -> Outcome:
+    """The whole frame of the parts (the Optuna path: at most its trial budget of rows)."""
     df = store.load_parts()
     if len(df):
         sort = ["config_id", "trial"] if "trial" in df.columns else ["config_id"]
@@ -256,41 +304,78 @@ def _assemble(store: ResultStore, cfg: SpaceConfig, space: Space, t0: float, eva
     write_tables(df, store.dir, cfg.search.objectives, cfg.search.top)
     pareto = df[df["pareto"]].sort_values("rank") if len(cfg.search.objectives) > 1 \
         else pd.DataFrame()
-    return Outcome(df, store.dir, time.perf_counter() - t0, evaluated, cfg.search.objectives,
-                   _config_cols(space), strategy, pareto)
+    return Outcome(store.dir, time.perf_counter() - t0, evaluated, cfg.search.objectives,
+                   _config_cols(space), strategy, top=best(df, max(cfg.search.top, 10)),
+                   pareto=pareto, counts=counts(df))
+
+
+def grid_constants(space: Space) -> dict:
+    """Columns with one value across the whole space: stored once in the results metadata.
+
+    Input columns only (the simulator's outputs are never assumed constant): those of a probe
+    frame that varies every axis through all its values, one axis at a time, after the
+    framework defaults are resolved. A grid part keeps only simulated rows, so `valid` and
+    `invalid_reason` are constant too. A worker checks every row against these."""
+    probe = [0]
+    for k, (_, values) in enumerate(space.axes):
+        stride = int(np.prod([len(v) for _, v in space.axes[k + 1:]], dtype=np.int64))
+        probe += [j * stride for j in range(1, len(values))]
+    frame = resolve_frame(space.frame_of_ids(sorted(set(probe))))
+    consts = constant_columns(frame, exclude=("config_id",))
+    return {**consts, "valid": True, "invalid_reason": ""}
 
 
 def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
     t0 = time.perf_counter()
-    bs = cfg.search.batch_size or DEFAULT_GRID_BATCH
+    s = cfg.search
+    bs = s.batch_size or DEFAULT_GRID_BATCH
     fp = space.fingerprint(strategy="grid", batch_size=bs, **_model_key(simulate))
     store = ResultStore(out, fp, {"space": space.name, "strategy": "grid",
                                   "batch_size": bs}).open(fresh)
-    require_valid(census(space, check), space.name)
     batches = space.batches(bs)
-    todo = [b for b in batches if f"g{b[0]:06d}" not in store.done]
-    done_rows = sum(stop - start for i, start, stop in batches if f"g{i:06d}" in store.done)
+    keep = max(s.top, TOP_KEPT)
+    board = Leaderboard(s.objectives, keep)
+    constants = grid_constants(space)
+    prices = gpu_prices(dict(space.axes).get("gpu") or [space.fixed.get("gpu")],
+                        space.price_per_hour)
+    job = GridJob(str(store.parts_dir), fp, prices, s.cost_unit, s.objectives, keep, constants)
+    # finished batches of an earlier run: their counters are in the manifest, their top K and
+    # Pareto set are read back from their part (one part at a time: bounded memory)
+    for bid, entry in sorted(store.batches.items()):
+        if "counts" not in entry:
+            continue
+        top, par = board.local(_read_part(store, bid, constants))
+        board.add(top, par, entry["counts"], entry.get("reasons"))
+    done = {b for b, e in store.batches.items() if "counts" in e}
+    todo = [b for b in batches if f"g{b[0]:06d}" not in done]
+    done_rows = sum(stop - start for i, start, stop in batches if f"g{i:06d}" in done)
     evaluated = 0
+    columns = _part_columns(store, done)
     if todo:
         with ray_session(workers, address) as cap:
             import ray
 
-            task = _remote(_eval_range)
+            task = _remote(_eval_part)
             space_ref = ray.put(space)
+            job_ref = ray.put(job)
             bar = _progress(space.size, done_rows, "cfg", progress)
             pending: dict = {}
             queue = list(todo)
             try:
                 while queue or pending:
-                    while queue and len(pending) < cap:
+                    # one task more than workers: the next starts while the driver merges
+                    while queue and len(pending) < cap + 1:
                         bid, start, stop = queue.pop(0)
-                        ref = task.remote(space_ref, start, stop, simulate, check)
+                        ref = task.remote(space_ref, bid, start, stop, simulate, check, job_ref)
                         pending[ref] = (bid, start, stop)
                     ready, _ = ray.wait(list(pending), num_returns=1)
                     for ref in ready:
                         bid, start, stop = pending.pop(ref)
-                        df = _get(ref)
-                        store.write_part(f"g{bid:06d}", df, start=start, stop=stop)
+                        entry, top, par = _get(ref)
+                        store.record_part(f"g{bid:06d}", entry)
+                        board.add(top, par, entry["counts"], entry["reasons"])
+                        if columns is None and len(top.columns):
+                            columns = list(top.columns)
                         evaluated += stop - start
                         bar.update(stop - start)
                         if on_batch is not None:
@@ -301,7 +386,68 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
                 bar.close()
                 raise Interrupted(len(store.done), len(batches), str(store.dir)) from None
             bar.close()
-    return _assemble(store, cfg, space, t0, evaluated, "grid")
+    if board.counts["simulated"] == 0:
+        c = board.counts
+        require_valid(Census(c["total"], 0, Counter(board.reasons)), space.name)
+    return _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated)
+
+
+TOP_KEPT = 100  # ranked rows the driver keeps (at least search.top)
+
+
+def _read_part(store: ResultStore, bid: str, constants: dict) -> pd.DataFrame:
+    df = pd.read_parquet(store.parts_dir / store.batches[bid]["file"])
+    for c, v in constants.items():
+        if c not in df.columns:
+            df[c] = v
+    for c in df.columns:
+        if isinstance(df[c].dtype, pd.CategoricalDtype):
+            df[c] = df[c].astype(str)
+    return df
+
+
+def _part_columns(store: ResultStore, done) -> list | None:
+    """Column order of the parts (kept in each part's metadata), from a finished one."""
+    from .results import read_metadata
+
+    for bid in sorted(done):
+        cols = read_metadata(store.parts_dir / store.batches[bid]["file"]).get("columns")
+        if cols:
+            return list(cols)
+    return None
+
+
+def _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated) -> Outcome:
+    import pyarrow.dataset as pads
+
+    s = cfg.search
+    files = [str(store.parts_dir / store.batches[b]["file"]) for b in sorted(store.batches)]
+    obj = [c for c, _ in objective_columns(s.objectives)]
+
+    def scan():
+        dataset = pads.dataset(files, format="parquet")
+        for batch in dataset.to_batches(columns=obj + ["config_id", "status"],
+                                        batch_size=1 << 20):
+            yield batch.to_pandas()
+
+    top, pareto = board.ranked(scan)
+    ranks = [[int(c), int(r)] for c, r in zip(top["config_id"], top["rank"])]
+    ranks += [[int(c), int(r)] for c, r in zip(pareto["config_id"], pareto["rank"])
+              if int(c) not in set(top["config_id"].astype(int))] if len(pareto) else []
+    columns = columns or list(top.columns)
+    columns = [c for c in columns if c not in ("rank", "pareto")]
+    store.finalize_parts({"space": space.name, "strategy": "grid", "objectives": s.objectives,
+                          "axes": space.axis_names, "columns": columns,
+                          "constants": constants, "counts": board.counts,
+                          "invalid_reasons": dict(sorted(board.reasons.items(),
+                                                         key=lambda kv: -kv[1])),
+                          "ranks": ranks,
+                          "pareto": [int(c) for c in pareto["config_id"]] if len(pareto) else []})
+    write_ranked_tables(top, pareto, store.dir, s.objectives, s.top)
+    return Outcome(store.dir, time.perf_counter() - t0, evaluated, s.objectives,
+                   _config_cols(space), "grid", top=top,
+                   pareto=pareto if len(s.objectives) > 1 else pd.DataFrame(),
+                   counts=dict(board.counts), reasons=dict(board.reasons))
 
 
 def _get(ref):
