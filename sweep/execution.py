@@ -93,12 +93,17 @@ def evaluate(frame: pd.DataFrame, simulate=None, check=None) -> pd.DataFrame:
     # the framework's defaults are resolved here, so that results show the values simulated
     out = resolve_frame(frame.reset_index(drop=True))
     n = len(out)
-    reasons = rule_reasons(out, check)
+    if _is_default(simulate, check):
+        reasons, pred = _rules_and_simulation(out)
+    else:
+        reasons = rule_reasons(out, check)
+        pred = None
     ok = reasons == ""
     cols: dict[str, np.ndarray] = {}
     if ok.any():
-        sim = simulate or default_simulate()
-        pred = sim(sim_frame(out.loc[ok]))
+        if pred is None:
+            sim = simulate or default_simulate()
+            pred = sim(sim_frame(out.loc[ok]))
         pos = np.flatnonzero(ok)
         for c in pred.columns:
             if c in out.columns and c != "dp":
@@ -126,6 +131,39 @@ def evaluate(frame: pd.DataFrame, simulate=None, check=None) -> pd.DataFrame:
     extra = pd.DataFrame(cols, index=out.index)
     out = out.drop(columns=[c for c in extra.columns if c in out.columns])
     return pd.concat([out, extra], axis=1)
+
+
+def _is_default(simulate, check) -> bool:
+    import sim_core
+
+    return (simulate is None or simulate is sim_core.simulate_frame) and check is None
+
+
+def _rules_and_simulation(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """The default rules and simulator on one Batch: the frame is turned into arrays once
+    (not once for the rules and again for the simulator) and only valid rows are simulated.
+    Same numbers as `rule_reasons` + `sim_core.simulate_frame`."""
+    from sim_core import rules
+    from sim_core.columns import Batch, frame_to_batch
+    from sim_core.simulate import simulate as core
+
+    reasons = np.full(len(frame), "", dtype=object)
+    if "global_batch_tokens" in frame.columns:
+        bad = (frame["global_batch_tokens"] % frame["seq_len"] != 0).to_numpy()
+        reasons[bad] = "global_batch_tokens % seq_len != 0"
+    todo = np.flatnonzero(reasons == "")
+    if not len(todo):
+        return reasons, None
+    sub = sim_frame(frame.iloc[todo] if len(todo) < len(frame) else frame)
+    b = frame_to_batch(sub)
+    valid, why = rules.check(b)
+    reasons[todo] = why
+    keep = np.flatnonzero(valid)
+    if not len(keep):
+        return reasons, None
+    vb = b if len(keep) == len(b) else Batch({k: v[keep] for k, v in b.items()})
+    pred = pd.DataFrame(core(vb), index=sub.index[keep])
+    return reasons, pred
 
 
 def _eval_range(space: Space, start: int, stop: int, simulate, check) -> pd.DataFrame:
@@ -165,9 +203,13 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     name = f"g{bid:06d}"
     info = {"start": start, "stop": stop, "counts": part_counts(status),
             "reasons": {str(k): int(v) for k, v in reasons.items()}}
-    digest = write_part_file(Path(job.parts_dir) / f"{name}.parquet", sim,
-                             {"batch_id": name, "fingerprint": job.fingerprint,
-                              "columns": list(sim.columns), **info}, job.constants)
+    path = Path(job.parts_dir) / f"{name}.parquet"
+    try:
+        digest = write_part_file(path, sim, {"batch_id": name, "fingerprint": job.fingerprint,
+                                             "columns": list(sim.columns), **info}, job.constants)
+    except OSError as exc:  # full disk, ...: the driver stops with one line, keeping the rest
+        return {"error": str(path), "errno": exc.errno, "strerror": exc.strerror or str(exc)}, \
+            None, None
     entry = {"file": f"{name}.parquet", "rows": int(len(sim)), "sha256": digest, **info}
     return entry, top, pareto
 
@@ -372,6 +414,10 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
                     for ref in ready:
                         bid, start, stop = pending.pop(ref)
                         entry, top, par = _get(ref)
+                        if "error" in entry:
+                            _drain(pending)
+                            raise store._write_error(
+                                Path(entry["error"]), OSError(entry["errno"], entry["strerror"]))
                         store.record_part(f"g{bid:06d}", entry)
                         board.add(top, par, entry["counts"], entry["reasons"])
                         if columns is None and len(top.columns):
@@ -390,6 +436,18 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
         c = board.counts
         require_valid(Census(c["total"], 0, Counter(board.reasons)), space.name)
     return _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated)
+
+
+def _drain(pending: dict) -> None:
+    """Let the tasks in flight finish (their parts are not recorded: a re-run redoes them)."""
+    import ray
+
+    for ref in list(pending):
+        try:
+            ray.get(ref)
+        except Exception:  # noqa: BLE001
+            pass
+    pending.clear()
 
 
 TOP_KEPT = 100  # ranked rows the driver keeps (at least search.top)

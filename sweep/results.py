@@ -48,9 +48,8 @@ DATASET_META = "_sweep.json"  # '_' prefix: pyarrow's dataset discovery skips it
 # float columns kept in float64: objectives, costs and the memory peak (what ranks and filters
 # compare); every other float (time and memory breakdown, ...) is stored as float32
 PRECISE = frozenset({"step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "oom_risk",
-                     "price_per_hour", "gpu_hours_per_step", "cost_per_step_usd",
-                     "cost_per_mtok_usd", "cost_usd", "capacity_factor", "expert_skew",
-                     "nic_bw_gbs"})
+                     "price_per_hour", "cost_per_mtok_usd", "cost_usd", "capacity_factor",
+                     "expert_skew", "nic_bw_gbs"})
 # what a grid part's metadata carries besides its id, so a lost manifest is rebuilt in full
 PART_FIELDS = ("start", "stop", "counts", "reasons")
 WIDE_INTS = frozenset({"config_id", "trial", "global_batch_tokens"})
@@ -176,11 +175,23 @@ def write_part_file(path: Path, df: pd.DataFrame, meta: dict, constants: dict | 
     return _atomic_write_table(Path(path), table.replace_schema_metadata(md))
 
 
+def parquet_options(schema: pa.Schema) -> dict:
+    """zstd; floats byte-stream-split (not dictionary: their values are nearly all distinct);
+    config_id delta-encoded. About 40% smaller than the defaults on simulated rows."""
+    floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+    delta = [n for n in ("config_id",) if n in schema.names
+             and pa.types.is_integer(schema.field(n).type)]
+    dictionary = [n for n in schema.names if n not in floats and n not in delta]
+    return {"compression": "zstd", "use_dictionary": dictionary,
+            "use_byte_stream_split": floats or False,
+            "column_encoding": {n: "DELTA_BINARY_PACKED" for n in delta} or None}
+
+
 def _atomic_write_table(path: Path, table: pa.Table) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, **parquet_options(table.schema))
         digest = sha256(tmp)
         os.replace(tmp, path)
     except BaseException:
