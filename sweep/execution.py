@@ -40,7 +40,9 @@ from .results import (
     Leaderboard, ResultStore, add_costs, best, constant_columns, counts, gpu_prices, objective_columns, rank,
     read_results, summary, summary_text, write_part_file, write_ranked_tables, write_tables,
 )
-from .space import Census, Space, census, require_valid, rule_reasons, sim_frame
+from .space import (
+    Census, Space, census, normalise, require_valid, rule_reasons, sim_frame,
+)
 
 DEFAULT_GRID_BATCH = 20_000  # candidate configurations per Ray task
 DEFAULT_OPTUNA_BATCH = 8  # fewest trials per ask/tell round
@@ -90,8 +92,9 @@ def evaluate(frame: pd.DataFrame, simulate=None, check=None) -> pd.DataFrame:
     Adds the simulator's columns (NaN for invalid rows), `status` (ok | oom | invalid) and
     `invalid_reason` ('' unless invalid).
     """
-    # the framework's defaults are resolved here, so that results show the values simulated
-    out = resolve_frame(frame.reset_index(drop=True))
+    # the framework's defaults are resolved here, so that results show the values simulated;
+    # no-op settings (sequence parallelism at tp 1, ...) are normalised, not invalid
+    out = normalise(resolve_frame(frame.reset_index(drop=True)))
     n = len(out)
     if _is_default(simulate, check):
         reasons, pred = _rules_and_simulation(out)
@@ -184,26 +187,42 @@ class GridJob:
     constants: dict
 
 
-def part_counts(status: np.ndarray) -> dict:
+def part_counts(status: np.ndarray, duplicate: int = 0) -> dict:
     ok, oom = int((status == "ok").sum()), int((status == "oom").sum())
     n = len(status)
-    return {"total": n, "invalid": n - ok - oom, "oom": oom, "simulated": ok + oom, "ok": ok}
+    return {"total": n + duplicate, "invalid": n - ok - oom, "oom": oom, "simulated": ok + oom,
+            "ok": ok, "duplicate": duplicate}
 
 
 def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, job: GridJob):
     """One grid batch inside a Ray worker: evaluate, write the simulated rows as a part of the
     results folder (a path every node sees), return only counters and local top K / Pareto."""
-    df = evaluate(space.frame(start, stop), simulate, check)
+    ids = np.arange(start, stop, dtype=np.int64)
+    cols = space.structural_columns(ids)
+    pre = np.full(len(ids), "", dtype=object)
+    if cols is not None:
+        dup = space.duplicates(cols)
+        if _is_default(simulate, check):  # divisibility decided before any frame is built
+            pre = space.precheck(cols)
+    else:
+        dup = space.duplicates(space.frame_of_ids(ids))
+    keep = ~dup & (pre == "")
+    df = evaluate(space.frame_of_ids(ids[keep]), simulate, check)
     status = df["status"].to_numpy()
     bad = status == "invalid"
-    reasons = pd.Series(df["invalid_reason"].to_numpy()[bad]).value_counts()
+    early = pre[~dup & (pre != "")]
+    status = np.concatenate([status, np.full(len(early), "invalid", dtype=object)])
+    reasons = pd.Series(np.concatenate([df["invalid_reason"].to_numpy()[bad], early])) \
+        .value_counts()
     sim = df[~bad].reset_index(drop=True)
     sim = add_costs(sim, job.prices, job.cost_unit)
     top, pareto = Leaderboard(job.objectives, job.keep).local(sim)
     name = f"g{bid:06d}"
-    info = {"start": start, "stop": stop, "counts": part_counts(status),
+    info = {"start": start, "stop": stop, "counts": part_counts(status, int(dup.sum())),
             "reasons": {str(k): int(v) for k, v in reasons.items()}}
     path = Path(job.parts_dir) / f"{name}.parquet"
+    if not len(sim):  # nothing simulated: only the counters are recorded, no part file
+        return {"file": "", "rows": 0, "sha256": "", **info}, top.iloc[:0], pareto.iloc[:0]
     try:
         digest = write_part_file(path, sim, {"batch_id": name, "fingerprint": job.fingerprint,
                                              "columns": list(sim.columns), **info}, job.constants)
@@ -356,14 +375,27 @@ def grid_constants(space: Space) -> dict:
 
     Input columns only (the simulator's outputs are never assumed constant): those of a probe
     frame that varies every axis through all its values, one axis at a time, after the
-    framework defaults are resolved. A grid part keeps only simulated rows, so `valid` and
+    framework defaults are resolved and no-op settings normalised. A grid part keeps only simulated rows, so `valid` and
     `invalid_reason` are constant too. A worker checks every row against these."""
     probe = [0]
     for k, (_, values) in enumerate(space.axes):
         stride = int(np.prod([len(v) for _, v in space.axes[k + 1:]], dtype=np.int64))
         probe += [j * stride for j in range(1, len(values))]
-    frame = resolve_frame(space.frame_of_ids(sorted(set(probe))))
-    consts = constant_columns(frame, exclude=("config_id",))
+    frame = normalise(resolve_frame(space.frame_of_ids(sorted(set(probe)))))
+    axes = set(space.axis_names)
+    # a column derived from axes may look constant along each axis alone and still vary
+    # jointly (vpp normalised at pp 1, a framework default set only at tp > 1): never constant
+    from sim_core.frameworks import profile_fields
+
+    from .space import NOOPS
+
+    depends = {"num_gpus": {"nodes", "gpus_per_node"},
+               "global_batch": {"global_batch_tokens", "seq_len"},
+               **{f: {"framework", "tp"} for f in profile_fields()}}
+    for setting, size, _ in NOOPS:
+        depends[setting] = depends.get(setting, set()) | {size, setting}
+    consts = {c: v for c, v in constant_columns(frame, exclude=("config_id",)).items()
+              if c not in axes and not depends.get(c, set()) & axes}
     return {**consts, "valid": True, "invalid_reason": ""}
 
 
@@ -385,6 +417,9 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     # Pareto set are read back from their part (one part at a time: bounded memory)
     for bid, entry in sorted(store.batches.items()):
         if "counts" not in entry:
+            continue
+        if not entry.get("file"):
+            board.add(pd.DataFrame(), pd.DataFrame(), entry["counts"], entry.get("reasons"))
             continue
         top, par = board.local(_read_part(store, bid, constants))
         board.add(top, par, entry["counts"], entry.get("reasons"))
@@ -469,6 +504,8 @@ def _part_columns(store: ResultStore, done) -> list | None:
     from .results import read_metadata
 
     for bid in sorted(done):
+        if not store.batches[bid].get("file"):
+            continue
         cols = read_metadata(store.parts_dir / store.batches[bid]["file"]).get("columns")
         if cols:
             return list(cols)
@@ -479,7 +516,8 @@ def _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated) ->
     import pyarrow.dataset as pads
 
     s = cfg.search
-    files = [str(store.parts_dir / store.batches[b]["file"]) for b in sorted(store.batches)]
+    files = [str(store.parts_dir / store.batches[b]["file"]) for b in sorted(store.batches)
+             if store.batches[b].get("file")]
     obj = [c for c, _ in objective_columns(s.objectives)]
 
     def scan():

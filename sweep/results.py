@@ -483,6 +483,9 @@ class ResultStore:
     def _check_part(self, entry) -> str | None:
         if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
             return f"{self.manifest_path}: malformed batch entry"
+        if entry["file"] == "" and entry.get("rows") == 0 and isinstance(entry.get("counts"),
+                                                                          dict):
+            return None  # a batch with nothing simulated: its counters are the whole record
         path = self.parts_dir / Path(entry["file"]).name
         if not path.is_file():
             return f"{path}: missing"
@@ -580,7 +583,8 @@ class ResultStore:
     def finalize_parts(self, meta: dict) -> Path:
         """Publish the recorded parts (the grid path) as the results dataset, without reading
         them: each is hard-linked (copied where links are not possible) into the folder."""
-        items = [("file", self.parts_dir / self.batches[b]["file"]) for b in sorted(self.batches)]
+        items = [("file", self.parts_dir / self.batches[b]["file"]) for b in sorted(self.batches)
+                 if self.batches[b].get("file")]  # a batch with no simulated row has no file
         rows = sum(int(self.batches[b].get("rows", 0)) for b in self.batches)
         return self._publish(items, rows, meta)
 
@@ -744,6 +748,8 @@ class Leaderboard:
     def local(self, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(top K, Pareto set) of one part's rows (run where the part is)."""
         sub = rankable(df, self.objectives)
+        if not len(sub):
+            return sub.reset_index(drop=True), sub.reset_index(drop=True)
         cols, asc = sort_key(self.objectives)
         top = sub.sort_values(cols, ascending=asc, kind="stable").head(self.keep)
         return top.reset_index(drop=True), pareto_rows(sub, self.objectives).reset_index(drop=True)
@@ -910,5 +916,8 @@ def summary_text(top: pd.DataFrame, c: dict, config_cols: list[str], seconds: fl
         lines.append("no configuration fits in memory")
     lines.append(f"configurations: {c['total']:,} total, {c['invalid']:,} invalid, "
                  f"{c['oom']:,} oom, {c['simulated']:,} simulated ({c['ok']:,} fit)")
+    if c.get("duplicate"):
+        lines.append(f"  {c['duplicate']:,} repeat another but for a no-op setting (sequence "
+                     "parallelism at tp 1, vpp at pp 1): evaluated once")
     lines.append(f"time: {seconds:.1f} s, {rate:,.0f} configurations/s; results in {out_dir}")
     return "\n".join(lines)
