@@ -157,7 +157,7 @@ def _rules_and_simulation(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame
     todo = np.flatnonzero(reasons == "")
     if not len(todo):
         return reasons, None
-    sub = sim_frame(frame.iloc[todo] if len(todo) < len(frame) else frame)
+    sub = _with_model_shapes(sim_frame(frame.iloc[todo] if len(todo) < len(frame) else frame))
     b = frame_to_batch(sub)
     valid, why = rules.check(b)
     reasons[todo] = why
@@ -167,6 +167,26 @@ def _rules_and_simulation(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame
     vb = b if len(keep) == len(b) else Batch({k: v[keep] for k, v in b.items()})
     pred = pd.DataFrame(core(vb), index=sub.index[keep])
     return reasons, pred
+
+
+def _with_model_shapes(frame: pd.DataFrame) -> pd.DataFrame:
+    """The model's shape columns filled from the catalog, one array per column (what
+    frame_to_batch would do row group by row group, in pandas), so it skips that step."""
+    from sim_core import catalog
+    from sim_core.specs import MODEL_COLUMNS
+
+    shape_cols = [c for c in MODEL_COLUMNS if c != "model"]
+    if "model" not in frame.columns or any(c in frame.columns for c in shape_cols):
+        return frame
+    models = frame["model"].astype(str).to_numpy()
+    uniq, inv = np.unique(models, return_inverse=True)
+    specs = [catalog.get_model(m).columns() for m in uniq]
+    cols = {}
+    for c in shape_cols:
+        vals = [sp[c] for sp in specs]
+        arr = np.array(vals, dtype=object if isinstance(vals[0], str) else None)
+        cols[c] = arr[inv]
+    return pd.concat([frame, pd.DataFrame(cols, index=frame.index)], axis=1)
 
 
 def _eval_range(space: Space, start: int, stop: int, simulate, check) -> pd.DataFrame:

@@ -166,11 +166,12 @@ class Space:
             if batch is None and col("global_batch_tokens") is not None:
                 batch = col("global_batch_tokens") // col("seq_len")
             model = col("model")
+            models = pd.unique(model) if model is not None else []
             for f in STRUCTURAL_FIELDS:
                 v = {"num_gpus": num, "global_batch": batch}.get(f, col(f))
                 if v is None and f in ("heads", "kv_heads", "layers", "experts") \
                         and model is not None:
-                    shape = {m: catalog.get_model(str(m)).columns()[f] for m in set(model)}
+                    shape = {m: catalog.get_model(str(m)).columns()[f] for m in models}
                     v = np.array([shape[m] for m in model]) if len(shape) > 1 \
                         else np.full(n, next(iter(shape.values())))
                 if v is None:
