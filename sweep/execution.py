@@ -44,7 +44,14 @@ from .space import (
     Census, Space, census, normalise, require_valid, rule_reasons, sim_frame,
 )
 
-DEFAULT_GRID_BATCH = 20_000  # candidate configurations per Ray task
+# candidate configurations per Ray task: a 64th of the space, within these bounds (larger tasks
+# amortise the per-task cost; at least 64 tasks keep a cluster busy)
+DEFAULT_GRID_BATCH = 20_000
+MAX_GRID_BATCH = 100_000
+
+
+def grid_batch_size(size: int) -> int:
+    return int(min(MAX_GRID_BATCH, max(DEFAULT_GRID_BATCH, size // 64)))
 DEFAULT_OPTUNA_BATCH = 8  # fewest trials per ask/tell round
 TASK_RETRIES = 3
 
@@ -422,7 +429,7 @@ def grid_constants(space: Space) -> dict:
 def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
     t0 = time.perf_counter()
     s = cfg.search
-    bs = s.batch_size or DEFAULT_GRID_BATCH
+    bs = s.batch_size or grid_batch_size(space.size)
     fp = space.fingerprint(strategy="grid", batch_size=bs, **_model_key(simulate))
     store = ResultStore(out, fp, {"space": space.name, "strategy": "grid",
                                   "batch_size": bs}).open(fresh)
