@@ -6,6 +6,7 @@ search on a local Ray in a child process (so that its peak RSS is the driver's a
 prints configurations/s, the driver's peak RSS and the bytes per result row on disk.
 
     python benchmarks/search_scale.py [--scale 1] [--workers N] [--out DIR] [--keep]
+    python benchmarks/search_scale.py --scaling   # 1 vs 2 workers, projection for N
 
 --scale 10: 16 cluster sizes and 20 micro-batch sizes, a 29.5M-candidate space.
 """
@@ -113,15 +114,67 @@ def _rows(out: Path) -> int:
     return ds.dataset(str(out / "results.parquet"), format="parquet").count_rows()
 
 
+def _run_child(doc_scale: int, out: Path, workers: int | None, gpus: int | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--scale", str(doc_scale), "--child", str(out)]
+    if workers:
+        cmd += ["--workers", str(workers)]
+    if gpus:
+        cmd += ["--gpus", str(gpus)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        raise SystemExit(1)
+    return json.loads(line[len("RESULT "):])
+
+
+def scaling(out: Path) -> int:
+    """1 worker, then 2, on a quarter of the space (one GPU type); the efficiency, and the time
+    projected for N workers from the measured per-candidate cost and fixed cost."""
+    from sweep.config import parse_space
+    from sweep.space import Space
+
+    doc = space_doc(1)
+    doc["space"]["gpu"] = GPUS[:1]
+    size = Space.from_config(parse_space(doc)).size
+    t = {}
+    for w in (1, 2):
+        t[w] = _run_child(1, out / f"w{w}", w, gpus=1)["seconds"]
+        print(f"{w} worker{'s' if w > 1 else ''}: {size:,} candidates in {t[w]:.1f} s "
+              f"({size / t[w]:,.0f}/s)")
+    eff = t[1] / (2 * t[2])
+    work = max(2 * (t[1] - t[2]), 1e-9)  # seconds of worker time the space needs
+    fixed = max(t[1] - work, 0.0)  # Ray start, driver, finalisation, recommendation
+    print(f"scaling efficiency 1 -> 2 workers: {eff:.0%}")
+    print(f"per candidate: {work / size * 1e6:.1f} us of worker time; fixed: {fixed:.1f} s")
+    for n in (16, 64, 256):
+        for cand in (3_317_760, 29_491_200, 10**8):
+            print(f"projected, {n} workers, {cand:,} candidates: "
+                  f"{fixed + cand * work / size / n:.1f} s")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=int, default=1, help="1: 3.3M candidates; 10: 29.5M")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--out", default=None, help="results folder (default: a temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep the results folder")
+    ap.add_argument("--scaling", action="store_true",
+                    help="1 vs 2 workers on a quarter of the space; project N workers")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--gpus", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     doc = space_doc(args.scale)
+    if args.gpus:
+        doc["space"]["gpu"] = GPUS[: args.gpus]
+    if args.scaling:
+        out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="search_scale-"))
+        try:
+            return scaling(out)
+        finally:
+            if not args.keep and not args.out:
+                shutil.rmtree(out, ignore_errors=True)
     if args.child:
         child(doc, args.child, args.workers)
         return 0
