@@ -84,7 +84,9 @@ def inspect(out: Path) -> dict:
     from sweep.recommend import load_run
     from sweep.results import counts
 
-    df, meta = load_run(out)
+    show = ["config_id", "gpu", "num_gpus", "tp", "pp", "cp", "vpp", "micro_batch", "recompute",
+            "sequence_parallel", "zero", "precision", "tp_comm_overlap", "step_time_s", "rank"]
+    df, meta = load_run(out, columns=show + ["status"], filters={"status": "ok"})
     c = meta.get("counts") or counts(df)
     ranked = df[df["rank"].notna()].sort_values("rank") if "rank" in df else df.iloc[:0]
     best = ranked.iloc[0][["gpu", "num_gpus", "tp", "pp", "cp", "vpp", "micro_batch", "recompute",
