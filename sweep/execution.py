@@ -38,7 +38,7 @@ from .config import OBJECTIVES, SpaceConfig
 from .errors import Interrupted, SweepError
 from .results import (
     Leaderboard, ResultStore, add_costs, best, constant_columns, counts, gpu_prices, objective_columns, rank,
-    read_results, summary, summary_text, write_part_file, write_ranked_tables, write_tables,
+    read_results, summary_text, write_part_file, write_ranked_tables, write_tables,
 )
 from .space import (
     Census, Space, census, normalise, require_valid, rule_reasons, sim_frame,

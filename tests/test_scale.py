@@ -191,3 +191,29 @@ def test_precheck_gives_the_full_checks_first_reason(cfg):
 
     texts = {t for t, _ in structural_rules(frame_to_batch(space.frame_of_ids(ids[:2])))}
     assert not set(full[~caught]) & texts
+
+
+@pytest.mark.parametrize("name", ["quickstart", "llama3-8b-frameworks-h100",
+                                  "llama3.1-405b-h100", "llama3-70b-h100"])
+def test_streamed_search_ranks_as_evaluating_everything(name, tmp_path):
+    """The grid as it runs (precheck, duplicates skipped, parts streamed, top K merged) gives
+    the top rows of one evaluation of every candidate ranked at once."""
+    from pathlib import Path
+
+    from sweep.config import load_space
+    from sweep.results import add_costs, gpu_prices
+
+    cfg = load_space(Path(__file__).resolve().parents[1] / "search_spaces" / f"{name}.yaml")
+    space = Space.from_config(cfg)
+    frame = space.frame(0, space.size)
+    ref = evaluate(frame[~space.duplicates(frame)])  # repeats of a no-op setting: once
+    ref = add_costs(ref, gpu_prices(ref["gpu"].unique(), space.price_per_hour),
+                    cfg.search.cost_unit)
+    ref = rank(ref, cfg.search.objectives)
+    want = ref[ref["rank"].notna()].sort_values("rank").head(20)
+    o = run_search(cfg, tmp_path)
+    got = o.top.head(20)
+    assert got["config_id"].tolist() == want["config_id"].tolist()
+    assert got["step_time_s"].tolist() == want["step_time_s"].tolist()
+    if len(cfg.search.objectives) > 1:
+        assert set(o.pareto["config_id"]) == set(ref.loc[ref["pareto"], "config_id"])
