@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -115,12 +116,15 @@ def _rows(out: Path) -> int:
     return ds.dataset(str(out / "results.parquet"), format="parquet").count_rows()
 
 
-def _run_child(doc_scale: int, out: Path, workers: int | None, gpus: int | None = None) -> dict:
+def _run_child(doc_scale: int, out: Path, workers: int | None, gpus: int | None = None,
+               sizes: int | None = None) -> dict:
     cmd = [sys.executable, __file__, "--scale", str(doc_scale), "--child", str(out)]
     if workers:
         cmd += ["--workers", str(workers)]
     if gpus:
         cmd += ["--gpus", str(gpus)]
+    if sizes:
+        cmd += ["--sizes", str(sizes)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
@@ -130,29 +134,48 @@ def _run_child(doc_scale: int, out: Path, workers: int | None, gpus: int | None 
 
 
 def scaling(out: Path) -> int:
-    """1 worker, then 2, on a quarter of the space (one GPU type); the efficiency, and the time
-    projected for N workers from the measured per-candidate cost and fixed cost."""
+    """1 worker, then 2, on a quarter of the space (one GPU type): the scaling efficiency. The
+    per-candidate worker cost comes from two 1-worker runs of different sizes (the difference
+    cancels the fixed cost: Ray start, driver, finalisation, recommendation), and gives the
+    time projected for N workers."""
     from sweep.config import parse_space
     from sweep.space import Space
 
-    doc = space_doc(1)
-    doc["space"]["gpu"] = GPUS[:1]
-    size = Space.from_config(parse_space(doc)).size
-    t = {}
+    def size_of(gpus, sizes=None):
+        doc = space_doc(1)
+        doc["space"]["gpu"] = GPUS[:gpus]
+        if sizes:
+            doc["space"]["num_gpus"] = SIZES[:sizes]
+        return Space.from_config(parse_space(doc)).size
+
+    size, small = size_of(1), size_of(1, 1)
+    t = {w: _run_child(1, out / f"w{w}", w, gpus=1)["seconds"] for w in (1, 2)}
+    t_small = _run_child(1, out / "small", 1, gpus=1, sizes=1)["seconds"]
+    load = os.getloadavg()[0]
     for w in (1, 2):
-        t[w] = _run_child(1, out / f"w{w}", w, gpus=1)["seconds"]
         print(f"{w} worker{'s' if w > 1 else ''}: {size:,} candidates in {t[w]:.1f} s "
               f"({size / t[w]:,.0f}/s)")
-    eff = t[1] / (2 * t[2])
-    work = max(2 * (t[1] - t[2]), 1e-9)  # seconds of worker time the space needs
-    fixed = max(t[1] - work, 0.0)  # Ray start, driver, finalisation, recommendation
-    print(f"scaling efficiency 1 -> 2 workers: {eff:.0%}")
-    print(f"per candidate: {work / size * 1e6:.1f} us of worker time; fixed: {fixed:.1f} s")
+    print(f"1 worker: {small:,} candidates in {t_small:.1f} s")
+    print(f"scaling efficiency 1 -> 2 workers: {t[1] / (2 * t[2]):.0%} "
+          f"(load average {load:.1f} on {os.cpu_count()} CPUs: other work shares them)")
+    per = (t[1] - t_small) / (size - small)
+    fixed = t_small - small * per
+    if per <= 0:
+        print("no per-candidate cost measurable (timings too noisy); no projection")
+        return 0
+    print(f"per candidate: {per * 1e6:.1f} us of worker time; fixed: {fixed:.1f} s; "
+          f"per task of {grid_task(size):,}: {per * grid_task(size):.2f} s")
     for n in (16, 64, 256):
-        for cand in (3_317_760, 29_491_200, 10**8):
-            print(f"projected, {n} workers, {cand:,} candidates: "
-                  f"{fixed + cand * work / size / n:.1f} s")
+        print(f"projected, {n} workers: " + ", ".join(
+            f"{cand:,} candidates {fixed + cand * per / n:.1f} s"
+            for cand in (3_317_760, 29_491_200, 10**8)))
     return 0
+
+
+def grid_task(size: int) -> int:
+    from sweep.execution import grid_batch_size
+
+    return grid_batch_size(size)
 
 
 def main(argv=None) -> int:
@@ -165,10 +188,13 @@ def main(argv=None) -> int:
                     help="1 vs 2 workers on a quarter of the space; project N workers")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--gpus", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     doc = space_doc(args.scale)
     if args.gpus:
         doc["space"]["gpu"] = GPUS[: args.gpus]
+    if args.sizes:
+        doc["space"]["num_gpus"] = doc["space"]["num_gpus"][: args.sizes]
     if args.scaling:
         out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="search_scale-"))
         try:
