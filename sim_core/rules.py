@@ -18,6 +18,24 @@ def _divides(a, b):
 
 def rules(b: Batch) -> list[tuple[str, np.ndarray]]:
     """(reason, violated mask) in the order they are checked."""
+    return [
+        *structural_rules(b),
+        ("zero must be 0, 1, 2 or 3", ~np.isin(b.zero, (0, 1, 2, 3))),
+        *moe_rules(b, np.where(b.etp > 0, b.etp, b.tp)),
+        *frameworks.rules(b),
+    ]
+
+
+# The fields structural_rules reads: the parallel sizes, batch and model shape. A search can
+# check them on arrays built straight from its configuration ids, before building any frame.
+STRUCTURAL_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "etp", "dp", "micro_batch", "num_gpus",
+                     "gpus_per_node", "global_batch", "seq_len", "heads", "kv_heads", "layers",
+                     "experts", "sequence_parallel")
+
+
+def structural_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
+    """The first rules, in order: divisibility of the parallel sizes, batch and model shape
+    (reads only STRUCTURAL_FIELDS)."""
     t, p, c, e, v = b.tp, b.pp, b.cp, b.ep, b.vpp
     kv = np.where(b.kv_heads > 0, b.kv_heads, b.heads)
     etp = np.where(b.etp > 0, b.etp, t)
@@ -44,9 +62,6 @@ def rules(b: Batch) -> list[tuple[str, np.ndarray]]:
         ("global_batch % (dp*micro_batch) != 0", ~_divides(dp * b.micro_batch, b.global_batch)),
         ("interleaved schedule needs microbatches % pp == 0",
          (v > 1) & ~_divides(p, b.global_batch / np.maximum(dp * b.micro_batch, 1))),
-        ("zero must be 0, 1, 2 or 3", ~np.isin(b.zero, (0, 1, 2, 3))),
-        *moe_rules(b, etp),
-        *frameworks.rules(b),
     ]
 
 

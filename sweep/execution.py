@@ -24,6 +24,7 @@ import os
 import sys
 import time
 import warnings
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,11 +37,21 @@ from sim_core.frameworks import resolve_frame
 from .config import OBJECTIVES, SpaceConfig
 from .errors import Interrupted, SweepError
 from .results import (
-    ResultStore, add_costs, best, counts, gpu_prices, rank, summary, write_tables,
+    Leaderboard, ResultStore, add_costs, best, constant_columns, counts, gpu_prices, objective_columns, rank,
+    read_results, summary_text, write_part_file, write_ranked_tables, write_tables,
 )
-from .space import Space, census, require_valid, rule_reasons, sim_frame
+from .space import (
+    Census, Space, census, normalise, require_valid, rule_reasons, sim_frame,
+)
 
-DEFAULT_GRID_BATCH = 20_000  # candidate configurations per Ray task
+# candidate configurations per Ray task: a 64th of the space, within these bounds (larger tasks
+# amortise the per-task cost; at least 64 tasks keep a cluster busy)
+DEFAULT_GRID_BATCH = 20_000
+MAX_GRID_BATCH = 100_000
+
+
+def grid_batch_size(size: int) -> int:
+    return int(min(MAX_GRID_BATCH, max(DEFAULT_GRID_BATCH, size // 64)))
 DEFAULT_OPTUNA_BATCH = 8  # fewest trials per ask/tell round
 TASK_RETRIES = 3
 
@@ -88,15 +99,21 @@ def evaluate(frame: pd.DataFrame, simulate=None, check=None) -> pd.DataFrame:
     Adds the simulator's columns (NaN for invalid rows), `status` (ok | oom | invalid) and
     `invalid_reason` ('' unless invalid).
     """
-    # the framework's defaults are resolved here, so that results show the values simulated
-    out = resolve_frame(frame.reset_index(drop=True))
+    # the framework's defaults are resolved here, so that results show the values simulated;
+    # no-op settings (sequence parallelism at tp 1, ...) are normalised, not invalid
+    out = normalise(resolve_frame(frame.reset_index(drop=True)))
     n = len(out)
-    reasons = rule_reasons(out, check)
+    if _is_default(simulate, check):
+        reasons, pred = _rules_and_simulation(out)
+    else:
+        reasons = rule_reasons(out, check)
+        pred = None
     ok = reasons == ""
     cols: dict[str, np.ndarray] = {}
     if ok.any():
-        sim = simulate or default_simulate()
-        pred = sim(sim_frame(out.loc[ok]))
+        if pred is None:
+            sim = simulate or default_simulate()
+            pred = sim(sim_frame(out.loc[ok]))
         pos = np.flatnonzero(ok)
         for c in pred.columns:
             if c in out.columns and c != "dp":
@@ -126,8 +143,121 @@ def evaluate(frame: pd.DataFrame, simulate=None, check=None) -> pd.DataFrame:
     return pd.concat([out, extra], axis=1)
 
 
+def _is_default(simulate, check) -> bool:
+    import sim_core
+
+    return (simulate is None or simulate is sim_core.simulate_frame) and check is None
+
+
+def _rules_and_simulation(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+    """The default rules and simulator on one Batch: the frame is turned into arrays once
+    (not once for the rules and again for the simulator) and only valid rows are simulated.
+    Same numbers as `rule_reasons` + `sim_core.simulate_frame`."""
+    from sim_core import rules
+    from sim_core.columns import Batch, frame_to_batch
+    from sim_core.simulate import simulate as core
+
+    reasons = np.full(len(frame), "", dtype=object)
+    if "global_batch_tokens" in frame.columns:
+        bad = (frame["global_batch_tokens"] % frame["seq_len"] != 0).to_numpy()
+        reasons[bad] = "global_batch_tokens % seq_len != 0"
+    todo = np.flatnonzero(reasons == "")
+    if not len(todo):
+        return reasons, None
+    sub = _with_model_shapes(sim_frame(frame.iloc[todo] if len(todo) < len(frame) else frame))
+    b = frame_to_batch(sub)
+    valid, why = rules.check(b)
+    reasons[todo] = why
+    keep = np.flatnonzero(valid)
+    if not len(keep):
+        return reasons, None
+    vb = b if len(keep) == len(b) else Batch({k: v[keep] for k, v in b.items()})
+    pred = pd.DataFrame(core(vb), index=sub.index[keep])
+    return reasons, pred
+
+
+def _with_model_shapes(frame: pd.DataFrame) -> pd.DataFrame:
+    """The model's shape columns filled from the catalog, one array per column (what
+    frame_to_batch would do row group by row group, in pandas), so it skips that step."""
+    from sim_core import catalog
+    from sim_core.specs import MODEL_COLUMNS
+
+    shape_cols = [c for c in MODEL_COLUMNS if c != "model"]
+    if "model" not in frame.columns or any(c in frame.columns for c in shape_cols):
+        return frame
+    models = frame["model"].astype(str).to_numpy()
+    uniq, inv = np.unique(models, return_inverse=True)
+    specs = [catalog.get_model(m).columns() for m in uniq]
+    cols = {}
+    for c in shape_cols:
+        vals = [sp[c] for sp in specs]
+        arr = np.array(vals, dtype=object if isinstance(vals[0], str) else None)
+        cols[c] = arr[inv]
+    return pd.concat([frame, pd.DataFrame(cols, index=frame.index)], axis=1)
+
+
 def _eval_range(space: Space, start: int, stop: int, simulate, check) -> pd.DataFrame:
     return evaluate(space.frame(start, stop), simulate, check)
+
+
+@dataclass
+class GridJob:
+    """What every grid task needs besides its range: where and how to write its part, and what
+    to send back (counters, local top K, local Pareto set)."""
+
+    parts_dir: str
+    fingerprint: str
+    prices: dict
+    cost_unit: str
+    objectives: list
+    keep: int
+    constants: dict
+
+
+def part_counts(status: np.ndarray, duplicate: int = 0) -> dict:
+    ok, oom = int((status == "ok").sum()), int((status == "oom").sum())
+    n = len(status)
+    return {"total": n + duplicate, "invalid": n - ok - oom, "oom": oom, "simulated": ok + oom,
+            "ok": ok, "duplicate": duplicate}
+
+
+def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, job: GridJob):
+    """One grid batch inside a Ray worker: evaluate, write the simulated rows as a part of the
+    results folder (a path every node sees), return only counters and local top K / Pareto."""
+    ids = np.arange(start, stop, dtype=np.int64)
+    cols = space.structural_columns(ids)
+    pre = np.full(len(ids), "", dtype=object)
+    if cols is not None:
+        dup = space.duplicates(cols)
+        if _is_default(simulate, check):  # divisibility decided before any frame is built
+            pre = space.precheck(cols)
+    else:
+        dup = space.duplicates(space.frame_of_ids(ids))
+    keep = ~dup & (pre == "")
+    df = evaluate(space.frame_of_ids(ids[keep]), simulate, check)
+    status = df["status"].to_numpy()
+    bad = status == "invalid"
+    early = pre[~dup & (pre != "")]
+    status = np.concatenate([status, np.full(len(early), "invalid", dtype=object)])
+    reasons = pd.Series(np.concatenate([df["invalid_reason"].to_numpy()[bad], early])) \
+        .value_counts()
+    sim = df[~bad].reset_index(drop=True)
+    sim = add_costs(sim, job.prices, job.cost_unit)
+    top, pareto = Leaderboard(job.objectives, job.keep).local(sim)
+    name = f"g{bid:06d}"
+    info = {"start": start, "stop": stop, "counts": part_counts(status, int(dup.sum())),
+            "reasons": {str(k): int(v) for k, v in reasons.items()}}
+    path = Path(job.parts_dir) / f"{name}.parquet"
+    if not len(sim):  # nothing simulated: only the counters are recorded, no part file
+        return {"file": "", "rows": 0, "sha256": "", **info}, top.iloc[:0], pareto.iloc[:0]
+    try:
+        digest = write_part_file(path, sim, {"batch_id": name, "fingerprint": job.fingerprint,
+                                             "columns": list(sim.columns), **info}, job.constants)
+    except OSError as exc:  # full disk, ...: the driver stops with one line, keeping the rest
+        return {"error": str(path), "errno": exc.errno, "strerror": exc.strerror or str(exc)}, \
+            None, None
+    entry = {"file": f"{name}.parquet", "rows": int(len(sim)), "sha256": digest, **info}
+    return entry, top, pareto
 
 
 def _eval_frame(frame: pd.DataFrame, simulate, check) -> pd.DataFrame:
@@ -192,27 +322,32 @@ def _progress(total: int, initial: int, unit: str, enabled: bool):
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class Outcome:
-    results: pd.DataFrame
+    """What a search returns. `top` and `pareto` are the ranked rows the driver kept; the
+    results themselves stay on disk (`results` reads them back, whole: for small runs)."""
+
     out_dir: Path
     seconds: float
     evaluated: int  # configurations evaluated by this run (not resumed ones)
     objectives: list
     config_cols: list
     strategy: str
+    top: pd.DataFrame
     pareto: pd.DataFrame = field(default_factory=pd.DataFrame)
+    counts: dict = field(default_factory=dict)
+    reasons: dict = field(default_factory=dict)
     note: str = ""
 
     @property
-    def counts(self) -> dict:
-        return counts(self.results)
+    def results(self) -> pd.DataFrame:
+        return read_results(self.out_dir)[0]
 
     @property
     def best(self) -> pd.DataFrame:
-        return best(self.results, 1)
+        return best(self.top, 1)
 
     def summary(self) -> str:
-        text = summary(self.results, self.config_cols, self.seconds, self.objectives,
-                       self.out_dir, self.evaluated)
+        text = summary_text(self.top, self.counts, self.config_cols, self.seconds,
+                            self.objectives, self.out_dir, self.evaluated)
         if len(self.objectives) > 1:
             text += f"\npareto set: {len(self.pareto)} configurations (pareto.csv)"
         if self.note:
@@ -243,6 +378,7 @@ def _config_cols(space: Space) -> list[str]:
 
 def _assemble(store: ResultStore, cfg: SpaceConfig, space: Space, t0: float, evaluated: int,
               strategy: str) -> Outcome:
+    """The whole frame of the parts (the Optuna path: at most its trial budget of rows)."""
     df = store.load_parts()
     if len(df):
         sort = ["config_id", "trial"] if "trial" in df.columns else ["config_id"]
@@ -256,41 +392,98 @@ def _assemble(store: ResultStore, cfg: SpaceConfig, space: Space, t0: float, eva
     write_tables(df, store.dir, cfg.search.objectives, cfg.search.top)
     pareto = df[df["pareto"]].sort_values("rank") if len(cfg.search.objectives) > 1 \
         else pd.DataFrame()
-    return Outcome(df, store.dir, time.perf_counter() - t0, evaluated, cfg.search.objectives,
-                   _config_cols(space), strategy, pareto)
+    return Outcome(store.dir, time.perf_counter() - t0, evaluated, cfg.search.objectives,
+                   _config_cols(space), strategy, top=best(df, max(cfg.search.top, 10)),
+                   pareto=pareto, counts=counts(df))
+
+
+def grid_constants(space: Space) -> dict:
+    """Columns with one value across the whole space: stored once in the results metadata.
+
+    Input columns only (the simulator's outputs are never assumed constant): those of a probe
+    frame that varies every axis through all its values, one axis at a time, after the
+    framework defaults are resolved and no-op settings normalised. A grid part keeps only simulated rows, so `valid` and
+    `invalid_reason` are constant too. A worker checks every row against these."""
+    probe = [0]
+    for k, (_, values) in enumerate(space.axes):
+        stride = int(np.prod([len(v) for _, v in space.axes[k + 1:]], dtype=np.int64))
+        probe += [j * stride for j in range(1, len(values))]
+    frame = normalise(resolve_frame(space.frame_of_ids(sorted(set(probe)))))
+    axes = set(space.axis_names)
+    # a column derived from axes may look constant along each axis alone and still vary
+    # jointly (vpp normalised at pp 1, a framework default set only at tp > 1): never constant
+    from sim_core.frameworks import profile_fields
+
+    from .space import NOOPS
+
+    depends = {"num_gpus": {"nodes", "gpus_per_node"},
+               "global_batch": {"global_batch_tokens", "seq_len"},
+               **{f: {"framework", "tp"} for f in profile_fields()}}
+    for setting, size, _ in NOOPS:
+        depends[setting] = depends.get(setting, set()) | {size, setting}
+    consts = {c: v for c, v in constant_columns(frame, exclude=("config_id",)).items()
+              if c not in axes and not depends.get(c, set()) & axes}
+    return {**consts, "valid": True, "invalid_reason": ""}
 
 
 def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
     t0 = time.perf_counter()
-    bs = cfg.search.batch_size or DEFAULT_GRID_BATCH
+    s = cfg.search
+    bs = s.batch_size or grid_batch_size(space.size)
     fp = space.fingerprint(strategy="grid", batch_size=bs, **_model_key(simulate))
     store = ResultStore(out, fp, {"space": space.name, "strategy": "grid",
                                   "batch_size": bs}).open(fresh)
-    require_valid(census(space, check), space.name)
     batches = space.batches(bs)
-    todo = [b for b in batches if f"g{b[0]:06d}" not in store.done]
-    done_rows = sum(stop - start for i, start, stop in batches if f"g{i:06d}" in store.done)
+    keep = max(s.top, TOP_KEPT)
+    board = Leaderboard(s.objectives, keep)
+    constants = grid_constants(space)
+    prices = gpu_prices(dict(space.axes).get("gpu") or [space.fixed.get("gpu")],
+                        space.price_per_hour)
+    job = GridJob(str(store.parts_dir), fp, prices, s.cost_unit, s.objectives, keep, constants)
+    # finished batches of an earlier run: their counters are in the manifest, their top K and
+    # Pareto set are read back from their part (one part at a time: bounded memory)
+    for bid, entry in sorted(store.batches.items()):
+        if "counts" not in entry:
+            continue
+        if not entry.get("file"):
+            board.add(pd.DataFrame(), pd.DataFrame(), entry["counts"], entry.get("reasons"))
+            continue
+        top, par = board.local(_read_part(store, bid, constants))
+        board.add(top, par, entry["counts"], entry.get("reasons"))
+    done = {b for b, e in store.batches.items() if "counts" in e}
+    todo = [b for b in batches if f"g{b[0]:06d}" not in done]
+    done_rows = sum(stop - start for i, start, stop in batches if f"g{i:06d}" in done)
     evaluated = 0
+    columns = _part_columns(store, done)
     if todo:
         with ray_session(workers, address) as cap:
             import ray
 
-            task = _remote(_eval_range)
+            task = _remote(_eval_part)
             space_ref = ray.put(space)
+            job_ref = ray.put(job)
             bar = _progress(space.size, done_rows, "cfg", progress)
             pending: dict = {}
             queue = list(todo)
             try:
                 while queue or pending:
-                    while queue and len(pending) < cap:
+                    # one task more than workers: the next starts while the driver merges
+                    while queue and len(pending) < cap + 1:
                         bid, start, stop = queue.pop(0)
-                        ref = task.remote(space_ref, start, stop, simulate, check)
+                        ref = task.remote(space_ref, bid, start, stop, simulate, check, job_ref)
                         pending[ref] = (bid, start, stop)
                     ready, _ = ray.wait(list(pending), num_returns=1)
                     for ref in ready:
                         bid, start, stop = pending.pop(ref)
-                        df = _get(ref)
-                        store.write_part(f"g{bid:06d}", df, start=start, stop=stop)
+                        entry, top, par = _get(ref)
+                        if "error" in entry:
+                            _drain(pending)
+                            raise store._write_error(
+                                Path(entry["error"]), OSError(entry["errno"], entry["strerror"]))
+                        store.record_part(f"g{bid:06d}", entry)
+                        board.add(top, par, entry["counts"], entry["reasons"])
+                        if columns is None and len(top.columns):
+                            columns = list(top.columns)
                         evaluated += stop - start
                         bar.update(stop - start)
                         if on_batch is not None:
@@ -301,7 +494,83 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
                 bar.close()
                 raise Interrupted(len(store.done), len(batches), str(store.dir)) from None
             bar.close()
-    return _assemble(store, cfg, space, t0, evaluated, "grid")
+    if board.counts["simulated"] == 0:
+        c = board.counts
+        require_valid(Census(c["total"], 0, Counter(board.reasons)), space.name)
+    return _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated)
+
+
+def _drain(pending: dict) -> None:
+    """Let the tasks in flight finish (their parts are not recorded: a re-run redoes them)."""
+    import ray
+
+    for ref in list(pending):
+        try:
+            ray.get(ref)
+        except Exception:  # noqa: BLE001
+            pass
+    pending.clear()
+
+
+TOP_KEPT = 100  # ranked rows the driver keeps (at least search.top)
+
+
+def _read_part(store: ResultStore, bid: str, constants: dict) -> pd.DataFrame:
+    df = pd.read_parquet(store.parts_dir / store.batches[bid]["file"])
+    for c, v in constants.items():
+        if c not in df.columns:
+            df[c] = v
+    for c in df.columns:
+        if isinstance(df[c].dtype, pd.CategoricalDtype):
+            df[c] = df[c].astype(str)
+    return df
+
+
+def _part_columns(store: ResultStore, done) -> list | None:
+    """Column order of the parts (kept in each part's metadata), from a finished one."""
+    from .results import read_metadata
+
+    for bid in sorted(done):
+        if not store.batches[bid].get("file"):
+            continue
+        cols = read_metadata(store.parts_dir / store.batches[bid]["file"]).get("columns")
+        if cols:
+            return list(cols)
+    return None
+
+
+def _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated) -> Outcome:
+    import pyarrow.dataset as pads
+
+    s = cfg.search
+    files = [str(store.parts_dir / store.batches[b]["file"]) for b in sorted(store.batches)
+             if store.batches[b].get("file")]
+    obj = [c for c, _ in objective_columns(s.objectives)]
+
+    def scan():
+        dataset = pads.dataset(files, format="parquet")
+        for batch in dataset.to_batches(columns=obj + ["config_id", "status"],
+                                        batch_size=1 << 20):
+            yield batch.to_pandas()
+
+    top, pareto = board.ranked(scan)
+    ranks = [[int(c), int(r)] for c, r in zip(top["config_id"], top["rank"])]
+    ranks += [[int(c), int(r)] for c, r in zip(pareto["config_id"], pareto["rank"])
+              if int(c) not in set(top["config_id"].astype(int))] if len(pareto) else []
+    columns = columns or list(top.columns)
+    columns = [c for c in columns if c not in ("rank", "pareto")]
+    store.finalize_parts({"space": space.name, "strategy": "grid", "objectives": s.objectives,
+                          "axes": space.axis_names, "columns": columns,
+                          "constants": constants, "counts": board.counts,
+                          "invalid_reasons": dict(sorted(board.reasons.items(),
+                                                         key=lambda kv: -kv[1])),
+                          "ranks": ranks,
+                          "pareto": [int(c) for c in pareto["config_id"]] if len(pareto) else []})
+    write_ranked_tables(top, pareto, store.dir, s.objectives, s.top)
+    return Outcome(store.dir, time.perf_counter() - t0, evaluated, s.objectives,
+                   _config_cols(space), "grid", top=top,
+                   pareto=pareto if len(s.objectives) > 1 else pd.DataFrame(),
+                   counts=dict(board.counts), reasons=dict(board.reasons))
 
 
 def _get(ref):

@@ -48,8 +48,11 @@ CONFIG_COLS = ["framework", "gpu", "num_gpus", "tp", "pp", "vpp", "cp", "ep", "d
 # ---------------------------------------------------------------------------------------------
 # Reading a run
 # ---------------------------------------------------------------------------------------------
-def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
-    """results.parquet of a results folder (or the file itself) and its sweep metadata."""
+def load_run(run_dir: str | Path, columns: list[str] | None = None,
+             filters: dict | None = None) -> tuple[pd.DataFrame, dict]:
+    """Rows of a results folder (or of the file itself) and its sweep metadata, read through a
+    pyarrow dataset: only `columns` (None: all), only rows matching `filters`
+    ({column: value or values}, pushed down to the scan)."""
     p = Path(run_dir)
     path = p / "results.parquet" if p.is_dir() else p
     if not path.exists():
@@ -59,7 +62,39 @@ def load_run(run_dir: str | Path) -> tuple[pd.DataFrame, dict]:
         raise SweepError(f"{p}: no results.parquet (expected a `sweep search` results folder)")
     from .results import read_results
 
-    return read_results(path)  # one-line errors: corrupt file, other schema version
+    # one-line errors: corrupt file, other schema version
+    return read_results(path, columns=columns, filters=filters)
+
+
+# What choosing a configuration reads of every row that fits; the rows shown and exported
+# are read again in full (read_full).
+SELECT_COLUMNS = ["config_id", "status", "model", "seq_len", "global_batch", "step_time_s",
+                  "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "oom_risk", "price_per_hour",
+                  "gpu_hours_per_step", "cost_per_step_usd", "cost_per_mtok_usd", "cost_usd",
+                  *CONFIG_COLS]
+
+
+def load_fits(run_dir: str | Path, c: "Constraints | None" = None,
+              columns: list[str] | None = SELECT_COLUMNS) -> tuple[pd.DataFrame, dict]:
+    """The rows that fit (status ok), with the columns a recommendation compares."""
+    return load_run(run_dir, columns=columns, filters={"status": "ok"})
+
+
+def read_full(run_dir: str | Path, rec: "Recommendation", tokens=None,
+              prices: dict | None = None) -> "Recommendation":
+    """The best and runner-up rows of `rec` with every column (read by config_id)."""
+    if not rec.found:
+        return rec
+    ids = [int(rec.best["config_id"])] + [int(i) for i in rec.runner_ups["config_id"]]
+    full, _ = load_run(run_dir, filters={"config_id": ids})
+    full = derive(reprice(full, prices or {}), tokens).set_index("config_id", drop=False)
+    best = full.loc[ids[0]]
+    ups = full.loc[ids[1:]].reset_index(drop=True) if len(ids) > 1 else full.iloc[:0]
+    for name in rec.best.index:  # derived columns (days, ...) as the selection computed them
+        if name not in best.index:
+            best[name] = rec.best[name]
+    rec.best, rec.runner_ups = best, ups
+    return rec
 
 
 def parse_prices(items) -> dict:
@@ -395,9 +430,9 @@ def recommend_after_search(out_dir: str | Path, objective: str | None = None) ->
     """Called at the end of `sweep search`: recommend with no constraints, write
     OUT_DIR/recipe/, and return the text to print (never raises for a run with no fit)."""
     try:
-        df, meta = load_run(out_dir)
+        df, meta = load_fits(out_dir)
         obj = objective or _default_objective(meta)
-        rec = recommend(df, obj, run_name=str(meta.get("space", "")))
+        rec = read_full(out_dir, recommend(df, obj, run_name=str(meta.get("space", ""))))
         if rec.found:
             write_recipe(rec, Path(out_dir) / "recipe")
         text = render(rec)
@@ -485,11 +520,14 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_recommend(args) -> int:
-    df, meta = load_run(args.run)
-    df = reprice(df, parse_prices(args.price))
+    df, meta = load_fits(args.run)
+    prices = parse_prices(args.price)
+    df = reprice(df, prices)
     objective = args.objective or _default_objective(meta)
-    rec = recommend(df, objective, constraints_from(args), args.within / 100.0, args.runner_ups,
+    c = constraints_from(args)
+    rec = recommend(df, objective, c, args.within / 100.0, args.runner_ups,
                     run_name=str(meta.get("space", "")))
+    rec = read_full(args.run, rec, c.tokens, prices)
     if not args.no_write and rec.found:
         write_recipe(rec, args.out or Path(args.run) / "recipe")
     if args.trace and rec.found:

@@ -626,7 +626,8 @@ def build(run_dir: str | Path, *, objective: str | None = None,
           constraints: Constraints | None = None, prices: dict | None = None,
           top: int = 8) -> dict:
     """Everything the report shows: tables, texts and PNGs (bytes)."""
-    df, meta = load_run(run_dir)
+    # the report shows only configurations that fit: the others are counted, not read
+    df, meta = load_run(run_dir, filters={"status": "ok"})
     df = reprice(df, prices or {})
     c = constraints or Constraints()
     from .recommend import _default_objective
@@ -667,10 +668,11 @@ def build(run_dir: str | Path, *, objective: str | None = None,
             cat = float("nan")
         src = "catalog" if abs(cat - p) < 1e-9 else "override"
         price_rows.append([str(g), f"{p:.2f}", src])
-    from .results import counts
+    from .results import result_counts
 
     return {
-        "run": str(meta.get("space") or Path(run_dir).name), "meta": meta, "counts": counts(df),
+        "run": str(meta.get("space") or Path(run_dir).name), "meta": meta,
+        "counts": result_counts(Path(run_dir)),
         "objective": obj, "constraints": c, "rec": rec, "best": best, "front": front,
         "fits": fits, "top": topn, "rot": rot, "rule": rule, "why": why(best, rot, rule),
         "model": str(best.get("model")), "gpus": sorted(d["gpu"].unique()),

@@ -6,6 +6,12 @@ into a DataFrame with numpy (mixed-radix digits), so any chunk of the product ca
 any process without enumerating what comes before it; that is what makes batches
 deterministic, resumable and cheap to ship to Ray workers (only `start, stop` travel).
 
+No-op settings: a setting that does nothing in a configuration is normalised, not called
+invalid (`NOOPS`): sequence parallelism at tp = 1 is off (Megatron turns it off silently), vpp at
+pp = 1 is 1. When the setting is an axis, the configurations that differ from another only in
+such a setting are duplicates (`Space.duplicates`): the grid evaluates the first and counts the
+others.
+
 Rules: a configuration is `invalid` (with a reason) when it breaks a divisibility rule
 (`sim_core.check_rules`, plus the sweep's own derivations: a token budget that seq_len does not
 divide). Global batch is kept fixed, so a configuration whose global batch does not divide
@@ -32,6 +38,26 @@ from .errors import SweepError
 SIM_COLUMNS = tuple(ALL_COLUMNS)
 PSEUDO_COLUMNS = ("nodes", "global_batch_tokens")
 COLUMN_ORDER = ("config_id",) + SIM_COLUMNS + PSEUDO_COLUMNS
+
+
+# (setting, the parallel size it needs above 1, the value it takes when that size is 1)
+NOOPS = (("sequence_parallel", "tp", False), ("vpp", "pp", 1))
+
+
+def normalise(frame: pd.DataFrame) -> pd.DataFrame:
+    """No-op settings set to what they amount to (see NOOPS); other rows untouched."""
+    out = frame
+    for setting, size, off in NOOPS:
+        if setting not in frame.columns or size not in frame.columns:
+            continue
+        idle = (frame[size] == 1).to_numpy() & (frame[setting] != off).to_numpy()
+        if idle.any():
+            if out is frame:
+                out = frame.copy()
+            col = out[setting].to_numpy().copy()
+            col[idle] = off
+            out[setting] = col
+    return out
 
 
 @dataclass
@@ -96,6 +122,92 @@ class Space:
     def frame_of_ids(self, ids) -> pd.DataFrame:
         ids = np.asarray(ids, dtype=np.int64)
         return self._build(ids, self.digits(ids))
+
+    def duplicates(self, frame: pd.DataFrame) -> np.ndarray:
+        """Rows that normalise (NOOPS) to a configuration another row of the space already is:
+        a no-op setting on an axis at a digit other than the first. The first is evaluated,
+        with the setting normalised, for all of them."""
+        dup = np.zeros(len(np.asarray(frame["config_id"])), dtype=bool)
+        names = self.axis_names
+        for setting, size, _ in NOOPS:
+            if setting not in names or size not in frame:
+                continue
+            k = names.index(setting)
+            digit = self.digits(np.asarray(frame["config_id"]))[k]
+            dup |= (np.asarray(frame[size]) == 1) & (digit != 0)
+        return dup
+
+    def structural_columns(self, ids: np.ndarray) -> dict | None:
+        """The fields `sim_core.rules.structural_rules` reads, as float arrays straight from
+        the config ids (no frame): parallel sizes, cluster size, batch, model shape. None when
+        a field cannot be had that way (then every row goes the full way)."""
+        from sim_core import catalog
+        from sim_core.rules import STRUCTURAL_FIELDS
+
+        ids = np.asarray(ids, dtype=np.int64)
+        n, names = len(ids), self.axis_names
+        digits = self.digits(ids) if self.axes else []
+
+        def col(name):
+            if name in names:
+                k = names.index(name)
+                return _typed(self.axes[k][1])[digits[k]]
+            if name in self.fixed:
+                return np.full(n, self.fixed[name])
+            return None
+
+        out = {}
+        try:
+            num = col("num_gpus")
+            if num is None and col("nodes") is not None:
+                gpn = col("gpus_per_node")
+                num = col("nodes") * (gpn if gpn is not None else ALL_COLUMNS["gpus_per_node"])
+            batch = col("global_batch")
+            if batch is None and col("global_batch_tokens") is not None:
+                batch = col("global_batch_tokens") // col("seq_len")
+            model = col("model")
+            models = pd.unique(model) if model is not None else []
+            for f in STRUCTURAL_FIELDS:
+                v = {"num_gpus": num, "global_batch": batch}.get(f, col(f))
+                if v is None and f in ("heads", "kv_heads", "layers", "experts") \
+                        and model is not None:
+                    shape = {m: catalog.get_model(str(m)).columns()[f] for m in models}
+                    v = np.array([shape[m] for m in model]) if len(shape) > 1 \
+                        else np.full(n, next(iter(shape.values())))
+                if v is None:
+                    v = ALL_COLUMNS.get(f)
+                    if v is None:
+                        return None
+                    v = np.full(n, v)
+                out[f] = np.asarray(v, dtype=bool if f == "sequence_parallel" else np.float64)
+        except (KeyError, ValueError, TypeError):
+            return None
+        out["config_id"] = ids
+        # what evaluate does: no-op settings normalised
+        for setting, size, off in NOOPS:
+            if setting in out:
+                out[setting] = np.where(out[size] == 1, off, out[setting])
+        return out
+
+    def precheck(self, cols: dict | None) -> np.ndarray:
+        """Reason each configuration breaks one of the structural rules ('' = passes them, or
+        unknown), from `structural_columns`: the same first reason the full check gives, since
+        these rules come first, in the same order."""
+        from sim_core.columns import Batch
+        from sim_core.rules import structural_rules
+
+        if cols is None:
+            return np.full(0, "", dtype=object)
+        n = len(cols["config_id"])
+        reasons = np.full(n, "", dtype=object)
+        open_ = np.ones(n, dtype=bool)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for text, bad in structural_rules(Batch({k: v for k, v in cols.items()
+                                                     if k != "config_id"})):
+                new = bad & open_
+                reasons[new] = text
+                open_ &= ~bad
+        return reasons
 
     def index_of(self, params: dict) -> int:
         """config_id of one point given as {axis: value}."""
@@ -177,7 +289,7 @@ def census(space: Space, check=None, chunk: int = 200_000) -> Census:
     """Count the candidates of a space and how many pass the rules (no simulation)."""
     valid, reasons = 0, Counter()
     for start in range(0, space.size, chunk):
-        r = rule_reasons(space.frame(start, min(start + chunk, space.size)), check)
+        r = rule_reasons(normalise(space.frame(start, min(start + chunk, space.size))), check)
         ok = r == ""
         valid += int(ok.sum())
         reasons.update(r[~ok].tolist())

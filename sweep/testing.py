@@ -101,3 +101,49 @@ class RecordNode:
         with open(self.log, "a") as f:
             f.write(ray.get_runtime_context().get_node_id() + "\n")
         return self.inner(df)
+
+
+class FullDiskAfter:
+    """A simulate function that, in whichever process runs it, makes the writes of result parts
+    into `parts_dir` fail with ENOSPC (leaving a partial temp file, like a disk that fills up)
+    once `ok` parts have been written there by all processes together (counted by files in
+    `counter_dir`). The latest call for a `parts_dir` sets its limit in that process."""
+
+    def __init__(self, counter_dir: str | os.PathLike, ok: int, parts_dir: str | os.PathLike,
+                 inner=fake_simulate):
+        self.counter_dir, self.ok, self.inner = str(counter_dir), ok, inner
+        self.parts_dir = str(Path(parts_dir).resolve())
+        Path(counter_dir).mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, df: pd.DataFrame) -> pd.DataFrame:
+        _FAULTS[self.parts_dir] = (Path(self.counter_dir), self.ok)
+        _install_fault()
+        return self.inner(df)
+
+
+_FAULTS: dict = {}
+
+
+def _install_fault() -> None:
+    import errno
+
+    from . import results
+
+    if getattr(results.pq.write_table, "_full_disk", False):
+        return
+    real = results.pq.write_table
+
+    def write_table(table, where, *args, **kw):
+        p = Path(str(where))
+        fault = _FAULTS.get(str(p.parent.resolve()))
+        if fault is not None and p.name.startswith(".g"):
+            counter, ok = fault
+            n = len(list(counter.iterdir()))
+            if n >= ok:
+                p.write_bytes(b"PAR1\x00partial")
+                raise OSError(errno.ENOSPC, "No space left on device", str(where))
+            (counter / f"{os.getpid()}-{n}").write_bytes(b"")
+        return real(table, where, *args, **kw)
+
+    write_table._full_disk = True
+    results.pq.write_table = write_table

@@ -24,7 +24,9 @@ def make_results(cfg_or_path, out: Path) -> Path:
     else:
         cfg = cfg_or_path
     space = Space.from_config(cfg)
-    df = evaluate(space.frame(0, space.size))
+    frame = space.frame(0, space.size)
+    # as the grid does: a repeat of a configuration but for a no-op setting is evaluated once
+    df = evaluate(frame[~space.duplicates(frame)])
     df = add_costs(df, gpu_prices(df["gpu"].unique(), space.price_per_hour),
                    cfg.search.cost_unit)
     df = rank(df, cfg.search.objectives)

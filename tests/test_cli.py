@@ -195,7 +195,11 @@ def test_ctrl_c_keeps_batches_and_rerun_resumes(tmp_path):
     assert 3 <= kept < 87
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    df = pq.read_table(out / "results.parquet").to_pandas()
-    assert len(df) == 86_400 and df["config_id"].is_unique
+    from sweep.results import read_results
+
+    df, meta = read_results(out, columns=["config_id", "status"])
+    c = meta["counts"]
+    assert c["total"] == 86_400 and df["config_id"].is_unique
+    assert len(df) == c["simulated"] == 86_400 - c["invalid"] - c.get("duplicate", 0)
     doc_manifest = json.loads(manifest.read_text())
     assert doc_manifest["complete"] and len(doc_manifest["batches"]) == 87

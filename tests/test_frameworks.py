@@ -242,7 +242,9 @@ def test_framework_space_searches_recommends_and_exports(space, recipe, tmp_path
         cfg = tomllib.loads((out / "recipe" / recipe).read_text())
         known = export.known_torchtitan_keys()
         assert all(f"{sec}.{k}" in known for sec, body in cfg.items() for k in body)
-    results = pd.read_parquet(out / "results.parquet")
+    from sweep.results import read_results
+
+    results, _ = read_results(out)
     # every configuration ran under its own profile: the simulated values are stored
     by_fw = results.groupby("framework")["loss_impl"].agg(lambda s: set(s))
     if "nanotron" in by_fw:

@@ -14,6 +14,7 @@ import errno
 import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -26,9 +27,9 @@ from sweep.cli import main
 from sweep.config import parse_space
 from sweep.errors import Interrupted, SweepError
 from sweep.execution import run_search
-from sweep.results import SCHEMA_VERSION, write_parquet
+from sweep.results import SCHEMA_VERSION, open_results, read_results, write_parquet
 from sweep.space import Space
-from sweep.testing import CountCalls, fake_check, fake_simulate
+from sweep.testing import CountCalls, FullDiskAfter, fake_check, fake_simulate
 
 from .results_fixture import ROOT, make_results
 
@@ -55,7 +56,7 @@ def space_cfg(batch_size=100):
 
 
 def parquet(path: Path) -> pd.DataFrame:
-    df = pq.read_table(path).to_pandas()
+    df = read_results(path)[0]
     return df.sort_values("config_id", kind="stable").reset_index(drop=True)
 
 
@@ -66,6 +67,11 @@ def assert_same_results(out: Path, reference: pd.DataFrame) -> None:
 def digests(folder: Path) -> dict:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.glob("*.parquet"))}
+
+
+def remove_results(out: Path) -> None:
+    """Delete the results.parquet dataset folder (the parts and manifest stay)."""
+    shutil.rmtree(out / "results.parquet")
 
 
 def temp_files(out: Path) -> list[Path]:
@@ -123,7 +129,7 @@ def test_corrupt_parts_are_dropped_and_recomputed(finished, undisturbed, tmp_pat
     truncated, garbage = parts / "g000001.parquet", parts / "g000003.parquet"
     truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
     garbage.write_bytes(b"this is not parquet" * 50)
-    (finished / "results.parquet").unlink()
+    remove_results(finished)
     others = {k: v for k, v in digests(parts).items() if k not in (truncated.name, garbage.name)}
     capsys.readouterr()
 
@@ -198,15 +204,23 @@ def test_unreadable_manifest_over_another_space_stops_and_deletes_nothing(tmp_pa
     assert digests(out / "parts") == before and (out / "results.parquet").exists()
 
 
-def test_corrupt_results_parquet_is_rewritten(finished, undisturbed, capsys):
+@pytest.mark.parametrize("where", ["file", "metadata", "unfinished"])
+def test_corrupt_results_parquet_is_rewritten(finished, undisturbed, capsys, where):
     """recommend/report name the corrupt file (exit 2); re-running the search rewrites it
     from the finished parts without simulating anything."""
-    (finished / "results.parquet").write_bytes(b"PAR1 garbage PAR1")
+    res = finished / "results.parquet"
+    if where == "file":  # a garbage file where the dataset folder should be
+        remove_results(finished)
+        res.write_bytes(b"PAR1 garbage PAR1")
+    elif where == "metadata":
+        (res / "_sweep.json").write_bytes(b"{garbage")
+    else:  # killed before _sweep.json was written
+        (res / "_sweep.json").unlink()
     for argv in (["recommend", finished, "--no-write"],
                  ["report", finished, "--out", finished / "rep"]):
         assert main([str(a) for a in argv]) == 2
         err = one_line(capsys.readouterr().err, "error:")
-        assert f"{finished / 'results.parquet'}: cannot read" in err
+        assert f"{res}: " + ("not finished" if where == "unfinished" else "cannot read") in err
         assert "re-run `sweep search`" in err
     o = run_search(space_cfg(), finished, **FAKE)
     assert o.evaluated == 0
@@ -219,6 +233,8 @@ def test_temp_files_of_a_killed_write_are_removed(tmp_path, undisturbed):
     (out / "parts" / ".g000002.parquet.k3j2.tmp").write_bytes(b"PAR1 half")
     (out / ".manifest.json.x8q1.tmp").write_text('{"half": ')
     (out / ".results.parquet.a1b2.tmp").write_bytes(b"")
+    (out / ".results.parquet.c3d4.tmp").mkdir()  # a dataset folder half built
+    (out / ".results.parquet.c3d4.tmp" / "part-000000.parquet").write_bytes(b"PAR1")
     run_search(space_cfg(), out, **FAKE)
     assert temp_files(out) == []
     assert_same_results(out, undisturbed)
@@ -281,11 +297,12 @@ class DiskFull:
         return self.real(table, where, *args, **kw)
 
 
-def test_full_disk_while_writing_parts(tmp_path, undisturbed, monkeypatch):
+def test_full_disk_while_writing_parts(tmp_path, undisturbed):
+    """Parts are written by the Ray workers: the disk fills up in the worker's process."""
     out = tmp_path / "out"
-    monkeypatch.setattr(results_mod.pq, "write_table", DiskFull(ok=3))
+    full = FullDiskAfter(tmp_path / "writes", ok=3, parts_dir=out / "parts")
     with pytest.raises(SweepError) as ei:
-        run_search(space_cfg(), out, workers=1, **FAKE)
+        run_search(space_cfg(), out, workers=1, simulate=full, check=fake_check)
     msg = str(ei.value)
     assert "\n" not in msg and "No space left on device" in msg
     assert "kept 3 finished batches" in msg and "run the same command again" in msg
@@ -293,8 +310,9 @@ def test_full_disk_while_writing_parts(tmp_path, undisturbed, monkeypatch):
     assert not (out / "results.parquet").exists()
     assert len(manifest(out)["batches"]) == 3 and not manifest(out)["complete"]
     assert_manifest_consistent(out)
-    monkeypatch.undo()  # space freed
-    o = run_search(space_cfg(), out, **FAKE)
+    # space freed (the same simulate, no longer failing: same fingerprint)
+    o = run_search(space_cfg(), out, check=fake_check,
+                   simulate=FullDiskAfter(tmp_path / "w2", ok=10**6, parts_dir=out / "parts"))
     assert o.evaluated == SIZE - 300
     assert_same_results(out, undisturbed)
     assert temp_files(out) == []
@@ -327,8 +345,15 @@ def test_full_disk_while_writing_the_manifest(tmp_path, undisturbed, monkeypatch
 
 
 def test_full_disk_while_writing_results_parquet(finished, undisturbed, monkeypatch):
-    (finished / "results.parquet").unlink()
-    monkeypatch.setattr(results_mod.pq, "write_table", DiskFull(ok=0, prefix=".results"))
+    remove_results(finished)
+    real = results_mod._atomic_write_bytes
+
+    def full(path, data):
+        if Path(path).name == "_sweep.json":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(results_mod, "_atomic_write_bytes", full)
     with pytest.raises(SweepError, match="results.parquet: cannot write .No space left"):
         run_search(space_cfg(), finished, **FAKE)
     monkeypatch.undo()
@@ -346,9 +371,20 @@ def test_full_disk_cli_exit_2_then_resume(tmp_path, monkeypatch, capsys):
     code, _, err = search([space, "--out", tmp_path / "ref"], capsys)
     assert code == 0, err
     out = tmp_path / "out"
-    monkeypatch.setattr(results_mod.pq, "write_table", DiskFull(ok=2))
+    # the parts are written by Ray workers: the fault is made in their process
+    import sweep.execution as execution
+    from sim_core import simulate_frame
+
+    real = execution.run_search
+
+    def disk(ok):
+        full = FullDiskAfter(tmp_path / f"writes{ok}", ok, out / "parts", inner=simulate_frame)
+        monkeypatch.setattr(execution, "run_search",
+                            lambda *a, **kw: real(*a, **{**kw, "simulate": full}))
+
+    disk(2)
     code, stdout, err = search([space, "--out", out, "--workers", "1"], capsys)
-    monkeypatch.undo()
+    disk(10**6)  # space freed
     assert code == 2 and stdout == ""
     line = one_line(err, "error:")
     assert len(err.strip().splitlines()) == 1
@@ -429,7 +465,8 @@ def test_results_parquet_of_this_schema_reads(small_run, tmp_path, capsys):
 
 def test_files_carry_the_schema_version(finished):
     assert manifest(finished)["schema_version"] == SCHEMA_VERSION
-    for p in [finished / "results.parquet", *(finished / "parts").glob("*.parquet")]:
+    assert open_results(finished / "results.parquet")[1]["schema_version"] == SCHEMA_VERSION
+    for p in (finished / "parts").glob("*.parquet"):
         assert results_mod.read_metadata(p)["schema_version"] == SCHEMA_VERSION
 
 

@@ -13,7 +13,7 @@ import pytest
 from sweep.config import parse_space
 from sweep.errors import Interrupted, SweepError
 from sweep.execution import run_search
-from sweep.results import SCHEMA_VERSION, read_metadata
+from sweep.results import SCHEMA_VERSION, open_results, read_results
 from sweep.space import Space
 from sweep.testing import CountCalls, KillOnce, fake_check, fake_simulate
 
@@ -36,7 +36,7 @@ def space_cfg(strategy="grid", batch_size=100, **search):
 
 
 def frame_without_timing(path: Path) -> pd.DataFrame:
-    return pq.read_table(path).to_pandas()
+    return read_results(path)[0]
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +51,25 @@ def test_grid_results(tmp_path, undisturbed):
     o = run_search(cfg, tmp_path, **FAKE)
     size = Space.from_config(cfg).size
     df = frame_without_timing(tmp_path / "results.parquet")
-    assert len(df) == size and df["config_id"].tolist() == list(range(size))
-    assert set(df["status"]) == {"ok", "oom", "invalid"}
-    assert read_metadata(tmp_path / "results.parquet")["schema_version"] == SCHEMA_VERSION
+    # the simulated rows are stored; those the rules reject are counted by reason
+    meta = open_results(tmp_path / "results.parquet")[1]
     c = o.counts
+    assert c == meta["counts"]
     assert c["total"] == size and c["invalid"] + c["simulated"] == size
+    assert len(df) == c["simulated"] and df["config_id"].is_monotonic_increasing
+    assert set(df["status"]) == {"ok", "oom"} and c["invalid"] > 0
+    assert sum(meta["invalid_reasons"].values()) == c["invalid"]
+    assert meta["schema_version"] == SCHEMA_VERSION
+    # columns constant across the space are stored once, in the metadata, and read back
+    assert "model" in meta["constants"] and "model" not in pq.read_schema(
+        next((tmp_path / "results.parquet").glob("part-*.parquet"))).names
+    assert (df["model"] == "llama3.1-8b").all()
+    # the rank of every fitting row the ranking shows agrees with a full ranking
+    from sweep.results import rank as full_rank
+
+    ranked = full_rank(df.drop(columns=["rank", "pareto"]), cfg.search.objectives)
+    top = ranked[ranked["rank"].notna()].sort_values("rank").head(len(o.top))
+    assert top["config_id"].tolist() == o.top["config_id"].tolist()
     ranking = pd.read_csv(tmp_path / "ranking.csv")
     assert (ranking["status"] == "ok").all() and ranking["step_time_s"].is_monotonic_increasing
     assert ranking["rank"].tolist() == list(range(1, len(ranking) + 1))
@@ -125,8 +139,9 @@ def test_optuna_finds_the_grid_best(tmp_path, undisturbed):
     # the budget counts distinct configurations (a tenth of the space)
     assert df["config_id"].is_unique and len(df) == cfg.search.trials
     # rows agree with the grid's for the same configuration
-    ref = undisturbed.set_index("config_id").loc[df["config_id"], "step_time_s"]
-    assert (ref.to_numpy()[df.status == "ok"] == df.loc[df.status == "ok", "step_time_s"]).all()
+    fit = df[df.status == "ok"]  # the grid stores only simulated rows
+    ref = undisturbed.set_index("config_id").loc[fit["config_id"], "step_time_s"]
+    assert (ref.to_numpy() == fit["step_time_s"].to_numpy()).all()
 
 
 def test_optuna_multi_objective_pareto(tmp_path):

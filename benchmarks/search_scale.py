@@ -1,0 +1,244 @@
+"""End-to-end `sweep search` on a space of more than 3M candidates (issue 16).
+
+Builds a 12-axis Llama 3.1 405B space (4 GPU types x 6 cluster sizes x tp, pp, cp, vpp,
+micro-batch, recompute, sequence parallelism, ZeRO, precision, TP-comm overlap), runs the grid
+search on a local Ray in a child process (so that its peak RSS is the driver's alone) and
+prints configurations/s, the driver's peak RSS and the bytes per result row on disk.
+
+    python benchmarks/search_scale.py [--scale 1] [--workers N] [--out DIR] [--keep]
+    python benchmarks/search_scale.py --scaling   # 1 vs 2 workers, projection for N
+
+--scale 10: 16 cluster sizes and 20 micro-batch sizes, a 29.5M-candidate space.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GPUS = ["h100-sxm", "h200", "a100-80gb", "b200"]
+SIZES = [512, 1024, 2048, 4096, 8192, 16384]
+
+
+def space_doc(scale: int = 1) -> dict:
+    micro = [1, 2, 3, 4, 6, 8]
+    sizes = list(SIZES)
+    if scale > 1:  # ~9x (29.5M candidates): 16 cluster sizes and 20 micro-batch sizes
+        sizes = [256 * k for k in range(2, 2 + 16)]
+        micro = list(range(1, 17)) + [20, 24, 28, 32]
+    return {
+        "name": "llama3.1-405b-scale",
+        "model": "llama3.1-405b",
+        "seq_len": 8192,
+        "global_batch_tokens": 16777216,
+        "precision": "bf16",
+        "cluster": {"gpu": "h100-sxm", "num_gpus": 1024, "gpus_per_node": 8},
+        "space": {
+            "gpu": GPUS,
+            "num_gpus": sizes,
+            "tp": [1, 2, 4, 8],
+            "pp": [1, 2, 4, 8, 16],
+            "cp": [1, 2, 4],
+            "vpp": [1, 2, 3, 4],
+            "micro_batch": micro,
+            "recompute": ["none", "selective", "full"],
+            "sequence_parallel": [False, True],
+            "zero": [0, 1, 2, 3],
+            "precision": ["bf16", "fp8"],
+            "tp_comm_overlap": [False, True],
+        },
+        "search": {"strategy": "grid", "objectives": ["step_time", "cost"]},
+    }
+
+
+def child(doc: dict, out: str, workers: int | None) -> None:
+    """The driver: `sweep search` as the command line runs it (search, summary, recommendation);
+    prints a JSON line with the seconds and the peak RSS of this process."""
+    import yaml
+
+    from sweep.cli import main
+
+    space_file = Path(out).parent / (Path(out).name + ".yaml")
+    space_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    argv = ["search", str(space_file), "--out", out, "--fresh", "--no-progress"]
+    if workers:
+        argv += ["--workers", str(workers)]
+    t0 = time.perf_counter()
+    rc = main(argv)
+    secs = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    print("RESULT " + json.dumps({"rc": rc, "seconds": secs, "driver_peak_rss": rss}), flush=True)
+
+
+def inspect(out: Path) -> dict:
+    """Counts and best row of the finished run, read back from the results folder."""
+    from sweep.config import parse_space
+    from sweep.recommend import load_run
+    from sweep.results import counts
+
+    show = ["config_id", "gpu", "num_gpus", "tp", "pp", "cp", "vpp", "micro_batch", "recompute",
+            "sequence_parallel", "zero", "precision", "tp_comm_overlap", "step_time_s", "rank"]
+    df, meta = load_run(out, columns=show + ["status"], filters={"status": "ok"})
+    c = meta.get("counts") or counts(df)
+    ranked = df[df["rank"].notna()].sort_values("rank") if "rank" in df else df.iloc[:0]
+    best = ranked.iloc[0][["gpu", "num_gpus", "tp", "pp", "cp", "vpp", "micro_batch", "recompute",
+                           "sequence_parallel", "zero", "precision", "tp_comm_overlap",
+                           "step_time_s"]].astype(str).to_dict() if len(ranked) else {}
+    return {"counts": c, "best": best}
+
+
+def disk_bytes(out: Path) -> dict:
+    """Bytes of the results dataset (results.parquet, file or folder) and of the whole folder."""
+    res = out / "results.parquet"
+    files = [res] if res.is_file() else [p for p in res.rglob("*") if p.is_file()]
+    total = [p for p in out.rglob("*") if p.is_file()]
+    # hard links (parts shared by parts/ and results.parquet/) are counted once
+    seen, folder = set(), 0
+    for p in total:
+        st = p.stat()
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            folder += st.st_size
+    return {"results": sum(p.stat().st_size for p in files), "folder": folder}
+
+
+def _rows(out: Path) -> int:
+    import pyarrow.dataset as ds
+
+    return ds.dataset(str(out / "results.parquet"), format="parquet").count_rows()
+
+
+def _run_child(doc_scale: int, out: Path, workers: int | None, gpus: int | None = None,
+               sizes: int | None = None) -> dict:
+    cmd = [sys.executable, __file__, "--scale", str(doc_scale), "--child", str(out)]
+    if workers:
+        cmd += ["--workers", str(workers)]
+    if gpus:
+        cmd += ["--gpus", str(gpus)]
+    if sizes:
+        cmd += ["--sizes", str(sizes)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        raise SystemExit(1)
+    return json.loads(line[len("RESULT "):])
+
+
+def scaling(out: Path) -> int:
+    """1 worker, then 2, on a quarter of the space (one GPU type): the scaling efficiency. The
+    per-candidate worker cost comes from two 1-worker runs of different sizes (the difference
+    cancels the fixed cost: Ray start, driver, finalisation, recommendation), and gives the
+    time projected for N workers."""
+    from sweep.config import parse_space
+    from sweep.space import Space
+
+    def size_of(gpus, sizes=None):
+        doc = space_doc(1)
+        doc["space"]["gpu"] = GPUS[:gpus]
+        if sizes:
+            doc["space"]["num_gpus"] = SIZES[:sizes]
+        return Space.from_config(parse_space(doc)).size
+
+    size, small = size_of(1), size_of(1, 1)
+    t = {w: _run_child(1, out / f"w{w}", w, gpus=1)["seconds"] for w in (1, 2)}
+    t_small = _run_child(1, out / "small", 1, gpus=1, sizes=1)["seconds"]
+    load = os.getloadavg()[0]
+    for w in (1, 2):
+        print(f"{w} worker{'s' if w > 1 else ''}: {size:,} candidates in {t[w]:.1f} s "
+              f"({size / t[w]:,.0f}/s)")
+    print(f"1 worker: {small:,} candidates in {t_small:.1f} s")
+    print(f"scaling efficiency 1 -> 2 workers: {t[1] / (2 * t[2]):.0%} "
+          f"(load average {load:.1f} on {os.cpu_count()} CPUs: other work shares them)")
+    per = (t[1] - t_small) / (size - small)
+    fixed = t_small - small * per
+    if per <= 0:
+        print("no per-candidate cost measurable (timings too noisy); no projection")
+        return 0
+    print(f"per candidate: {per * 1e6:.1f} us of worker time; fixed: {fixed:.1f} s; "
+          f"per task of {grid_task(size):,}: {per * grid_task(size):.2f} s")
+    for n in (16, 64, 256):
+        print(f"projected, {n} workers: " + ", ".join(
+            f"{cand:,} candidates {fixed + cand * per / n:.1f} s"
+            for cand in (3_317_760, 29_491_200, 10**8)))
+    return 0
+
+
+def grid_task(size: int) -> int:
+    from sweep.execution import grid_batch_size
+
+    return grid_batch_size(size)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=int, default=1, help="1: 3.3M candidates; 10: 29.5M")
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--out", default=None, help="results folder (default: a temp folder)")
+    ap.add_argument("--keep", action="store_true", help="keep the results folder")
+    ap.add_argument("--scaling", action="store_true",
+                    help="1 vs 2 workers on a quarter of the space; project N workers")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--gpus", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--sizes", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    doc = space_doc(args.scale)
+    if args.gpus:
+        doc["space"]["gpu"] = GPUS[: args.gpus]
+    if args.sizes:
+        doc["space"]["num_gpus"] = doc["space"]["num_gpus"][: args.sizes]
+    if args.scaling:
+        out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="search_scale-"))
+        try:
+            return scaling(out)
+        finally:
+            if not args.keep and not args.out:
+                shutil.rmtree(out, ignore_errors=True)
+    if args.child:
+        child(doc, args.child, args.workers)
+        return 0
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="search_scale-"))
+    cmd = [sys.executable, __file__, "--scale", str(args.scale), "--child", str(out)]
+    if args.workers:
+        cmd += ["--workers", str(args.workers)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        return 1
+    r = json.loads(line[len("RESULT "):])
+    from sweep.config import parse_space
+    from sweep.space import Space
+
+    r["candidates"] = Space.from_config(parse_space(doc)).size
+    r.update(inspect(out))
+    sizes = disk_bytes(out)
+    rows = r["rows"] = _rows(out)
+    print(f"space: {r['candidates']:,} candidates, 12 axes (scale {args.scale})")
+    print("counts: " + ", ".join(f"{k} {v:,}" for k, v in r["counts"].items()))
+    print(f"best: {r['best']}")
+    print(f"sweep search exit {r['rc']}")
+    print(f"search seconds (in driver): {r['seconds']:.1f}; process wall: {wall:.1f}")
+    print(f"configurations_per_second: {r['candidates'] / r['seconds']:,.0f}")
+    print(f"driver_peak_rss_gib: {r['driver_peak_rss'] / 2**30:.2f}")
+    print(f"results_bytes: {sizes['results']:,} (folder {sizes['folder']:,})")
+    print(f"results_rows: {rows:,}")
+    print(f"bytes_per_row: {sizes['results'] / max(rows, 1):.1f} "
+          f"(per candidate: {sizes['results'] / r['candidates']:.1f})")
+    if not args.keep and not args.out:
+        shutil.rmtree(out, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
