@@ -191,13 +191,24 @@ class Results:
     def __len__(self) -> int:
         return len(self._df)
 
-    def __repr__(self) -> str:
+    @property
+    def counts(self) -> dict:
+        """What the search did: the streamed grid keeps its counters (invalid by rule,
+        duplicates of a no-op setting) in the metadata and stores only simulated rows; an
+        Optuna search stores every row it sampled."""
         from .results import counts
 
-        c = counts(self._df)
-        return (f"<sweep.Results {self.name!r}: {c['total']:,} configurations, {c['ok']:,} fit, "
-                f"{c['oom']:,} oom, {c['invalid']:,} invalid; objectives "
-                f"{', '.join(self.objectives)}; {self.path}>")
+        c = dict(counts(self._df))
+        stored = self.meta.get("counts") or {}
+        for k, v in stored.items():
+            c[k] = v
+        return c
+
+    def __repr__(self) -> str:
+        c = self.counts
+        return (f"<sweep.Results {self.name!r}: {len(self):,} configurations simulated, "
+                f"{c.get('ok', 0):,} fit, {c.get('oom', 0):,} oom, {c.get('invalid', 0):,} "
+                f"invalid; objectives {', '.join(self.objectives)}; {self.path}>")
 
     def to_pandas(self) -> pd.DataFrame:
         """Every configuration with its status, predictions, costs, rank and pareto flag."""

@@ -100,7 +100,10 @@ def test_search_joins_the_running_ray_and_leaves_it(searched):
     from sweep.space import Space
 
     assert isinstance(searched, sweep.Results)
-    assert len(searched) == Space.from_config(load_space(QUICKSTART)).size
+    # the streamed grid stores the simulated rows; its counters account for the whole space
+    c = searched.counts
+    assert c["total"] == Space.from_config(load_space(QUICKSTART)).size
+    assert len(searched) == c["simulated"] == c["total"] - c["invalid"] - c.get("duplicate", 0)
     assert "quickstart" in repr(searched)
 
 
