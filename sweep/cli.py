@@ -175,7 +175,7 @@ def _search_args(p: argparse.ArgumentParser) -> None:
                    help="parallel Ray tasks (default: all CPUs of the Ray cluster)")
     p.add_argument("--address",
                    help="Ray cluster to run on ('auto' or host:port); default: a local Ray")
-    p.add_argument("--strategy", choices=["grid", "optuna"], help="override search.strategy")
+    p.add_argument("--strategy", choices=["grid", "optuna", "auto"], help="override search.strategy")
     p.add_argument("--trials", type=_positive_int, help="override search.trials (optuna)")
     p.add_argument("--top", type=_positive_int, help="rows in ranking.csv (search.top)")
     p.add_argument("--fresh", action="store_true",
