@@ -42,10 +42,11 @@ from .results import (
     METADATA_KEY, SCHEMA_VERSION, ResultStore, add_costs, counts, gpu_prices, pareto_mask, rank,
     summary, write_tables,
 )
-from .samplers import default_sampler, make_sampler
+from .samplers import default_sampler, make_sampler, round_proposer
 
 DEFAULT_TRIALS = 2000  # sampler trials when search.trials is not given
 ROUND_MIN, ROUND_MAX = 8, 64  # trials per ask/tell round (batch_size overrides)
+TASK_ROWS = 50_000  # rows per Ray task, at most (a round is one task below this)
 FRONT_ATTR = "front_of"  # user attr of the extra trials that carry a trial's own front
 
 
@@ -187,11 +188,12 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
     obj_cols = [OBJECTIVES[o][0] for o in s.objectives]
     signs = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
     batch = s.batch_size or min(ROUND_MAX, max(ROUND_MIN, budget // 50))
+    sampler = make_sampler(s.sampler, s.objectives, s.seed, batch)
+    propose = round_proposer(sampler)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # experimental-feature warnings
-        study = optuna.create_study(
-            study_name=space.name, storage=st, directions=directions, load_if_exists=True,
-            sampler=make_sampler(s.sampler, s.objectives, s.seed, batch))
+        study = optuna.create_study(study_name=space.name, storage=st, directions=directions,
+                                    load_if_exists=True, sampler=sampler)
     journal.flush()
     values_of = dict(space.axes)
     dists = {a: CategoricalDistribution(values_of[a]) for a in nest.outer}
@@ -243,7 +245,13 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
                     k = min(batch, budget - n_asked)
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        asked = [study.ask(dists) for _ in range(k)]
+                        if propose is not None:  # the round at once, recorded as RUNNING
+                            study.add_trials([create_trial(state=TrialState.RUNNING, params=p,
+                                                           distributions=dists)
+                                              for p in propose(study, dists, k)])
+                            asked = study.get_trials(deepcopy=False)[-k:]
+                        else:
+                            asked = [study.ask(dists) for _ in range(k)]
                     n_asked += len(asked)
                     journal.flush()  # the asks survive an interruption: resumed, not lost
                 bases = [nest.base(space, t.params) for t in asked]
@@ -252,20 +260,27 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
                     if b not in known and b not in in_flight:
                         first.setdefault(b, t.number)
                 in_flight.update(first)
-                new = list(first)
-                chunks = [c for c in np.array_split(np.asarray(new, dtype=np.int64), cap)
-                          if len(c)]
+                # one task per round (a simulate call costs ~0.1 s before its first row), split
+                # only when the round is large
+                new = np.asarray(list(first), dtype=np.int64)
+                pieces = max(1, -(-len(new) * nest.rows_per_trial // TASK_ROWS))
                 refs = [task.remote(space_ref, c, simulate, check, prices, s.cost_unit)
-                        for c in chunks]
+                        for c in np.array_split(new, pieces) if len(c)]
                 return asked, bases, first, refs
 
             try:
-                # one round in flight while the next is asked: the driver's sampling overlaps
-                # the workers' simulation (the sampler sees results one round late)
-                pending = next_round()
-                while pending is not None:
-                    upcoming = next_round()
-                    asked, bases, first, refs = pending
+                # `cap` rounds in flight, one per worker: the driver asks the next round while
+                # the workers simulate (the sampler sees results up to cap-1 rounds late)
+                pending: list = []
+                while True:
+                    while len(pending) < max(1, cap) and not stop:
+                        nxt = next_round()
+                        if nxt is None:
+                            break
+                        pending.append(nxt)
+                    if not pending:
+                        break
+                    asked, bases, first, refs = pending.pop(0)
                     parts = [ex._get(r) for r in refs]
                     rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
                     if len(rows):
@@ -286,7 +301,6 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
                     bar.update(len(asked))
                     if on_batch is not None:
                         on_batch(asked[0].number, len(store.done))
-                    pending = upcoming
             except KeyboardInterrupt:
                 bar.close()
                 journal.flush()
