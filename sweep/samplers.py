@@ -51,6 +51,7 @@ def _round_tpe_class():
             self.round_size = max(1, round_size)
             self.max_above = max_above
             self._told = 0
+            self._seen, self._seen_n, self._seen_names = set(), 0, None
             self._queues: dict = {}
             self.fit_count = 0  # how many times the estimators were built (tests read it)
 
@@ -72,6 +73,18 @@ def _round_tpe_class():
                 ret[name] = dist.to_external_repr(ret[name])
             return ret
 
+        def _seen_params(self, study, names) -> set:
+            """Internal values of every trial's params (any state), updated incrementally."""
+            trials = study._get_trials(deepcopy=False, states=None, use_cache=False)
+            if self._seen_names != names:
+                self._seen, self._seen_n, self._seen_names = set(), 0, names
+            for t in trials[self._seen_n:]:
+                if all(n in t.params for n in names):
+                    self._seen.add(tuple(float(t.distributions[n].to_internal_repr(t.params[n]))
+                                         for n in names))
+            self._seen_n = len(trials)
+            return self._seen
+
         def propose(self, study, search_space, k: int) -> list[dict]:
             """The params of a round of k trials at once (what k asks would return)."""
             trials = study._get_trials(deepcopy=False,
@@ -90,7 +103,15 @@ def _round_tpe_class():
             if self._gamma is None:
                 self._gamma = (tpe_mod.default_gamma if len(study.directions) <= 1
                                else tpe_mod.default_gamma_multiobjective)
-            below, above = tpe_mod._split_trials(study, trials, self._gamma(len(trials)))
+            n_all = len(trials)
+            names = list(search_space)
+            seen = self._seen_params(study, names) if self.skip_tried else set()
+            # pruned trials (no value) all go above: only the most recent can be kept there
+            pruned = [t for t in trials if t.state == TrialState.PRUNED]
+            if len(pruned) > self.max_above:
+                keep = {t.number for t in pruned[-self.max_above:]}
+                trials = [t for t in trials if t.state != TrialState.PRUNED or t.number in keep]
+            below, above = tpe_mod._split_trials(study, trials, self._gamma(n_all))
             if len(above) > self.max_above:  # the most recent: TPE weighs older ones less
                 above = sorted(above, key=lambda t: t.number)[-self.max_above:]
             mpe_below = self._build_parzen_estimator(study, search_space, below,
@@ -100,20 +121,15 @@ def _round_tpe_class():
             self.fit_count += 1
             k, m = k or self.round_size, self._n_ei_candidates
             samples = mpe_below.sample(self._rng.rng, k * m)
-            names = list(search_space)
             # score each distinct candidate once (draws from a discrete space repeat)
             pool = np.column_stack([np.asarray(samples[n], dtype=float) for n in names])
             uniq, inverse = np.unique(pool, axis=0, return_inverse=True)
             acq = self._compute_acquisition_func(
                 {n: uniq[:, j] for j, n in enumerate(names)}, mpe_below, mpe_above)
             acq = acq[np.ravel(inverse)]
-            if self.skip_tried:  # a layout tried before teaches nothing: its draws lose
-                tried = self._get_internal_repr(trials, search_space, study)
-                if len(trials) and all(len(tried[n]) for n in names):
-                    done = np.column_stack([tried[n] for n in names])
-                    seen = {tuple(r) for r in done.tolist()}
-                    old = np.array([tuple(r) in seen for r in pool.tolist()])
-                    acq = np.where(old, -np.inf, acq)
+            if seen:  # a layout tried (or in flight) teaches nothing: its draws lose
+                old = np.array([tuple(r) in seen for r in pool.tolist()])
+                acq = np.where(old, -np.inf, acq)
             acq = np.where(np.isnan(acq), -np.inf, acq)
             pick = np.argmax(acq.reshape(k, m), axis=1) + np.arange(k) * m
             return [list(pool[i]) for i in pick]
