@@ -56,13 +56,19 @@ def one_run(spec: dict) -> dict:
         setattr(s, key, value)
     outcome = run_search(cfg, spec["out"], fresh=True, workers=spec.get("workers"))
     wall = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # Ray's processes, reaped at shutdown
+    rss = me.ru_maxrss / 1024  # KiB -> MiB
+    load = os.getloadavg()[0]
     cols = ["status", "step_time_s", "cost_usd"] + (["trial"] if s.strategy != "grid" else [])
     path = Path(spec["out"]) / "results.parquet"
     names = set(pq.read_schema(path).names)
     df = pq.read_table(path, columns=[c for c in cols if c in names]).to_pandas()
     ok = df[df["status"] == "ok"]
     out = {"wall_s": wall, "rss_mib": rss, "rows": int(len(df)),
+           "driver_cpu_s": me.ru_utime + me.ru_stime,
+           "total_cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+           "load": load,
            "best_step_s": float(ok["step_time_s"].min()) if len(ok) else float("nan"),
            "note": getattr(outcome, "note", "")}
     if "trial" in ok.columns and len(ok):
@@ -125,13 +131,14 @@ def seeds_arg(text: str) -> list[int]:
 
 
 def fmt_runs(rows: list[dict]) -> str:
-    head = ("| space | strategy | objectives | seeds | wall s (max) | driver MiB (max) | rows "
-            "| trials to 1% (median) | final gap | within 0.1% | HV of grid |")
-    lines = [head, "|" + "---|" * 11]
+    head = ("| space | strategy | objectives | seeds | wall s (max) | CPU s driver / all "
+            "| driver MiB (max) | rows | trials to 1% (median) | final gap | within 0.1% "
+            "| HV of grid |")
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         lines.append("| " + " | ".join(str(r[k]) for k in (
-            "space", "strategy", "objectives", "seeds", "wall", "rss", "rows", "to1", "gap",
-            "hits", "hv")) + " |")
+            "space", "strategy", "objectives", "seeds", "wall", "cpu", "rss", "rows", "to1",
+            "gap", "hits", "hv")) + " |")
     return "\n".join(lines)
 
 
@@ -141,7 +148,7 @@ def summarize(space, label, objectives, runs, ref_best, ref_front, hv_ref):
     ok = [r for r in runs if "error" not in r]
     if not ok:
         return {"space": space, "strategy": label, "objectives": objectives, "seeds": len(runs),
-                "wall": runs[0]["error"], "rss": "", "rows": "", "to1": "", "gap": "",
+                "wall": runs[0]["error"], "cpu": "", "rss": "", "rows": "", "to1": "", "gap": "",
                 "hits": "", "hv": ""}
     walls = [r["wall_s"] for r in ok]
     rss = [r["rss_mib"] for r in ok]
@@ -159,6 +166,9 @@ def summarize(space, label, objectives, runs, ref_best, ref_front, hv_ref):
     return {
         "space": space, "strategy": label, "objectives": objectives, "seeds": len(ok),
         "wall": f"{np.median(walls):.1f} ({max(walls):.1f})",
+        "cpu": (f"{np.median([r['driver_cpu_s'] for r in ok]):.1f} / "
+                f"{np.median([r['total_cpu_s'] for r in ok]):.1f}") if "total_cpu_s" in ok[0]
+        else "-",
         "rss": f"{np.median(rss):.0f} ({max(rss):.0f})",
         "rows": f"{int(np.median([r['rows'] for r in ok])):,}",
         "to1": (f"{int(np.median(to1))}" if to1 else "-") + (f" ({len(to1)}/{len(ok)})"
@@ -174,7 +184,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--space", default="wide,huge")
-    ap.add_argument("--samplers", default="tpe,random")
+    ap.add_argument("--samplers", default="tpe,random",
+                    help="for several objectives `default` is nsga2")
     ap.add_argument("--seeds", default="0-4")
     ap.add_argument("--trials", type=int, help="default: 2000 (wide), 5000 (huge)")
     ap.add_argument("--objectives", default="single,both",
