@@ -177,6 +177,11 @@ precision, cluster, parallel) plus
     gpu: [a100-80gb, h100-sxm]        cluster fields too: num_gpus or nodes, gpus_per_node
   search: {strategy: grid}            or {strategy: optuna, trials: 2000, sampler: tpe|nsga2,
                                           objectives: [step_time, cost], seed: 0}
+                                      or {strategy: auto}: grid if it takes ~10 s, else optuna
+  optuna: each trial is a layout (gpu, num_gpus, seq_len, batch, framework, tp, pp, cp, ep,
+  vpp) picked by the sampler; the other fields are all simulated inside the trial (up to
+  inner_max: 1024 rows; inner: [..] sets them). patience: N stops after N trials that did not
+  improve the best by more than improvement (default 0.001 = 0.1%).
 Varying fields: model, seq_len, global_batch(_tokens), precision, gpu, num_gpus, nodes,
 gpus_per_node, nics_per_node, nic_bw_gbs, tp, pp, cp, ep, etp, vpp, micro_batch, recompute,
 sequence_parallel, zero (3 = FSDP), and the overlap switches. dp is derived as
@@ -197,7 +202,7 @@ def _search_args(p: argparse.ArgumentParser) -> None:
                    help="parallel Ray tasks (default: all CPUs of the Ray cluster)")
     p.add_argument("--address",
                    help="Ray cluster to run on ('auto' or host:port); default: a local Ray")
-    p.add_argument("--strategy", choices=["grid", "optuna"], help="override search.strategy")
+    p.add_argument("--strategy", choices=["grid", "optuna", "auto"], help="override search.strategy")
     p.add_argument("--trials", type=_positive_int, help="override search.trials (optuna)")
     p.add_argument("--top", type=_positive_int, help="rows in ranking.csv (search.top)")
     p.add_argument("--fresh", action="store_true",

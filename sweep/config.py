@@ -58,7 +58,7 @@ EXPECT: dict[str, tuple[str, str]] = {
     **{k: _POS for k in ("layers", "hidden", "heads", "ffn", "vocab", "seq_len", "global_batch",
                          "global_batch_tokens", "num_gpus", "nodes", "gpus_per_node",
                          "nics_per_node", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "dp",
-                         "trials", "batch_size", "top")},
+                         "trials", "batch_size", "top", "patience", "inner_max")},
     **{k: _NONNEG for k in ("kv_heads", "head_dim", "experts", "top_k", "expert_ffn", "etp",
                             "shared_experts", "first_dense_layers", "q_lora_rank",
                             "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
@@ -79,6 +79,8 @@ EXPECT: dict[str, tuple[str, str]] = {
     "gpu": ("a GPU catalog id", "GPU catalog ids"),
     "model": ("a model catalog id or an inline model mapping", "model catalog ids"),
     "seed": ("an integer 0 to 2**32-1", "integers"),
+    "improvement": ("a fraction from 0 to below 1 (0.001 = 0.1%)", "fractions"),
+    "inner": ("a list of fields of `space:`", "fields of `space:`"),
     "name": ("a name of letters, digits, '.', '_' or '-'", ""),
 }
 
@@ -144,11 +146,20 @@ OBJECTIVES = {
 
 
 class SearchConfig(_Strict):
-    strategy: Literal["grid", "optuna"] = "grid"
-    trials: PosInt | None = None  # optuna budget of distinct configurations; default: size/10
+    # auto: grid when it finishes in seconds on the CPUs at hand, optuna otherwise
+    strategy: Literal["grid", "optuna", "auto"] = "grid"
+    trials: PosInt | None = None  # optuna: sampler trials (layouts asked); default 2000
     objectives: list[Literal["step_time", "cost", "mfu", "throughput"]] = ["step_time"]
-    # default tpe (1 objective), nsga2 (2+; multi-objective TPE is far slower and found less)
-    sampler: Literal["tpe", "nsga2", "random"] | None = None
+    # default tpe (1 objective), nsga2 (2+); random is the floor; qmc a Halton sequence
+    sampler: Literal["tpe", "nsga2", "random", "qmc"] | None = None
+    # optuna: stop after this many trials that did not improve the best (first objective) by
+    # more than `improvement` (a fraction); none: run the whole trial budget
+    patience: PosInt | None = None
+    improvement: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.001
+    # optuna nested search (sweep/nested.py): the axes enumerated inside each trial (default:
+    # the non-layout axes, up to inner_max rows per trial)
+    inner: list[str] | None = None
+    inner_max: PosInt | None = None
     seed: Annotated[int, Field(strict=True, ge=0, lt=2**32)] = 0
     batch_size: PosInt | None = None  # configurations per Ray task (optuna: trials per ask)
     cost_unit: Literal["mtok", "step"] = "mtok"  # cost per million tokens or per optimizer step
@@ -544,6 +555,11 @@ def _check_axes(cfg: SpaceConfig) -> None:
     if cfg.search.strategy == "optuna" and len(cfg.search.objectives) > 1 \
             and cfg.search.sampler == "tpe":
         pass  # TPE handles several objectives too (MOTPE)
+    for name in cfg.search.inner or []:
+        if name not in s:
+            hint = did_you_mean(name, s)
+            raise ConfigError(f"search.inner: '{_key(name)}' is not a field of `space:`"
+                              f"{hint or '; its fields: ' + ', '.join(s)}")
     if len(set(cfg.search.objectives)) != len(cfg.search.objectives):
         raise ConfigError(f"search.objectives: duplicate objective in {cfg.search.objectives}")
 

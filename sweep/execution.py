@@ -7,10 +7,8 @@ The driver writes each returned batch as its own parquet part and records it in 
 a re-run skips recorded batches. Tasks are retried when their worker dies (`max_retries`); the
 driver only ever records a batch id once, so nothing is lost or counted twice.
 
-Optuna: a study (JournalStorage file `optuna.journal` in the results dir) asks for a batch of trials, the batch is
-evaluated as Ray tasks, and the results are told back. Invalid and out-of-memory
-configurations are told as PRUNED (not as fast results). Trials left RUNNING by an
-interrupted run are evaluated and told first on resume.
+Optuna: see `sweep.optuna_search` (nested trials in ask/tell rounds). `strategy: auto` picks
+one of the two by the size of the space and the CPUs at hand (`choose_strategy`).
 
 The simulate function (default `sim_core.simulate_frame`) and the rule check (default
 `sim_core.check_rules`) are parameters, so tests can inject fakes.
@@ -18,7 +16,6 @@ The simulate function (default `sim_core.simulate_frame`) and the rule check (de
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -34,7 +31,7 @@ import pandas as pd
 
 from sim_core.frameworks import resolve_frame
 
-from .config import OBJECTIVES, SpaceConfig
+from .config import SpaceConfig
 from .errors import Interrupted, SweepError
 from .results import (
     Leaderboard, ResultStore, add_costs, best, constant_columns, counts, gpu_prices, objective_columns, rank,
@@ -52,7 +49,12 @@ MAX_GRID_BATCH = 100_000
 
 def grid_batch_size(size: int) -> int:
     return int(min(MAX_GRID_BATCH, max(DEFAULT_GRID_BATCH, size // 64)))
-DEFAULT_OPTUNA_BATCH = 8  # fewest trials per ask/tell round
+
+
+# strategy auto: the grid's rate per CPU (benchmarks/search_strategies.py, 3.3M space on two
+# cores: about 20,000 configurations/s per CPU) and how long a grid may take before Optuna wins
+GRID_RATE_PER_CPU = 20_000
+GRID_AUTO_SECONDS = 10
 TASK_RETRIES = 3
 
 
@@ -365,11 +367,39 @@ def run_search(cfg: SpaceConfig, out_dir: str | Path | None = None, *, workers: 
     """
     out = Path(out_dir) if out_dir else Path("results") / cfg.name
     space = Space.from_config(cfg)
-    if cfg.search.strategy == "grid":
-        return _run_grid(cfg, space, out, workers, address, simulate, check, progress, fresh,
-                         on_batch)
-    return _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fresh,
-                       on_batch)
+    strategy, why = cfg.search.strategy, ""
+    if strategy == "auto":
+        with ray_session(workers, address) as cap:
+            strategy, why = choose_strategy(space, cap)
+            return _run(strategy, why, cfg, space, out, workers, address, simulate, check,
+                        progress, fresh, on_batch)
+    return _run(strategy, why, cfg, space, out, workers, address, simulate, check, progress,
+                fresh, on_batch)
+
+
+def _run(strategy, why, cfg, space, out, workers, address, simulate, check, progress, fresh,
+         on_batch) -> Outcome:
+    if strategy == "grid":
+        outcome = _run_grid(cfg, space, out, workers, address, simulate, check, progress, fresh,
+                            on_batch)
+        outcome.note = "\n".join(x for x in (why, outcome.note) if x)
+        return outcome
+    from .optuna_search import run_optuna
+
+    return run_optuna(cfg, space, out, workers, address, simulate, check, progress, fresh,
+                      on_batch, chosen=why)
+
+
+def choose_strategy(space: Space, cpus: int) -> tuple[str, str]:
+    """`strategy: auto`: the grid when it finishes within GRID_AUTO_SECONDS on `cpus` CPUs
+    at the measured grid rate (benchmarks/search_strategies.py), Optuna otherwise."""
+    limit = GRID_RATE_PER_CPU * GRID_AUTO_SECONDS * cpus
+    est = space.size / (GRID_RATE_PER_CPU * cpus)
+    if space.size <= limit:
+        return "grid", (f"strategy auto: grid, since the {space.size:,} candidates take about "
+                        f"{est:,.0f} s on {cpus} CPUs (grid up to {limit:,.0f})")
+    return "optuna", (f"strategy auto: optuna, since a grid of the {space.size:,} candidates "
+                      f"would take about {est:,.0f} s on {cpus} CPUs (grid up to {limit:,.0f})")
 
 
 def _config_cols(space: Space) -> list[str]:
@@ -586,149 +616,3 @@ def _get(ref):
     except ray.exceptions.WorkerCrashedError:
         raise SweepError(f"a Ray worker died {TASK_RETRIES + 1} times on the same batch; "
                          "giving up (finished batches are kept)") from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Optuna
-# ---------------------------------------------------------------------------------------------
-def _sampler(cfg: SpaceConfig, batch: int):
-    import optuna
-
-    s = cfg.search
-    name = s.sampler or ("tpe" if len(s.objectives) == 1 else "nsga2")
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=s.seed, constant_liar=True,
-                                          n_startup_trials=max(10, batch))
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=s.seed, population_size=max(batch, 8))
-    return optuna.samplers.RandomSampler(seed=s.seed)
-
-
-def _storage(path: Path):
-    """Optuna JournalStorage in the results dir (resumable; much faster than SQLite).
-
-    Appends skip the fsync of each log line (one per trial parameter): what is written
-    survives a killed or interrupted process, which is what resume needs.
-    """
-    from optuna.storages import JournalStorage
-
-    try:
-        from optuna.storages.journal import JournalFileBackend
-        from optuna.storages.journal._file import get_lock_file
-    except ImportError:  # optuna < 4
-        from optuna.storages import JournalFileStorage as JournalFileBackend
-
-        return JournalStorage(JournalFileBackend(str(path)))
-
-    class _Backend(JournalFileBackend):
-        def append_logs(self, logs):
-            if not hasattr(self, "_lock") or not hasattr(self, "_file_path"):
-                return super().append_logs(logs)
-            data = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
-            with get_lock_file(self._lock):
-                with open(self._file_path, "ab") as f:
-                    f.write(data.encode("utf-8"))
-
-    return JournalStorage(_Backend(str(path)))
-
-
-def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
-    import optuna
-    from optuna.distributions import CategoricalDistribution
-    from optuna.trial import TrialState
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    t0 = time.perf_counter()
-    s = cfg.search
-    fp = space.fingerprint(strategy="optuna", objectives=s.objectives, sampler=s.sampler,
-                           seed=s.seed, **_model_key(simulate))
-    store = ResultStore(out, fp, {"space": space.name, "strategy": "optuna"}).open(fresh)
-    cen = census(space, check)
-    require_valid(cen, space.name)
-    if not space.axes:
-        raise SweepError("space: strategy optuna needs at least one field in `space:`")
-    budget = min(s.trials or max(1, space.size // 10), space.size)
-    # trials per ask/tell round: about 50 rounds over the budget, 8 to 64 (2+ per worker)
-    batch = s.batch_size or min(64, max(DEFAULT_OPTUNA_BATCH, budget // 50))
-    storage = _storage(store.dir / "optuna.journal")
-    directions = [OBJECTIVES[o][1] for o in s.objectives]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # experimental-feature warnings
-        study = optuna.create_study(study_name=space.name, storage=storage,
-                                    sampler=_sampler(cfg, batch), directions=directions,
-                                    load_if_exists=True)
-    dists = {name: CategoricalDistribution(values) for name, values in space.axes}
-    prices = gpu_prices([v for n, vs in space.axes if n == "gpu" for v in vs]
-                        or [space.fixed.get("gpu")], space.price_per_hour)
-    obj_cols = [OBJECTIVES[o][0] for o in s.objectives]
-
-    # Everything evaluated so far, by config id (duplicates are not simulated twice).
-    known: dict[int, dict] = {}
-    prev = store.load_parts()
-    for r in prev.to_dict("records"):
-        known.setdefault(int(r["config_id"]), r)
-    trials = study.get_trials(deepcopy=False)
-    n_trials = len(trials)
-    # finished trials whose part was dropped (corrupt or missing) are evaluated again, not told
-    recorded = set(prev["trial"].astype(int)) if "trial" in prev.columns else set()
-    lost = [t for t in trials if t.state.is_finished() and t.number not in recorded]
-    told = {t.number for t in lost}
-    stale = lost + [t for t in trials if t.state == TrialState.RUNNING]
-    evaluated = 0
-    # The budget counts distinct configurations: a trial that repeats an evaluated
-    # configuration is told its known result at once and does not count (TPE repeats itself
-    # often in a discrete space); max_trials bounds the asks.
-    max_trials = 4 * budget + 4 * batch
-    if stale or len(known) < budget:  # else: a finished study, just re-assemble
-        with ray_session(workers, address) as cap:
-            if not s.batch_size:
-                batch = max(batch, 2 * cap)
-            task = _remote(_eval_frame)
-            bar = _progress(budget, min(len(known), budget), "cfg", progress)
-            try:
-                while stale or (len(known) < budget and n_trials < max_trials):
-                    if stale:
-                        asked, stale = stale[:batch], stale[batch:]
-                    else:
-                        k = min(batch, budget - len(known))
-                        with warnings.catch_warnings():
-                            warnings.simplefilter("ignore")
-                            asked = [study.ask(dists) for _ in range(k)]
-                        n_trials += len(asked)
-                    ids = [space.index_of(t.params) for t in asked]
-                    new = sorted(set(ids) - set(known))
-                    if new:
-                        frame = space.frame_of_ids(new)
-                        chunks = [c for c in np.array_split(np.arange(len(frame)), cap) if len(c)]
-                        refs = [task.remote(frame.iloc[c], simulate, check) for c in chunks]
-                        res = pd.concat([_get(r) for r in refs], ignore_index=True)
-                        res = add_costs(res, prices, s.cost_unit)
-                        for r in res.to_dict("records"):
-                            known[int(r["config_id"])] = r
-                        evaluated += len(new)
-                    rows = [dict(known[cid], trial=t.number) for t, cid in zip(asked, ids)]
-                    store.write_part(f"o{asked[0].number:07d}", pd.DataFrame(rows),
-                                     trials=[t.number for t in asked])
-                    for t, row in zip(asked, rows):
-                        if t.number in told:
-                            continue
-                        values = [float(row[c]) for c in obj_cols] if row["status"] == "ok" else []
-                        if values and all(np.isfinite(values)):
-                            study.tell(t.number, values)
-                        elif values:
-                            study.tell(t.number, state=TrialState.FAIL)
-                        else:
-                            study.tell(t.number, state=TrialState.PRUNED)
-                    bar.update(len(new))
-                    if on_batch is not None:
-                        on_batch(asked[0].number, len(store.done))
-            except KeyboardInterrupt:
-                bar.close()
-                raise Interrupted(len(store.done), -(-budget // batch), str(store.dir)) from None
-            bar.close()
-    outcome = _assemble(store, cfg, space, t0, evaluated, "optuna")
-    if len(known) < budget:
-        outcome.note = (f"optuna: stopped after {n_trials:,} trials with {len(known):,} distinct "
-                        f"configurations of a budget of {budget:,} (the sampler kept repeating "
-                        "configurations it had tried)")
-    return outcome

@@ -183,7 +183,8 @@ def test_missing_required():
 
 @pytest.mark.parametrize("change, expect", [
     ({"name": "a b"}, "name: expected a name of letters"),
-    ({"search": {"strategy": "bayes"}}, "search.strategy: expected one of 'grid' or 'optuna'"),
+    ({"search": {"strategy": "bayes"}},
+     "search.strategy: expected one of 'grid', 'optuna' or 'auto'"),
     ({"search": {"objectives": ["speed"]}}, "search.objectives.0: expected one of"),
     ({"search": {"trials": 0}}, "search.trials: expected a positive integer, got 0"),
     ({"search": {"sampelr": "tpe"}}, "unknown field 'search.sampelr'; did you mean 'sampler'?"),

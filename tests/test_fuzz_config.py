@@ -38,7 +38,8 @@ SPACE = {"name": "fuzz", **{k: v for k, v in RUN.items() if k != "parallel"},
 FIELDS = ["model", "seq_len", "global_batch", "global_batch_tokens", "precision", "cluster",
           "parallel", "gpu", "num_gpus", "nodes", "tp", "pp", "cp", "ep", "micro_batch",
           "recompute", "zero", "space", "search", "name", "strategy", "trials", "objectives",
-          "range", "pow2", "values", "step", "layers", "hidden", "heads", "fsdp", "tpp"]
+          "range", "pow2", "values", "step", "layers", "hidden", "heads", "fsdp", "tpp",
+          "inner", "inner_max", "patience", "improvement", "auto", "optuna"]
 
 scalars = (st.none() | st.booleans() | st.integers(-2**70, 2**70)
            | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20)

@@ -585,14 +585,19 @@ def test_megatron_comment_lines_cannot_break_out(inline_run):
 # ---------------------------------------------------------------------------------------------
 def optuna_cfg():
     doc = space_doc(batch_size=16)
-    doc["search"] = {"strategy": "optuna", "batch_size": 16, "trials": 80, "seed": 3}
+    doc["search"] = {"strategy": "optuna", "batch_size": 4, "trials": 24, "seed": 3,
+                     "inner": ["zero"]}
     return parse_space(doc)
 
 
 def test_optuna_corrupt_part_is_reevaluated(tmp_path, capsys):
     import optuna
 
-    from sweep.execution import _storage
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    def _storage(path):
+        return JournalStorage(JournalFileBackend(str(path)))
 
     ref, out = tmp_path / "ref", tmp_path / "out"
     run_search(optuna_cfg(), ref, **FAKE)

@@ -1,0 +1,489 @@
+"""Optuna strategy: nested trials in ask/tell rounds, resumable, at the simulator's speed.
+
+A trial is a layout chosen by the sampler (`nested.Nesting.outer`); its whole sub-grid of cheap
+axes is simulated in one vectorized call and the trial is told its best value (for several
+objectives, the points of its own front: the first on the trial, the others as extra
+finished trials of the same layout). Every row is kept. Rounds of `batch_size` trials are
+asked together, evaluated as Ray tasks and told together; the study's journal and the
+results part of a round are written once per round (asks before evaluating, tells after).
+
+Nothing walks the whole space: the size is the product of the axis lengths, validity is
+checked on the rows sampled, and the summary counts those (valid, invalid by reason, oom,
+fits). Results are assembled by streaming the parts, so the driver's memory stays bounded by
+a round, not by the number of trials.
+
+Resume: trials left RUNNING, and finished trials whose part was lost (corrupt or missing), are
+evaluated again from their recorded parameters (not replaced by new trials) and, when already
+finished, not told twice. A layout asked again is told its known result without simulating.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .config import OBJECTIVES
+from .errors import Interrupted, SweepError
+from .execution import Outcome, _config_cols
+from .nested import Nesting, split_axes
+from .results import (
+    METADATA_KEY, SCHEMA_VERSION, ResultStore, add_costs, counts, gpu_prices, pareto_mask, rank,
+    summary, write_tables,
+)
+from .samplers import default_sampler, make_sampler, round_proposer
+
+DEFAULT_TRIALS = 2000  # sampler trials when search.trials is not given
+ROUND_MIN, ROUND_MAX = 8, 64  # trials per ask/tell round (batch_size overrides)
+TASK_ROWS = 50_000  # rows per Ray task, at most (a round is one task below this)
+FRONT_ATTR = "front_of"  # user attr of the extra trials that carry a trial's own front
+
+
+# ---------------------------------------------------------------------------------------------
+# Journal: Optuna's file format, appended once per round
+# ---------------------------------------------------------------------------------------------
+def journal_backend(path: Path):
+    """A JournalStorage backend holding the log in memory and appending it to `path` on
+    `flush()` (one write per round instead of one per trial parameter).
+
+    The file is Optuna's journal format (optuna.storages.journal.JournalFileBackend reads it).
+    A last line cut by a killed write is dropped on load: its round is re-run.
+    """
+    from optuna.storages.journal import BaseJournalBackend
+
+    class RoundJournal(BaseJournalBackend):
+        def __init__(self, file: Path):
+            self.path = Path(file)
+            self.logs: list[dict] = []
+            self.flushed = 0
+            if self.path.exists():
+                data = self.path.read_bytes()
+                end = data.rfind(b"\n") + 1
+                if end < len(data):  # a torn last line
+                    with open(self.path, "r+b") as f:
+                        f.truncate(end)
+                for line in data[:end].splitlines():
+                    try:
+                        self.logs.append(json.loads(line))
+                    except ValueError:
+                        raise SweepError(f"{self.path}: corrupt line {len(self.logs) + 1}; "
+                                         "re-run with --fresh to start the study over") from None
+                self.flushed = len(self.logs)
+
+        def read_logs(self, log_number_from: int):
+            return self.logs[log_number_from:]
+
+        def append_logs(self, logs):
+            self.logs.extend(logs)
+
+        def flush(self) -> None:
+            if self.flushed == len(self.logs):
+                return
+            data = "".join(json.dumps(log, separators=(",", ":")) + "\n"
+                           for log in self.logs[self.flushed:])
+            with open(self.path, "ab") as f:
+                f.write(data.encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())
+            self.flushed = len(self.logs)
+
+    return RoundJournal(path)
+
+
+def storage(path: Path):
+    """(JournalStorage, its backend) for the study journal at `path`."""
+    from optuna.storages import JournalStorage
+
+    backend = journal_backend(path)
+    return JournalStorage(backend), backend
+
+
+# ---------------------------------------------------------------------------------------------
+# What was sampled, and when to stop
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Tally:
+    """Statuses of the rows sampled so far (the space is never counted as a whole)."""
+
+    rows: int = 0
+    ok: int = 0
+    oom: int = 0
+    reasons: Counter = field(default_factory=Counter)
+
+    def add(self, df: pd.DataFrame) -> None:
+        st = df["status"].to_numpy()
+        self.rows += len(df)
+        self.ok += int((st == "ok").sum())
+        self.oom += int((st == "oom").sum())
+        bad = st == "invalid"
+        if bad.any():
+            self.reasons.update(df.loc[bad, "invalid_reason"].astype(str).tolist())
+
+    def lines(self) -> list[str]:
+        invalid = sum(self.reasons.values())
+        out = [f"sampled: {self.rows:,} configurations: {self.rows - invalid:,} valid "
+               f"({self.ok:,} fit, {self.oom:,} out of memory), {invalid:,} invalid"]
+        for reason, n in self.reasons.most_common(5):
+            out.append(f"  {n:>10,}  invalid: {reason}")
+        return out
+
+
+class Patience:
+    """Stop after `trials` trials that did not improve the best by more than `fraction`."""
+
+    def __init__(self, trials: int | None, fraction: float, maximize: bool):
+        self.trials, self.fraction, self.sign = trials, fraction, -1.0 if maximize else 1.0
+        self.best = math.inf
+        self.since = 0
+
+    def update(self, value: float | None) -> None:
+        v = math.inf if value is None or not math.isfinite(value) else self.sign * value
+        if v < self.best - self.fraction * abs(self.best) or (
+                math.isinf(self.best) and math.isfinite(v)):
+            self.best, self.since = v, 0
+        else:
+            self.since += 1
+
+    @property
+    def exhausted(self) -> bool:
+        return self.trials is not None and self.since >= self.trials
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch,
+               chosen: str = ""):
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from . import execution as ex
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    t0 = time.perf_counter()
+    s = cfg.search
+    if not space.axes:
+        raise SweepError("space: strategy optuna needs at least one field in `space:`")
+    nest = split_axes(space, s.inner, s.inner_max)
+    outer_size = math.prod(len(dict(space.axes)[a]) for a in nest.outer)
+    budget = s.trials or DEFAULT_TRIALS
+    sampler_name = s.sampler or default_sampler(s.objectives)
+    fp = space.fingerprint(strategy="optuna", objectives=s.objectives, sampler=s.sampler,
+                           seed=s.seed, inner=list(nest.inner), **ex._model_key(simulate))
+    store = ResultStore(out, fp, {"space": space.name, "strategy": "optuna"}).open(fresh)
+    st, journal = storage(store.dir / "optuna.journal")
+    directions = [OBJECTIVES[o][1] for o in s.objectives]
+    obj_cols = [OBJECTIVES[o][0] for o in s.objectives]
+    signs = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
+    batch = s.batch_size or min(ROUND_MAX, max(ROUND_MIN, budget // 50))
+    sampler = make_sampler(s.sampler, s.objectives, s.seed, batch)
+    propose = round_proposer(sampler)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # experimental-feature warnings
+        study = optuna.create_study(study_name=space.name, storage=st, directions=directions,
+                                    load_if_exists=True, sampler=sampler)
+    journal.flush()
+    values_of = dict(space.axes)
+    dists = {a: CategoricalDistribution(values_of[a]) for a in nest.outer}
+    prices = gpu_prices(values_of.get("gpu") or [space.fixed.get("gpu")], space.price_per_hour)
+
+    # What earlier runs left: each layout's result (from the parts) and the recorded trials.
+    known, tally = _known_layouts(store, nest, obj_cols, signs)
+    recorded = {int(n) for e in store.batches.values() for n in e.get("trials", [])}
+    trials = [t for t in study.get_trials(deepcopy=False) if FRONT_ATTR not in t.user_attrs]
+    n_asked = len(trials)
+    stale = [t for t in trials if t.state == TrialState.RUNNING
+             or (t.state.is_finished() and t.number not in recorded)]
+    told = {t.number for t in stale if t.state.is_finished()}
+    patience = Patience(s.patience, s.improvement, directions[0] == "maximize")
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.state.is_finished() and t.number in recorded:
+            patience.update(t.values[0] if t.state == TrialState.COMPLETE else None)
+
+    evaluated = 0
+    stop = ""
+    if stale or n_asked < budget:
+        with ex.ray_session(workers, address) as cap:
+            if not s.batch_size:
+                batch = max(batch, 2 * cap)
+            task = ex._remote(_eval_layouts)
+            import ray
+
+            space_ref = ray.put((space, nest.offsets))
+            bar = ex._progress(budget, min(n_asked, budget), "trial", progress)
+            in_flight: set[int] = set()
+
+            def next_round():
+                """Ask the next round (stale trials first) and start its evaluation."""
+                nonlocal stale, n_asked, stop
+                if stale:
+                    asked, stale = stale[:batch], stale[batch:]
+                else:
+                    if n_asked >= budget:
+                        stop = f"the trial budget of {budget:,} was reached"
+                    elif patience.exhausted:
+                        stop = (f"no trial improved the best {s.objectives[0]} by more than "
+                                f"{s.improvement:.2%} in the last {s.patience:,} trials "
+                                "(search.patience)")
+                    elif len(known) + len(in_flight) >= outer_size:
+                        stop = (f"every one of the {outer_size:,} layouts was sampled "
+                                "(the whole space is evaluated)")
+                    if stop:
+                        return None
+                    k = min(batch, budget - n_asked)
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        if propose is not None:  # the round at once, recorded as RUNNING
+                            study.add_trials([create_trial(state=TrialState.RUNNING, params=p,
+                                                           distributions=dists)
+                                              for p in propose(study, dists, k)])
+                            asked = study.get_trials(deepcopy=False)[-k:]
+                        else:
+                            asked = [study.ask(dists) for _ in range(k)]
+                    n_asked += len(asked)
+                    journal.flush()  # the asks survive an interruption: resumed, not lost
+                bases = [nest.base(space, t.params) for t in asked]
+                first: dict[int, int] = {}
+                for t, b in zip(asked, bases):
+                    if b not in known and b not in in_flight:
+                        first.setdefault(b, t.number)
+                in_flight.update(first)
+                # one task per round (a simulate call costs ~0.1 s before its first row), split
+                # only when the round is large
+                new = np.asarray(list(first), dtype=np.int64)
+                pieces = max(1, -(-len(new) * nest.rows_per_trial // TASK_ROWS))
+                refs = [task.remote(space_ref, c, simulate, check, prices, s.cost_unit)
+                        for c in np.array_split(new, pieces) if len(c)]
+                return asked, bases, first, refs
+
+            try:
+                # `cap` rounds in flight, one per worker: the driver asks the next round while
+                # the workers simulate (the sampler sees results up to cap-1 rounds late)
+                pending: list = []
+                while True:
+                    while len(pending) < max(1, cap) and not stop:
+                        nxt = next_round()
+                        if nxt is None:
+                            break
+                        pending.append(nxt)
+                    if not pending:
+                        break
+                    asked, bases, first, refs = pending.pop(0)
+                    parts = [ex._get(r) for r in refs]
+                    rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+                    if len(rows):
+                        rows.insert(0, "trial", np.repeat(list(first.values()),
+                                                          nest.rows_per_trial))
+                        known.update(_layout_results(rows, list(first), nest, obj_cols, signs))
+                        tally.add(rows)
+                        evaluated += len(rows)
+                    in_flight.difference_update(first)
+                    store.write_part(f"o{asked[0].number:07d}", rows,
+                                     trials=[t.number for t in asked])
+                    for t, b in zip(asked, bases):
+                        front = known[b]
+                        if t.number not in told:
+                            _tell(study, t, front, TrialState, create_trial, dists)
+                            patience.update(front[0][0] if front else None)
+                    journal.flush()
+                    bar.update(len(asked))
+                    if on_batch is not None:
+                        on_batch(asked[0].number, len(store.done))
+            except KeyboardInterrupt:
+                bar.close()
+                journal.flush()
+                raise Interrupted(len(store.done), -(-budget // batch), str(store.dir)) from None
+            bar.close()
+    else:
+        stop = f"the trial budget of {budget:,} was reached (an earlier run)"
+    outcome = _assemble(store, cfg, space, t0, evaluated)
+    outcome.tally = tally
+    outcome.note = "\n".join(
+        ([chosen] if chosen else [])
+        + [f"optuna {sampler_name}: {n_asked:,} trials, {len(known):,} distinct layouts of "
+           f"{outer_size:,}; {nest.describe()}"]
+        + tally.lines()
+        + [f"stopped: {stop}" if stop else "stopped: resumed trials finished"])
+    return outcome
+
+
+def _tell(study, trial, front, TrialState, create_trial, dists) -> None:
+    """Tell a trial its layout's best (several objectives: its front; extra points as trials)."""
+    if not front:
+        study.tell(trial.number, state=TrialState.PRUNED)
+        return
+    study.tell(trial.number, list(front[0]))
+    for values in front[1:]:
+        study.add_trial(create_trial(params=trial.params, distributions=dists,
+                                     values=list(values), user_attrs={FRONT_ATTR: trial.number}))
+
+
+def _eval_layouts(space_offsets, bases, simulate, check, prices, cost_unit) -> pd.DataFrame:
+    """Ray task: all rows of the sub-grids at `bases`, in order (rows_per_trial each)."""
+    from .execution import evaluate
+
+    space, offsets = space_offsets
+    ids = (np.asarray(bases, dtype=np.int64)[:, None] + offsets[None, :]).ravel()
+    return add_costs(evaluate(space.frame_of_ids(ids), simulate, check), prices, cost_unit)
+
+
+def _layout_results(rows: pd.DataFrame, bases, nest: Nesting, obj_cols, signs) -> dict:
+    """{base: front} where front is a list of objective tuples (best first); [] = none fits."""
+    n = nest.rows_per_trial
+    vals = rows.reindex(columns=obj_cols).to_numpy(dtype=float)  # absent: nothing simulated
+    ok = (rows["status"] == "ok").to_numpy() & np.isfinite(vals).all(axis=1)
+    out = {}
+    for i, b in enumerate(bases):
+        sl = slice(i * n, (i + 1) * n)
+        out[b] = _front(vals[sl][ok[sl]], signs)
+    return out
+
+
+def _front(vals: np.ndarray, signs: np.ndarray) -> list:
+    if not len(vals):
+        return []
+    if len(signs) == 1:
+        v = vals[np.argmin(vals[:, 0] * signs[0])]
+        return [(float(v[0]),)]
+    keyed = vals * signs
+    pts = np.unique(keyed[pareto_mask(keyed)], axis=0)
+    pts = pts[np.argsort(pts[:, 0], kind="stable")] * signs
+    return [tuple(float(x) for x in p) for p in pts]
+
+
+def _known_layouts(store: ResultStore, nest: Nesting, obj_cols, signs):
+    """Layouts evaluated by earlier runs (from the parts) and the tally of their rows."""
+    known, tally = {}, Tally()
+    cols = ["config_id", "status", "invalid_reason"] + obj_cols
+    for bid in sorted(store.batches):
+        path = store.parts_dir / store.batches[bid]["file"]
+        if not pq.read_metadata(path).num_rows:
+            continue
+        df = _read_columns(path, cols)
+        tally.add(df)
+        n = nest.rows_per_trial
+        bases = (df["config_id"].to_numpy()[::n] - nest.offsets[0]).tolist()
+        known.update(_layout_results(df, bases, nest, obj_cols, signs))
+    return known, tally
+
+
+def _read_columns(path: Path, cols: list[str]) -> pd.DataFrame:
+    """These columns of a part (NaN where a part has none: no row of it was simulated)."""
+    have = set(pq.read_schema(path).names)
+    df = pq.read_table(path, columns=[c for c in cols if c in have]).to_pandas()
+    for c in cols:
+        if c not in df.columns:
+            df[c] = np.nan
+    return df[cols]
+
+
+# ---------------------------------------------------------------------------------------------
+# Assembly by streaming the parts
+# ---------------------------------------------------------------------------------------------
+def _assemble(store: ResultStore, cfg, space, t0: float, evaluated: int):
+    """results.parquet from the parts, one part at a time (rank and Pareto set computed on a
+    projection of every row); ranking.csv / pareto.csv; an Outcome holding only those rows."""
+    s = cfg.search
+    obj_cols = [OBJECTIVES[o][0] for o in s.objectives]
+    paths = [store.parts_dir / store.batches[b]["file"] for b in sorted(store.batches)]
+    paths = [p for p in paths if pq.read_metadata(p).num_rows]
+    proj_cols = ["config_id", "status"] + obj_cols
+    projs = [_read_columns(p, proj_cols) for p in paths]
+    proj = pd.concat(projs, ignore_index=True) if projs else pd.DataFrame(
+        {c: pd.Series(dtype=float) for c in proj_cols})
+    proj = rank(proj, s.objectives)
+    ranks, paretos = proj["rank"], proj["pareto"].to_numpy()
+    keep_mask = (ranks.notna() & (ranks.fillna(0) <= max(s.top, 10))).to_numpy() | paretos
+    meta = {"schema_version": SCHEMA_VERSION, "fingerprint": store.fingerprint, **store.info,
+            "space": space.name, "strategy": "optuna", "objectives": s.objectives,
+            "axes": space.axis_names}
+    schema = None
+    if paths:
+        schema = pa.unify_schemas([pq.read_schema(p) for p in paths],
+                                  promote_options="permissive")
+        schema = pa.schema([f for f in schema if f.name not in ("rank", "pareto")]
+                           + [pa.field("rank", pa.int64()), pa.field("pareto", pa.bool_())])
+        schema = schema.with_metadata({METADATA_KEY: json.dumps(meta, default=str).encode()})
+    final = store.dir / "results.parquet"
+    fd, tmp = tempfile.mkstemp(prefix=".results.parquet.", suffix=".tmp", dir=store.dir)
+    os.close(fd)
+    kept, start = [], 0
+    try:
+        if schema is None:
+            pd.DataFrame().to_parquet(tmp)
+        else:
+            with pq.ParquetWriter(tmp, schema) as writer:
+                for p, pr in zip(paths, projs):
+                    stop = start + len(pr)
+                    table = pq.read_table(p)
+                    table = table.append_column("rank", pa.array(
+                        ranks.iloc[start:stop].astype("Int64"), type=pa.int64()))
+                    table = table.append_column("pareto", pa.array(paretos[start:stop]))
+                    for f in schema:
+                        if f.name not in table.column_names:
+                            table = table.append_column(f.name, pa.nulls(len(table), f.type))
+                    writer.write_table(table.select(schema.names).cast(schema))
+                    if keep_mask[start:stop].any():
+                        df = table.to_pandas()
+                        kept.append(df[keep_mask[start:stop]])
+                    start = stop
+        os.replace(tmp, final)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise store._write_error(final, exc) from None
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    store._write_manifest(complete=True)
+    top = pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(
+        {"rank": pd.Series(dtype="Int64"), "pareto": pd.Series(dtype=bool),
+         "status": pd.Series(dtype=object)})
+    if len(top):
+        top["rank"] = top["rank"].astype("Int64")
+    write_tables(top, store.dir, s.objectives, s.top)
+    pareto = top[top["pareto"]].sort_values("rank") if len(s.objectives) > 1 \
+        else pd.DataFrame()
+    return OptunaOutcome(top, store.dir, time.perf_counter() - t0, evaluated, s.objectives,
+                         _config_cols(space), "optuna", pareto, counts_=counts(proj))
+
+
+class OptunaOutcome(Outcome):
+    """An Outcome whose `results` hold the ranked and Pareto rows only (results.parquet has
+    every row); its counts are of every row."""
+
+    def __init__(self, *args, counts_: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._counts = counts_
+        self.tally = None
+
+    @property
+    def counts(self) -> dict:
+        return self._counts
+
+    def summary(self) -> str:
+        c = self._counts
+        text = summary(self.results, self.config_cols, self.seconds, self.objectives,
+                       self.out_dir, self.evaluated)
+        text = "\n".join(
+            (f"configurations: {c['total']:,} total, {c['invalid']:,} invalid, "
+             f"{c['oom']:,} oom, {c['simulated']:,} simulated ({c['ok']:,} fit)")
+            if ln.startswith("configurations:") else ln for ln in text.splitlines())
+        if len(self.objectives) > 1:
+            text += f"\npareto set: {len(self.pareto)} configurations (pareto.csv)"
+        if self.note:
+            text += "\n" + self.note
+        return text
