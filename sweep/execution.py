@@ -507,7 +507,7 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
                         bid, start, stop = pending.pop(ref)
                         entry, top, par = _get(ref)
                         if "error" in entry:
-                            _drain(pending)
+                            _drain(pending, store, board)
                             raise store._write_error(
                                 Path(entry["error"]), OSError(entry["errno"], entry["strerror"]))
                         store.record_part(f"g{bid:06d}", entry)
@@ -530,15 +530,24 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     return _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated)
 
 
-def _drain(pending: dict) -> None:
-    """Let the tasks in flight finish (their parts are not recorded: a re-run redoes them)."""
+def _drain(pending: dict, store: ResultStore, board) -> None:
+    """Let the tasks in flight finish after one failed to write its part, and record those
+    that wrote theirs (results arrive in any order: a batch finished before the failing one
+    must not be redone on resume). What cannot be recorded is redone by a re-run."""
     import ray
 
-    for ref in list(pending):
+    for ref, (bid, _start, _stop) in list(pending.items()):
         try:
-            ray.get(ref)
-        except Exception:  # noqa: BLE001
-            pass
+            entry, top, par = ray.get(ref)
+        except Exception:  # noqa: BLE001 - a task that died: a re-run redoes it
+            continue
+        if "error" in entry:
+            continue
+        try:
+            store.record_part(f"g{bid:06d}", entry)
+        except (OSError, SweepError):  # the manifest cannot be written either
+            break
+        board.add(top, par, entry["counts"], entry["reasons"])
     pending.clear()
 
 

@@ -457,33 +457,6 @@ def _assemble(store: ResultStore, cfg, space, t0: float, evaluated: int):
     write_tables(top, store.dir, s.objectives, s.top)
     pareto = top[top["pareto"]].sort_values("rank") if len(s.objectives) > 1 \
         else pd.DataFrame()
-    return OptunaOutcome(top, store.dir, time.perf_counter() - t0, evaluated, s.objectives,
-                         _config_cols(space), "optuna", pareto, counts_=counts(proj))
-
-
-class OptunaOutcome(Outcome):
-    """An Outcome whose `results` hold the ranked and Pareto rows only (results.parquet has
-    every row); its counts are of every row."""
-
-    def __init__(self, *args, counts_: dict, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._counts = counts_
-        self.tally = None
-
-    @property
-    def counts(self) -> dict:
-        return self._counts
-
-    def summary(self) -> str:
-        c = self._counts
-        text = summary(self.results, self.config_cols, self.seconds, self.objectives,
-                       self.out_dir, self.evaluated)
-        text = "\n".join(
-            (f"configurations: {c['total']:,} total, {c['invalid']:,} invalid, "
-             f"{c['oom']:,} oom, {c['simulated']:,} simulated ({c['ok']:,} fit)")
-            if ln.startswith("configurations:") else ln for ln in text.splitlines())
-        if len(self.objectives) > 1:
-            text += f"\npareto set: {len(self.pareto)} configurations (pareto.csv)"
-        if self.note:
-            text += "\n" + self.note
-        return text
+    return Outcome(out_dir=store.dir, seconds=time.perf_counter() - t0, evaluated=evaluated,
+                   objectives=s.objectives, config_cols=_config_cols(space), strategy="optuna",
+                   top=top, pareto=pareto, counts=counts(proj))
