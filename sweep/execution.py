@@ -523,6 +523,12 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
                     ray.cancel(ref, force=True)
                 bar.close()
                 raise Interrupted(len(store.done), len(batches), str(store.dir)) from None
+            except SweepError:
+                # the driver cannot record (full disk for the manifest): let the tasks in
+                # flight finish their atomic writes, so that no temp file is left behind
+                _drain(pending, store, board, record=False)
+                bar.close()
+                raise
             bar.close()
     if board.counts["simulated"] == 0:
         c = board.counts
@@ -530,7 +536,7 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     return _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated)
 
 
-def _drain(pending: dict, store: ResultStore, board) -> None:
+def _drain(pending: dict, store: ResultStore, board, record: bool = True) -> None:
     """Let the tasks in flight finish after one failed to write its part, and record those
     that wrote theirs (results arrive in any order: a batch finished before the failing one
     must not be redone on resume). What cannot be recorded is redone by a re-run."""
@@ -541,7 +547,7 @@ def _drain(pending: dict, store: ResultStore, board) -> None:
             entry, top, par = ray.get(ref)
         except Exception:  # noqa: BLE001 - a task that died: a re-run redoes it
             continue
-        if "error" in entry:
+        if "error" in entry or not record:
             continue
         try:
             store.record_part(f"g{bid:06d}", entry)
