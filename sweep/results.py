@@ -78,17 +78,7 @@ def write_parquet(path: Path, df: pd.DataFrame, meta: dict | None = None) -> str
     md = dict(table.schema.metadata or {})
     md[METADATA_KEY] = json.dumps(info, default=str).encode()
     table = table.replace_schema_metadata(md)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp)
-        digest = sha256(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return digest
+    return _atomic_write_table(path, table, {})
 
 
 def sha256(path: str | Path) -> str:
@@ -187,11 +177,15 @@ def parquet_options(schema: pa.Schema) -> dict:
             "column_encoding": {n: "DELTA_BINARY_PACKED" for n in delta} or None}
 
 
-def _atomic_write_table(path: Path, table: pa.Table) -> str:
+def _atomic_write_table(path: Path, table: pa.Table, options: dict | None = None) -> str:
+    """Write to a temp file beside `path`, hash it, rename it over `path`: a reader sees the
+    old file or the new one, never a partial one. `options`: parquet writer options (default:
+    the compact ones of the results parts)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        pq.write_table(table, tmp, **parquet_options(table.schema))
+        opts = parquet_options(table.schema) if options is None else options
+        pq.write_table(table, tmp, **opts)
         digest = sha256(tmp)
         os.replace(tmp, path)
     except BaseException:

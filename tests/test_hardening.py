@@ -185,9 +185,12 @@ def test_missing_manifest_after_interruption(tmp_path, undisturbed, capsys):
     (out / "manifest.json").unlink()
     capsys.readouterr()
     o = run_search(space_cfg(), out, **FAKE)
-    assert "rebuilt it from the 3 finished batches" in one_line(capsys.readouterr().err,
-                                                                "warning:")
-    assert o.evaluated == SIZE - 300
+    warning = one_line(capsys.readouterr().err, "warning:")
+    # workers write their own parts: a task in flight at the interrupt may have finished its
+    # part after the driver recorded 3; the rebuild keeps every complete part on disk
+    kept = int(re.search(r"rebuilt it from the (\d+) finished batches", warning).group(1))
+    assert kept >= 3
+    assert o.evaluated in (SIZE - 100 * kept, SIZE - 100 * (kept - 1) - 48)  # last batch: 48
     assert_same_results(out, undisturbed)
 
 
