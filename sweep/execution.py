@@ -519,8 +519,10 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
                         if on_batch is not None:
                             on_batch(bid, len(store.done))
             except KeyboardInterrupt:
-                for ref in pending:
-                    ray.cancel(ref, force=True)
+                # no ray.cancel: force-cancelling a task that is completing can crash Ray's
+                # core worker ("Tried to complete task that was not pending"); a local Ray's
+                # shutdown stops the tasks, and on a cluster a task in flight only finishes
+                # its batch and writes its part atomically (a re-run records or redoes it)
                 bar.close()
                 raise Interrupted(len(store.done), len(batches), str(store.dir)) from None
             except SweepError:

@@ -204,8 +204,14 @@ def test_optuna_journal_loads_with_optunas_own_reader(tmp_path, local_ray):
     assert len(study.trials) >= 40 and done
     df = res.to_pandas()
     assert study.best_value == pytest.approx(df.loc[df["status"] == "ok", "step_time_s"].min())
-    assert set(study.best_params) == {n for n, _ in yaml.safe_load(
-        QUICKSTART.read_text())["space"].items()}
+    # a trial is a layout (sweep/nested.py): its params are the sampled axes, the others are
+    # enumerated inside the trial
+    from sweep.config import load_space
+    from sweep.nested import split_axes
+    from sweep.space import Space
+
+    nest = split_axes(Space.from_config(load_space(QUICKSTART)))
+    assert set(study.best_params) == set(nest.outer) == {"num_gpus", "tp", "pp"}
 
 
 # ---------------------------------------------------------------------------------------------
