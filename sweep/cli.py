@@ -51,7 +51,8 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
                         "ui.perfetto.dev): a track per pipeline stage and stream")
 
 
-def _clean(v):
+def plain_value(v):
+    """A JSON-safe Python scalar: numpy scalars unwrapped, NaN/inf as None."""
     if hasattr(v, "item"):
         v = v.item()
     if isinstance(v, float) and not math.isfinite(v):
@@ -83,7 +84,7 @@ def simulate_run(cfg, simulate=None) -> dict:
 
 def report_of(row_df, space) -> dict:
     """The JSON-able report of `sweep simulate` for a one-row simulated frame."""
-    row = {k: _clean(v) for k, v in row_df.iloc[0].to_dict().items()}
+    row = {k: plain_value(v) for k, v in row_df.iloc[0].to_dict().items()}
     from sim_core.frameworks import profile_fields
 
     config_keys = [c for c in row_df.columns

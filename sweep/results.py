@@ -815,20 +815,9 @@ def best(df: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 def write_tables(df: pd.DataFrame, out_dir: Path, objectives: list[str], top: int) -> None:
-    """ranking.csv (and pareto.csv), each written atomically (temp file + os.replace)."""
-    ranking = best(df, top)
-    cols = ["rank"] + [c for c in ranking.columns if c != "rank"]
-    tables = {"ranking.csv": ranking[cols]}
-    if len(objectives) > 1:
-        tables["pareto.csv"] = df[df["pareto"]].sort_values("rank")[cols]
-    for name, t in tables.items():
-        path = Path(out_dir) / name
-        try:
-            _atomic_write_bytes(path, t.to_csv(index=False).encode())
-        except OSError as exc:
-            raise SweepError(f"{path}: cannot write ({exc.strerror or _reason(exc)}); the "
-                             f"results are kept in {out_dir}: free space and run the same "
-                             "command again") from None
+    """ranking.csv (and pareto.csv) of a ranked frame, each written atomically."""
+    pareto = df[df["pareto"]].sort_values("rank") if len(objectives) > 1 else df.iloc[0:0]
+    write_ranked_tables(df, pareto, out_dir, objectives, top)
 
 
 def write_ranked_tables(top: pd.DataFrame, pareto: pd.DataFrame, out_dir: Path,

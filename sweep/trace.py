@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .cli import plain_value
 from .errors import SweepError
 
 US = 1e6  # trace-event timestamps are microseconds
@@ -76,14 +77,6 @@ def _num(row, col) -> float:
     return v if np.isfinite(v) else 0.0
 
 
-def _plain(v):
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and not np.isfinite(v):
-        return None
-    return v
-
-
 def model_parts(row: pd.Series) -> dict:
     """From the simulator itself, for the same configuration: the forward share of a
     micro-batch's compute, and the communication time per step of each dimension (TP, CP, DP:
@@ -123,7 +116,7 @@ def build(row: pd.Series, label: str = "") -> dict:
     afab = str(row.get("pp_schedule", "1f1b")) == "afab"
 
     events: list[dict] = []
-    config = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row.index}
+    config = {k: plain_value(row[k]) for k in CONFIG_FIELDS if k in row.index}
     title = label or "step"
 
     def meta(pid, tid, kind, value):

@@ -259,7 +259,8 @@ def load_torch_trace(path) -> pd.DataFrame:
             corr = args.get("correlation", f"nocorr{n_kernel_events}")
             kernels[corr] = kernels.get(corr, 0.0) + float(ev.get("dur", 0.0))
             knames[corr] = name
-    shaped_ops = [o for o in ops if _torch_shape(o) is not None]
+    shapes = {id(o): _torch_shape(o) for o in ops}
+    shaped_ops = [o for o in ops if shapes[id(o)] is not None]
     t_op = {id(o): 0.0 for o in shaped_ops}
     hit = {id(o): 0 for o in shaped_ops}
     used = set()
@@ -281,7 +282,7 @@ def load_torch_trace(path) -> pd.DataFrame:
         args = o.get("args", {})
         r = {k: v[0] for k, v in _empty_kernels(1).items()}
         r.update(name=o["name"], dtype=_torch_dtype(args.get("Input type")), time_us=t_op[id(o)],
-                 source=Path(path).name, **_torch_shape(o))
+                 source=Path(path).name, **shapes[id(o)])
         rows.append(r)
     for corr, t in kernels.items():
         if corr in used:
