@@ -1,8 +1,11 @@
 """Compute time of the workload's ops: a roofline with size-dependent efficiency curves.
 
 GEMMs run at `peak * gemm_max * wave_efficiency * K/(K + k_half)` unless their bytes make them
-memory-bound; attention at `peak * attn_eff * s/(s + s_half)`; elementwise ops at a fraction of
-HBM bandwidth. The constants live in catalogs/efficiency.yaml with their sources. A learned
+memory-bound; attention at `peak * attn_eff * s/(s + s_half) * tiles/(tiles + tiles_half)`, tiles
+being the 128-query blocks of one micro-batch on one GPU (too few leave SMs idle); elementwise
+ops at a fraction of HBM bandwidth. On Hopper the curves' shapes (k_half, attention's
+halves and maxima) come from kernels measured on H100 and H200 (data/kernels, `python -m
+sim_core.fit --kernels`). The constants live in catalogs/efficiency.yaml with their sources. A learned
 per-op model (sweep calibrate) can replace `gemm_efficiency` through `set_gemm_model` and the
 attention efficiency through `set_attention_model`; where a learned model returns NaN (a GPU it
 was not trained for) the roofline curve is used.
@@ -94,8 +97,33 @@ def roofline_gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
     tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
     waves = tiles / b.sm_count
     wave_eff = waves / np.ceil(waves)
-    k_eff = k / (k + _by_arch(arch, "gemm_k_half"))
+    # FP8 kernels take K in 128-wide tiles (bf16: 64), so a short K costs them more
+    k_half = np.where(fp8, _by_arch(arch, "gemm_k_half", "fp8"),
+                      _by_arch(arch, "gemm_k_half", "bf16"))
+    k_eff = k / (k + k_half)
     return emax * wave_eff * k_eff
+
+
+ATTN_TILE = 128  # query rows per FlashAttention / cuDNN attention thread block
+
+
+def attention_efficiency(b: Batch, direction: str) -> np.ndarray:
+    """Fraction of the bf16 peak causal flash attention reaches, forward or backward: the
+    kernel family's maximum x s/(s + seq_half) (short rows do little work per loaded tile) x
+    tiles/(tiles + tiles_half) (a micro-batch of few heads per GPU and short local sequences
+    has too few query blocks to fill the SMs; tiles_half 0 turns the term off)."""
+    arch = b.sm_arch
+    fa2 = b.attention_kernel == 1
+
+    def pick(key):
+        return np.where(fa2, _by_arch(arch, key, "fa2"), _by_arch(arch, key, "fa3"))
+
+    s = b.seq_len
+    tiles = (b.micro_batch * np.maximum(b.heads / b.tp, 1.0)
+             * np.ceil(np.maximum(s / b.cp, 1.0) / ATTN_TILE))
+    t_half = pick(f"attn_tiles_half_{direction}")
+    return (pick(f"attn_{direction}") * s / (s + pick(f"attn_seq_half_{direction}"))
+            * tiles / (tiles + t_half))
 
 
 def stage_times(b: Batch, wl: Workload) -> dict:
@@ -110,13 +138,8 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     hbm = b.hbm_bw_gbs * 1e9 * _by_arch(b.sm_arch, "elementwise")
     # eager (unfused) elementwise ops move more bytes per useful byte
     hbm_elem = hbm / np.where(b.fused_elementwise, 1.0, _by_arch(b.sm_arch, "unfused_elementwise"))
-    attn_half = _by_arch(b.sm_arch, "attn_seq_half")
-    seq_eff = b.seq_len / (b.seq_len + attn_half)
-    fa2 = b.attention_kernel == 1
-    attn_f = peak_bf16 * seq_eff * np.where(fa2, _by_arch(b.sm_arch, "attn_fwd", "fa2"),
-                                            _by_arch(b.sm_arch, "attn_fwd", "fa3"))
-    attn_b = peak_bf16 * seq_eff * np.where(fa2, _by_arch(b.sm_arch, "attn_bwd", "fa2"),
-                                            _by_arch(b.sm_arch, "attn_bwd", "fa3"))
+    attn_f = peak_bf16 * attention_efficiency(b, "fwd")
+    attn_b = peak_bf16 * attention_efficiency(b, "bwd")
     if _attention_model is not None:
         for bwd in (False, True):
             eff = np.asarray(_attention_model(b, bwd), dtype=np.float64)

@@ -100,6 +100,24 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def _one_attention_kernel(df: pd.DataFrame, name: str | None) -> pd.DataFrame:
+    """Attention rows of one kernel family: a measured table (sim_core.calibration.measure)
+    times cuDNN and FlashAttention-2 on the same shapes, and one learned model per GPU cannot
+    be both."""
+    kern = df["kernel"] if "kernel" in df.columns else pd.Series("", index=df.index)
+    attn = df["op_class"] == "attention"
+    found = sorted(str(k) for k in kern[attn].dropna().unique() if str(k))
+    if name is None:
+        if len(found) > 1:
+            raise SweepError(f"--attention-kernel: the attention rows come from {len(found)} "
+                             f"kernels; choose one of {', '.join(found)}")
+        return df
+    if name not in found:
+        raise SweepError(f"--attention-kernel: no attention rows of {name!r}; the table has "
+                         f"{', '.join(found) or 'no kernel column'}")
+    return df[~attn | (kern == name)]
+
+
 def cmd_compute(args) -> int:
     from sim_core import profiles
     from sim_core.calibration import kernels
@@ -108,6 +126,7 @@ def cmd_compute(args) -> int:
     df = _load_kernel_files(files, args.format, args.gpu)
     if args.gpu:
         df = df[df["gpu"].astype(str) == args.gpu]
+    df = _one_attention_kernel(df, args.attention_kernel)
     print(f"kernel table: {len(df)} rows from {len(files)} file(s)")
     models = kernels.train_kernel_models(df, folds=args.folds, rounds=args.rounds)
     if not models:
@@ -407,6 +426,8 @@ def _args(p: argparse.ArgumentParser) -> None:
     q.add_argument("--format", default="auto", choices=["auto", "csv", "nsys", "torch"])
     q.add_argument("--folds", type=int, default=5, help="k of the k-fold CV (default 5)")
     q.add_argument("--rounds", type=int, default=300, help="boosting rounds (default 300)")
+    q.add_argument("--attention-kernel", help="keep the attention rows of this kernel (the "
+                   "`kernel` column of a measured table: cudnn or flash)")
     q.add_argument("--profile", required=True, help="profile name or folder")
 
     q = add("inspect", "show what the loaders extract from kernel tables, nsys summaries and "

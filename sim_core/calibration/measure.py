@@ -1,0 +1,362 @@
+"""Measure the GEMM, attention and elementwise kernels the simulator prices, on the GPU at hand,
+and write them as a kernel table (the input of `sweep calibrate compute`).
+
+Why: the compute model's efficiency curves (catalogs/efficiency.yaml) come from papers and
+from fitting whole training runs; a table of real kernel times on real shapes is what tells
+whether the curve's shape (wave quantization, short-K loss, attention at short sequences) is
+right, and lets a user train a learned kernel model for their own GPU and software stack.
+
+Run on a machine with PyTorch and a CUDA GPU (the rest of `sweep` need not be installed):
+
+    python -m sim_core.calibration.measure --out kernels.csv [--models llama3-8b,llama3-70b]
+        [--tp 1,2,4,8] [--tokens 2048,4096,8192,16384] [--fp8] [--budget-s 420]
+
+Shapes are the simulator's own (workload.build for each model x tp x tokens per micro-batch):
+for each layer GEMM its forward (X W^T), input-gradient (dY W) and weight-gradient (dY^T X)
+products in the layouts a Linear layer runs; causal attention through PyTorch's SDPA with the
+FlashAttention-2 backend ("flash") and cuDNN's fused attention ("cudnn", the FA3-class kernel
+Transformer Engine runs on Hopper), forward and backward; a few memory-bound ops (copy,
+residual add, RMSNorm and SwiGLU, eager and fused) with the bytes they must move. Each time is
+the median over blocks of back-to-back launches, timed with CUDA events after a warm-up, with
+inputs rotated when they would fit in L2. Rows are written as they are measured, so a run cut
+short keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .kernels import KERNEL_COLUMNS
+
+DEFAULT_MODELS = ("llama3-8b", "llama3-70b", "llama3.1-405b", "gpt3-175b", "mpt-30b")
+DEFAULT_TP = (1, 2, 4, 8)
+DEFAULT_TOKENS = (2048, 4096, 8192, 16384)
+ATTN_SEQS = (1024, 2048, 4096, 8192, 16384, 32768)
+ATTN_HEAD_DIM = 128
+EXTRA_COLUMNS = ("kernel", "model", "tp", "tokens", "op", "phase", "bytes", "spread", "note")
+
+
+# =============================================================================================
+# Shapes: what the simulator prices (no GPU needed)
+# =============================================================================================
+def _workload_frame(models, tps, tokens) -> pd.DataFrame:
+    rows = []
+    for model in models:
+        for tp in tps:
+            for t in tokens:
+                # one sequence of t tokens per micro-batch; the shapes depend on T and tp only
+                rows.append(dict(model=model, seq_len=int(t), micro_batch=1, global_batch=64,
+                                 gpu="h100-sxm", num_gpus=int(tp), tp=int(tp), pp=1,
+                                 recompute="none"))
+    return pd.DataFrame(rows)
+
+
+def gemm_shapes(models=DEFAULT_MODELS, tps=DEFAULT_TP, tokens=DEFAULT_TOKENS) -> pd.DataFrame:
+    """One row per (model, tp, tokens, op, phase): the GEMM (m, n, k) the simulator prices,
+    as forward (m=T, n, k), input gradient (T, k, n) and weight gradient (n, k, T)."""
+    from .. import workload
+    from ..columns import frame_to_batch
+
+    frame = _workload_frame(models, tps, tokens)
+    b = frame_to_batch(frame)
+    wl = workload.build(b)
+    out = []
+    for op in wl.ops:
+        if op.op_class != "gemm" or op.name.startswith(("expert_", "router", "shared_")):
+            continue  # MoE grouped GEMMs are a different kernel family: not measured here
+        m, n, k = (np.broadcast_to(np.asarray(x, dtype=float), (len(frame),))
+                   for x in (op.gemm_m, op.gemm_n, op.gemm_k))
+        present = np.broadcast_to(np.asarray(op.fwd_flops, dtype=float), (len(frame),)) > 0
+        for i in np.flatnonzero(present):
+            base = dict(model=frame.model[i], tp=int(frame.tp[i]), tokens=int(frame.seq_len[i]),
+                        op=op.name)
+            mi, ni, ki = int(round(m[i])), int(round(n[i])), int(round(k[i]))
+            out.append({**base, "phase": "fwd", "m": mi, "n": ni, "k": ki})
+            out.append({**base, "phase": "dgrad", "m": mi, "n": ki, "k": ni})
+            out.append({**base, "phase": "wgrad", "m": ni, "n": ki, "k": mi})
+    return pd.DataFrame(out)
+
+
+def attention_shapes(models=DEFAULT_MODELS, tps=DEFAULT_TP, seqs=ATTN_SEQS) -> pd.DataFrame:
+    """Query heads per GPU (heads / tp) x sequence length, head_dim 128, one sequence."""
+    from .. import catalog
+
+    heads = sorted({max(catalog.get_model(m).heads // tp, 1) for m in models for tp in tps})
+    return pd.DataFrame([dict(heads=h, seq=s) for h in heads for s in seqs])
+
+
+# =============================================================================================
+# Timing (needs torch and a CUDA GPU)
+# =============================================================================================
+class Timer:
+    """Median kernel time of fn(i) (i rotates input sets), from CUDA events around blocks of
+    back-to-back launches; `spread` is (max - min) / median over the blocks."""
+
+    def __init__(self, torch, min_block_ms: float = 15.0, blocks: int = 5):
+        self.torch, self.min_block_ms, self.blocks = torch, min_block_ms, blocks
+
+    def __call__(self, fn) -> tuple[float, float]:
+        cuda = self.torch.cuda
+        fn(0)
+        cuda.synchronize()
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        start.record()
+        fn(1)
+        end.record()
+        end.synchronize()
+        est_ms = max(start.elapsed_time(end), 1e-3)
+        reps = int(min(max(self.min_block_ms / est_ms, 1), 2000))
+        times = []
+        for _ in range(self.blocks):
+            start.record()
+            for i in range(reps):
+                fn(i)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / reps)
+        med = float(np.median(times))
+        return med * 1e3, float((max(times) - min(times)) / med)
+
+
+def _copies(nbytes: float, l2_bytes: float) -> int:
+    """Input sets to rotate so that repeated launches do not run out of L2."""
+    return int(min(8, max(1, math.ceil(3 * l2_bytes / max(nbytes, 1)))))
+
+
+def time_gemm(torch, timer, m, n, k, dtype: str, l2_bytes: float) -> tuple[float, float]:
+    """C[m,n] = A[m,k] B[k,n] with A row-major and B column-major (a Linear layer's weight
+    W[n,k] used as W^T): torch.matmul in bf16, torch._scaled_mm in fp8 (e4m3, per-tensor scales,
+    bf16 output, as Transformer Engine's delayed-scaling recipe)."""
+    dev = "cuda"
+    esize = 1 if dtype == "fp8" else 2
+    sets = _copies(esize * (m * k + n * k), l2_bytes)
+    a = [torch.randn(m, k, device=dev, dtype=torch.bfloat16) for _ in range(sets)]
+    b = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(sets)]
+    if dtype == "fp8":
+        a = [x.to(torch.float8_e4m3fn) for x in a]
+        b = [x.to(torch.float8_e4m3fn) for x in b]
+        one = torch.ones((), device=dev, dtype=torch.float32)
+
+        def fn(i):
+            torch._scaled_mm(a[i % sets], b[i % sets].t(), scale_a=one, scale_b=one,
+                             out_dtype=torch.bfloat16)
+    else:
+        def fn(i):
+            torch.matmul(a[i % sets], b[i % sets].t())
+    try:
+        return timer(fn)
+    finally:
+        del a, b
+
+
+def time_attention(torch, timer, backend: str, heads: int, seq: int, head_dim: int,
+                   l2_bytes: float) -> dict:
+    """Causal SDPA forward, and backward as (forward + backward) - forward."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    f = torch.nn.functional.scaled_dot_product_attention
+    kind = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+    nbytes = 4 * 2 * heads * seq * head_dim
+    sets = _copies(nbytes, l2_bytes)
+    qkv = [[torch.randn(1, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+                        requires_grad=True) for _ in range(3)] for _ in range(sets)]
+    g = torch.randn(1, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
+    with sdpa_kernel(kind):
+        def fwd(i):
+            with torch.no_grad():
+                f(*qkv[i % sets], is_causal=True)
+
+        def both(i):
+            q, k, v = qkv[i % sets]
+            out = f(q, k, v, is_causal=True)
+            torch.autograd.grad(out, (q, k, v), g)
+        t_fwd, s_fwd = timer(fwd)
+        t_both, s_both = timer(both)
+    del qkv, g
+    return {"fwd": (t_fwd, s_fwd), "bwd": (max(t_both - t_fwd, 1e-3), s_both)}
+
+
+def elementwise_ops(torch, tokens: int, hidden: int, ffn: int) -> dict:
+    """Memory-bound ops of a layer: (fn, bytes the op must move at least), bf16 tensors."""
+    dev, bf = "cuda", torch.bfloat16
+    x = torch.randn(tokens, hidden, device=dev, dtype=bf)
+    r = torch.randn(tokens, hidden, device=dev, dtype=bf)
+    w = torch.randn(hidden, device=dev, dtype=bf)
+    gate = torch.randn(tokens, ffn, device=dev, dtype=bf)
+    up = torch.randn(tokens, ffn, device=dev, dtype=bf)
+    out = torch.empty_like(x)
+    act = 2 * tokens * hidden  # bytes of one bf16 activation
+    big = 2 * tokens * ffn
+
+    def rms_eager(_):
+        xf = x.float()
+        (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(bf) * w
+
+    return {
+        "copy": (lambda _: out.copy_(x), 2 * act),
+        "residual_add": (lambda _: torch.add(x, r, out=out), 3 * act),
+        "rmsnorm_eager": (rms_eager, 2 * act),
+        "rmsnorm_fused": (lambda _: torch.nn.functional.rms_norm(x, (hidden,), w, 1e-5), 2 * act),
+        "swiglu_eager": (lambda _: torch.nn.functional.silu(gate) * up, 3 * big),
+    }
+
+
+# =============================================================================================
+# The run
+# =============================================================================================
+def _device(torch) -> dict:
+    from .kernels import gpu_from_device
+
+    p = torch.cuda.get_device_properties(0)
+    gpu = gpu_from_device(p.name, p.total_memory)
+    return {"name": p.name, "gpu": gpu, "sm_count": p.multi_processor_count,
+            "l2_bytes": float(getattr(p, "L2_cache_size", 50 * 2**20)),
+            "total_memory": p.total_memory}
+
+
+def _row(gpu, source, **kw) -> dict:
+    row = {c: kw.get(c) for c in (*KERNEL_COLUMNS, *EXTRA_COLUMNS)}
+    row["gpu"], row["source"] = gpu, source
+    return row
+
+
+class _Writer:
+    """Appends rows to the CSV as they come (a cut run keeps what it measured)."""
+
+    def __init__(self, path: Path, header: list[str]):
+        self.path, self.cols = path, [*KERNEL_COLUMNS, *EXTRA_COLUMNS]
+        path.write_text("".join(f"# {line}\n" for line in header) + ",".join(self.cols) + "\n")
+        self.rows = 0
+
+    def add(self, row: dict) -> None:
+        pd.DataFrame([row], columns=self.cols).to_csv(self.path, mode="a", header=False,
+                                                      index=False)
+        self.rows += 1
+
+
+def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, log=print) -> int:
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit("measure: needs PyTorch with CUDA (pip install torch)") from None
+    if not torch.cuda.is_available():
+        raise SystemExit("measure: no CUDA GPU visible (torch.cuda.is_available() is False)")
+    dev = _device(torch)
+    gpu = dev["gpu"] or dev["name"]
+    source = f"measure:{dev['name'].replace(' ', '_')}:torch{torch.__version__}"
+    header = [f"kernel table measured by python -m sim_core.calibration.measure on {time.strftime('%Y-%m-%d')}",
+              f"device: {dev['name']}, {dev['sm_count']} SMs, "
+              f"{dev['total_memory'] / 2**30:.1f} GiB, L2 {dev['l2_bytes'] / 2**20:.0f} MiB",
+              f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
+              f"{torch.backends.cudnn.version()}, python {platform.python_version()}",
+              "time_us: median over blocks of back-to-back launches (CUDA events); "
+              "spread: (max-min)/median over blocks",
+              "attention: batch 1, causal, bwd = (fwd+bwd) - fwd; elementwise: bytes = the "
+              "least the op must move"]
+    w = _Writer(out, header)
+    timer = Timer(torch)
+    t0 = time.monotonic()
+    over = lambda: time.monotonic() - t0 > budget_s  # noqa: E731
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+    # 1. memory-bound ops (quick, first): achieved fraction of HBM bandwidth
+    for tokens_e, hidden, ffn in ((8192, 4096, 14336), (8192, 8192, 28672)):
+        for name, (fn, nbytes) in elementwise_ops(torch, tokens_e, hidden, ffn).items():
+            t, s = timer(fn)
+            w.add(_row(gpu, source, op_class="elementwise", dtype="bf16", m=tokens_e, n=hidden,
+                       k=ffn, time_us=t, spread=s, op=name, bytes=nbytes, kernel="torch"))
+        torch.cuda.empty_cache()
+    log(f"elementwise: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+
+    # 2. attention: both backends, forward and backward
+    shapes = attention_shapes(models, tps, seqs)
+    for backend in ("cudnn", "flash"):
+        for r in shapes.itertuples():
+            if over():
+                break
+            try:
+                res = time_attention(torch, timer, backend, r.heads, r.seq, ATTN_HEAD_DIM,
+                                     dev["l2_bytes"])
+            except Exception as exc:  # a backend that refuses a shape: say so, keep going
+                w.add(_row(gpu, source, op_class="attention", dtype="bf16", batch=1,
+                           heads=r.heads, seq=r.seq, head_dim=ATTN_HEAD_DIM, causal=1,
+                           kernel=backend, note=f"failed: {type(exc).__name__}: "
+                                                f"{str(exc).splitlines()[0][:120]}"))
+                continue
+            for direction, (t, s) in res.items():
+                w.add(_row(gpu, source, op_class="attention", dtype="bf16", batch=1,
+                           heads=r.heads, seq=r.seq, head_dim=ATTN_HEAD_DIM, causal=1,
+                           direction=direction, time_us=t, spread=s, kernel=backend))
+        torch.cuda.empty_cache()
+    log(f"attention: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+
+    # 3. GEMMs: every distinct shape once per dtype, smallest first (a cut run covers the range)
+    g = gemm_shapes(models, tps, tokens)
+    uniq = g.drop_duplicates(["m", "n", "k"]).assign(
+        flops=lambda d: 2.0 * d.m * d.n * d.k).sort_values("flops")
+    dtypes = ["bf16", "fp8"] if fp8 else ["bf16"]
+    done = 0
+    for dtype in dtypes:
+        for r in uniq.itertuples():
+            if over():
+                break
+            try:
+                t, s = time_gemm(torch, timer, r.m, r.n, r.k, dtype, dev["l2_bytes"])
+            except Exception as exc:
+                w.add(_row(gpu, source, op_class="gemm", dtype=dtype, m=r.m, n=r.n, k=r.k,
+                           batch=1, kernel="cublas", model=r.model, tp=r.tp, tokens=r.tokens,
+                           op=r.op, phase=r.phase, note=f"failed: {type(exc).__name__}"))
+                continue
+            w.add(_row(gpu, source, op_class="gemm", dtype=dtype, m=r.m, n=r.n, k=r.k, batch=1,
+                       time_us=t, spread=s, kernel="cublas" if dtype == "bf16" else "scaled_mm",
+                       model=r.model, tp=r.tp, tokens=r.tokens, op=r.op, phase=r.phase))
+            done += 1
+        torch.cuda.empty_cache()
+        log(f"gemm {dtype}: {done} of {len(uniq) * len(dtypes)} shapes, "
+            f"{time.monotonic() - t0:.0f} s")
+    if over():
+        log(f"stopped at the {budget_s:.0f} s budget: the table is partial (smallest shapes first)")
+    log(f"wrote {w.rows} rows to {out}")
+    return 0
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sim_core.calibration.measure",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="kernel table CSV to write")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                   help="catalog models whose layer shapes to measure (comma-separated)")
+    p.add_argument("--tp", default=",".join(map(str, DEFAULT_TP)), help="tensor-parallel sizes")
+    p.add_argument("--tokens", default=",".join(map(str, DEFAULT_TOKENS)),
+                   help="tokens per micro-batch per GPU (micro_batch x seq / cp)")
+    p.add_argument("--seqs", default=",".join(map(str, ATTN_SEQS)),
+                   help="attention sequence lengths")
+    p.add_argument("--fp8", action="store_true", help="also time every GEMM in FP8 (Hopper+)")
+    p.add_argument("--budget-s", type=float, default=420.0,
+                   help="stop starting new measurements after this many seconds")
+    p.add_argument("--shapes-only", action="store_true",
+                   help="print the GEMM and attention shapes and exit (no GPU needed)")
+    a = p.parse_args(argv)
+    models = [m.strip() for m in a.models.split(",") if m.strip()]
+    if a.shapes_only:
+        g = gemm_shapes(models, _ints(a.tp), _ints(a.tokens))
+        print(f"{len(g)} GEMM rows, {len(g.drop_duplicates(['m', 'n', 'k']))} distinct shapes; "
+              f"{len(attention_shapes(models, _ints(a.tp), _ints(a.seqs)))} attention shapes")
+        return 0
+    return run(a.out, models, _ints(a.tp), _ints(a.tokens), _ints(a.seqs), a.fp8, a.budget_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The kernel tables measured on an H100 and an H200 (sim_core/data/kernels), the measuring
+tool's GPU-free parts, and the compute model's Hopper curves against those measurements."""
+
+import sys
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim_core import compute, fit
+from sim_core.calibration import kernels, measure
+from sim_core.columns import Batch
+
+DATA = resources.files("sim_core").joinpath("data/kernels")
+TABLES = {"h100-sxm": DATA / "h100-sxm.csv", "h200": DATA / "h200.csv"}
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return fit.kernel_tables()
+
+
+def test_measured_tables_load_as_kernel_tables():
+    for gpu, path in TABLES.items():
+        df = kernels.load_kernels(path)
+        assert set(df["gpu"]) == {gpu}
+        assert df["op_class"].value_counts().to_dict() == {"gemm": 1862, "attention": 336,
+                                                           "elementwise": 10}
+        failed = df[df["time_us"].isna()]
+        # only FP8 shapes _scaled_mm refuses (a dimension not a multiple of 16) have no time
+        assert len(failed) == 8 and (failed["dtype"] == "fp8").all()
+        assert (((failed["n"] % 16) != 0) | ((failed["k"] % 16) != 0)).all()
+        assert (df["time_us"].dropna() > 0).all()
+
+
+def test_shipped_hopper_constants_are_the_fit_of_the_measured_kernels(measured):
+    """efficiency.yaml's MEASURED values come from `python -m sim_core.fit --kernels`: edit
+    one by hand, or change the tables, and this fails."""
+    params = fit.fit_kernel_curves(measured)
+    hopper = compute.efficiency_table()[90]
+    for dt in ("bf16", "fp8"):
+        assert hopper["gemm_k_half"][dt] == pytest.approx(params[("gemm", dt, "")][1], rel=0.05)
+    for fam in ("fa3", "fa2"):
+        for d in ("fwd", "bwd"):
+            emax, seq_half, tiles_half = params[("attention", fam, d)]
+            assert hopper[f"attn_seq_half_{d}"][fam] == pytest.approx(seq_half, rel=0.05)
+            assert hopper[f"attn_tiles_half_{d}"][fam] == pytest.approx(tiles_half, rel=0.05)
+            if fam == "fa3":  # the FA2 level is fitted on runs (sim_core.fit FITTED)
+                assert hopper[f"attn_{d}"][fam] == pytest.approx(emax, rel=0.05)
+
+
+def _attention_batch(rows: pd.DataFrame, tp: int, cp: int) -> Batch:
+    """The configurations whose per-GPU attention is the measured call: heads x tp query heads
+    split over tp, the sequence split over cp."""
+    n = len(rows)
+    return Batch(sm_arch=np.full(n, 90.0), micro_batch=np.ones(n),
+                 heads=rows["heads"].to_numpy(float) * tp, tp=np.full(n, float(tp)),
+                 seq_len=rows["seq"].to_numpy(float), cp=np.full(n, float(cp)),
+                 attention_kernel=np.where(rows["kernel"] == "flash", 1, 0))
+
+
+@pytest.mark.parametrize("direction,kernel,tolerance", [
+    ("fwd", "cudnn", 0.05), ("fwd", "flash", 0.05), ("bwd", "flash", 0.08),
+    ("bwd", "cudnn", 0.20)])  # cuDNN backward is timed as a difference of two timings
+def test_compute_model_reproduces_measured_attention(measured, direction, kernel, tolerance):
+    rows = measured[(measured["op_class"] == "attention") & (measured["kernel"] == kernel)
+                    & (measured["direction"] == direction)]
+    b = _attention_batch(rows, tp=4, cp=1)
+    eff = compute.attention_efficiency(b, direction)
+    if kernel == "flash":  # the FA2 level is fitted on runs: compare the curve's shape
+        eff = eff / np.median(eff / rows["eff"].to_numpy())
+    err = np.abs(rows["eff"].to_numpy() / eff - 1)
+    assert np.median(err) < tolerance
+    # the occupancy term is what carries few heads at short sequences: without it the same
+    # rows are predicted far worse
+    few = (rows["heads"] <= 8).to_numpy() & (rows["seq"] <= 4096).to_numpy()
+    tiles_half = compute.efficiency_table()[90][f"attn_tiles_half_{direction}"]
+    fam = "fa2" if kernel == "flash" else "fa3"
+    no_occupancy = eff * (1 + tiles_half[fam] / (rows["heads"].to_numpy() * np.ceil(
+        rows["seq"].to_numpy() / compute.ATTN_TILE)))
+    err_without = np.abs(rows["eff"].to_numpy() / no_occupancy - 1)
+    assert np.median(err_without[few]) > 2 * np.median(err[few])
+
+
+def test_context_parallel_splits_the_query_blocks():
+    """cp = 4 on 32k tokens leaves each GPU 8k queries: a quarter of the query blocks (the
+    per-block work still spans the whole sequence)."""
+    rows = pd.DataFrame({"heads": [4], "seq": [32768], "kernel": ["cudnn"]})
+    cp4 = compute.attention_efficiency(_attention_batch(rows, tp=8, cp=4), "fwd")[0]
+    cp1 = compute.attention_efficiency(_attention_batch(rows, tp=8, cp=1), "fwd")[0]
+    th = compute.efficiency_table()[90]["attn_tiles_half_fwd"]["fa3"]
+    tiles = 4 * 32768 / compute.ATTN_TILE
+    assert cp4 / cp1 == pytest.approx((tiles / 4 / (tiles / 4 + th)) / (tiles / (tiles + th)))
+    assert cp4 < cp1
+
+
+def test_gemm_curve_has_the_measured_shape(measured):
+    """The roofline GEMM curve over the measured bf16 and fp8 shapes: up to its level (fitted
+    on runs), it tracks each measured kernel within a few percent."""
+    for dt in ("bf16", "fp8"):
+        g = measured[(measured["op_class"] == "gemm") & (measured["dtype"] == dt)]
+        n = len(g)
+        b = Batch(sm_arch=np.full(n, 90.0), sm_count=np.full(n, 132.0))
+        pred = compute.roofline_gemm_efficiency(
+            b, g["m"].to_numpy(float), g["n"].to_numpy(float), g["k"].to_numpy(float),
+            np.full(n, dt == "fp8"))
+        ratio = g["eff"].to_numpy() / pred
+        assert np.median(np.abs(ratio / np.median(ratio) - 1)) < 0.035
+        # short reductions are where the old k_half (512) was wrong by 15-25%
+        short = g["k"].to_numpy() <= 2048
+        assert abs(np.median(ratio[short]) / np.median(ratio) - 1) < 0.06
+
+
+def test_gemm_shapes_are_the_simulators_megatron_shapes():
+    g = measure.gemm_shapes(["llama3-8b"], [2], [4096])
+    fwd = g[g["phase"] == "fwd"].set_index("op")[["m", "n", "k"]]
+    assert fwd.loc["qkv_proj"].tolist() == [4096, (4096 + 2 * 8 * 128) // 2, 4096]
+    assert fwd.loc["out_proj"].tolist() == [4096, 4096, 2048]
+    assert fwd.loc["fc1"].tolist() == [4096, 14336, 4096]  # gate + up, column-parallel
+    assert fwd.loc["fc2"].tolist() == [4096, 4096, 7168]
+    assert fwd.loc["lm_head"].tolist() == [4096, 128256 // 2, 4096]
+    qkv = g[g["op"] == "qkv_proj"].set_index("phase")[["m", "n", "k"]]
+    assert qkv.loc["dgrad"].tolist() == [4096, 4096, 3072]  # dY W: K is the output width
+    assert qkv.loc["wgrad"].tolist() == [3072, 4096, 4096]  # dY^T X: K is the tokens
+    heads = measure.attention_shapes(["llama3-8b"], [1, 8], [2048])["heads"].tolist()
+    assert heads == [4, 32]
+
+
+def test_measure_without_torch_says_what_it_needs(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    with pytest.raises(SystemExit, match="needs PyTorch"):
+        measure.main(["--out", str(tmp_path / "k.csv")])
+    assert not (tmp_path / "k.csv").exists()
+
+
+def test_calibrate_compute_on_a_measured_table_asks_for_one_attention_kernel(tmp_path, capsys):
+    from sweep.cli import main
+
+    path = str(TABLES["h100-sxm"])
+    assert main(["calibrate", "compute", path, "--profile", str(tmp_path / "p")]) != 0
+    err = capsys.readouterr().err
+    assert "--attention-kernel" in err and "cudnn, flash" in err
+    assert main(["calibrate", "compute", path, "--attention-kernel", "cudnn", "--rounds", "40",
+                 "--folds", "2", "--profile", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "h100-sxm attention: 168 rows" in out and "h100-sxm gemm: 1854 rows" in out
