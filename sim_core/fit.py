@@ -189,7 +189,7 @@ def kernel_tables() -> pd.DataFrame:
     df = df[df["time_us"].notna()].copy()
     peak = np.array([catalog.peak_tflops(g, "fp8" if d == "fp8" else "bf16")
                      for g, d in zip(df["gpu"], df["dtype"])]) * 1e12
-    gemm = 2.0 * df["m"] * df["n"] * df["k"]
+    gemm = 2.0 * df["batch"].fillna(1) * df["m"] * df["n"] * df["k"]
     attn = (4.0 * df["heads"] * df["seq"] ** 2 * df["head_dim"] * 0.5
             * np.where(df["direction"] == "bwd", 2.5, 1.0))
     flops = np.where(df["op_class"] == "gemm", gemm, attn)
@@ -219,11 +219,28 @@ def _fit_log(model, x0, y):
     return np.exp(r.x)
 
 
+def _dense_gemms(df: pd.DataFrame, dtype: str) -> pd.DataFrame:
+    """One GEMM per launch (not the MoE grouped or per-expert rows) of a dtype."""
+    return df[(df["op_class"] == "gemm") & (df["dtype"] == dtype)
+              & df["kernel"].isin(["cublas", "scaled_mm"])]
+
+
+def grouped_over_dense(df: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """Measured MoE expert GEMMs against the fitted dense curve at one expert's shape: what
+    compute.py's `grouped_gemm` multiplies (fitted on MoE runs: 0.65)."""
+    g = df[(df["op_class"] == "gemm") & df["kernel"].isin(["grouped_mm", "loop"])]
+    if not len(g) or ("gemm", "bf16", "") not in params:
+        return pd.DataFrame()
+    dense = gemm_curve(g["m"], g["n"], g["k"], *params[("gemm", "bf16", "")])
+    return (g.assign(ratio=g["eff"] / dense).groupby(["kernel", "model"])["ratio"].median()
+            .unstack(0))
+
+
 def fit_kernel_curves(df: pd.DataFrame) -> dict:
     """{(what, dtype or family, direction): params} on one kernel table."""
     out = {}
     for dt in ("bf16", "fp8"):
-        g = df[(df["op_class"] == "gemm") & (df["dtype"] == dt)]
+        g = _dense_gemms(df, dt)
         if len(g):
             m, n, k = (g[c].to_numpy(float) for c in ("m", "n", "k"))
             out[("gemm", dt, "")] = _fit_log(lambda p: gemm_curve(m, n, k, *p), [0.7, 256],
@@ -245,7 +262,7 @@ def kernel_curve_errors(df: pd.DataFrame, params: dict) -> dict:
     out = {}
     for (what, sub, d), p in params.items():
         if what == "gemm":
-            g = df[(df["op_class"] == "gemm") & (df["dtype"] == sub)]
+            g = _dense_gemms(df, sub)
             pred = gemm_curve(g["m"], g["n"], g["k"], *p)
         else:
             kern = {v: k for k, v in ATTN_FAMILY.items()}[sub]
@@ -274,6 +291,11 @@ def main_kernels() -> None:
         vals = ", ".join(f"{n} {v:.3g}" for n, v in zip(names[what], p))
         loo = "; ".join(f"held-out {g} {h[key]:.3f}" for g, h in held.items() if key in h)
         print(f"  {what} {sub} {d}: {vals}  | in-sample median |err| {err[key]:.3f}; {loo}")
+    ratio = grouped_over_dense(df, params)
+    if len(ratio):
+        print("MoE expert GEMMs, measured / dense curve at one expert's shape (median per "
+              "model; compute.py's grouped_gemm, fitted on MoE runs, is 0.65):")
+        print(ratio.to_string(float_format=lambda x: f"{x:.2f}"))
 
 
 def main() -> None:

@@ -85,6 +85,35 @@ def gemm_shapes(models=DEFAULT_MODELS, tps=DEFAULT_TP, tokens=DEFAULT_TOKENS) ->
     return pd.DataFrame(out)
 
 
+MOE_MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "mixtral-8x7b", "gpt-oss-120b")
+GROUP_ALIGN = 16  # rows per expert group: torch._grouped_mm's alignment (torchtitan pads to it)
+
+
+def moe_gemm_shapes(models=MOE_MODELS, eps=(1, 2, 4, 8, 16, 32, 64), tokens=(4096, 8192)
+                    ) -> pd.DataFrame:
+    """Forward expert GEMMs of one MoE layer on one GPU under balanced routing: `groups` local
+    experts (experts / ep), each with m = tokens x top_k x ep / experts rows (rounded up to 16),
+    n x k of FC1 (gate + up for SwiGLU) and FC2; expert tensor parallelism not applied."""
+    from .. import catalog
+
+    out = []
+    for name in models:
+        spec = catalog.get_model(name)
+        n_up = 2 if spec.activation == "swiglu" else 1
+        for ep in eps:
+            if ep > spec.experts:
+                continue
+            groups = spec.experts // ep
+            for t in tokens:
+                m = max(GROUP_ALIGN, math.ceil(t * spec.top_k * ep / spec.experts / GROUP_ALIGN)
+                        * GROUP_ALIGN)
+                base = dict(model=name, ep=ep, tokens=t, batch=groups, m=m)
+                out.append({**base, "op": "expert_fc1", "n": n_up * spec.expert_ffn,
+                            "k": spec.hidden})
+                out.append({**base, "op": "expert_fc2", "n": spec.hidden, "k": spec.expert_ffn})
+    return pd.DataFrame(out)
+
+
 def attention_shapes(models=DEFAULT_MODELS, tps=DEFAULT_TP, seqs=ATTN_SEQS) -> pd.DataFrame:
     """Query heads per GPU (heads / tp) x sequence length, head_dim 128, one sequence."""
     from .. import catalog
@@ -151,10 +180,27 @@ def time_gemm(torch, timer, m, n, k, dtype: str, l2_bytes: float) -> tuple[float
     else:
         def fn(i):
             torch.matmul(a[i % sets], b[i % sets].t())
-    try:
-        return timer(fn)
-    finally:
-        del a, b
+    return timer(fn)  # the tensors go with this frame
+
+
+def time_grouped_gemm(torch, timer, groups, m, n, k, how: str, l2_bytes: float):
+    """`groups` GEMMs of (m, n, k), bf16: one torch._grouped_mm launch over the stacked rows
+    (what torchtitan's MoE runs), or a loop of torch.matmul (a framework without a grouped
+    kernel). Weights are [groups, n, k] used transposed, as a Linear layer's."""
+    dev = "cuda"
+    sets = _copies(2 * groups * (m * k + n * k), l2_bytes)
+    x = [torch.randn(groups * m, k, device=dev, dtype=torch.bfloat16) for _ in range(sets)]
+    w = [torch.randn(groups, n, k, device=dev, dtype=torch.bfloat16) for _ in range(sets)]
+    offs = torch.arange(m, groups * m + 1, m, device=dev, dtype=torch.int32)
+    if how == "grouped_mm":
+        def fn(i):
+            torch._grouped_mm(x[i % sets], w[i % sets].transpose(-2, -1), offs=offs)
+    else:
+        def fn(i):
+            xs, ws = x[i % sets], w[i % sets]
+            for g in range(groups):
+                torch.matmul(xs[g * m:(g + 1) * m], ws[g].t())
+    return timer(fn)
 
 
 def time_attention(torch, timer, backend: str, heads: int, seq: int, head_dim: int,
@@ -180,7 +226,6 @@ def time_attention(torch, timer, backend: str, heads: int, seq: int, head_dim: i
             torch.autograd.grad(out, (q, k, v), g)
         t_fwd, s_fwd = timer(fwd)
         t_both, s_both = timer(both)
-    del qkv, g
     return {"fwd": (t_fwd, s_fwd), "bwd": (max(t_both - t_fwd, 1e-3), s_both)}
 
 
@@ -242,7 +287,8 @@ class _Writer:
         self.rows += 1
 
 
-def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, log=print) -> int:
+def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, moe: bool = False,
+        dense: bool = True, log=print) -> int:
     try:
         import torch
     except ImportError:
@@ -267,61 +313,84 @@ def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, log=pr
     over = lambda: time.monotonic() - t0 > budget_s  # noqa: E731
     torch.backends.cuda.matmul.allow_tf32 = False
 
-    # 1. memory-bound ops (quick, first): achieved fraction of HBM bandwidth
-    for tokens_e, hidden, ffn in ((8192, 4096, 14336), (8192, 8192, 28672)):
-        for name, (fn, nbytes) in elementwise_ops(torch, tokens_e, hidden, ffn).items():
-            t, s = timer(fn)
-            w.add(_row(gpu, source, op_class="elementwise", dtype="bf16", m=tokens_e, n=hidden,
-                       k=ffn, time_us=t, spread=s, op=name, bytes=nbytes, kernel="torch"))
-        torch.cuda.empty_cache()
-    log(f"elementwise: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+    if dense:
+        # 1. memory-bound ops (quick, first): achieved fraction of HBM bandwidth
+        for tokens_e, hidden, ffn in ((8192, 4096, 14336), (8192, 8192, 28672)):
+            for name, (fn, nbytes) in elementwise_ops(torch, tokens_e, hidden, ffn).items():
+                t, s = timer(fn)
+                w.add(_row(gpu, source, op_class="elementwise", dtype="bf16", m=tokens_e, n=hidden,
+                           k=ffn, time_us=t, spread=s, op=name, bytes=nbytes, kernel="torch"))
+            torch.cuda.empty_cache()
+        log(f"elementwise: {w.rows} rows, {time.monotonic() - t0:.0f} s")
 
-    # 2. attention: both backends, forward and backward
-    shapes = attention_shapes(models, tps, seqs)
-    for backend in ("cudnn", "flash"):
-        for r in shapes.itertuples():
-            if over():
-                break
-            try:
-                res = time_attention(torch, timer, backend, r.heads, r.seq, ATTN_HEAD_DIM,
-                                     dev["l2_bytes"])
-            except Exception as exc:  # a backend that refuses a shape: say so, keep going
-                w.add(_row(gpu, source, op_class="attention", dtype="bf16", batch=1,
-                           heads=r.heads, seq=r.seq, head_dim=ATTN_HEAD_DIM, causal=1,
-                           kernel=backend, note=f"failed: {type(exc).__name__}: "
-                                                f"{str(exc).splitlines()[0][:120]}"))
-                continue
-            for direction, (t, s) in res.items():
-                w.add(_row(gpu, source, op_class="attention", dtype="bf16", batch=1,
-                           heads=r.heads, seq=r.seq, head_dim=ATTN_HEAD_DIM, causal=1,
-                           direction=direction, time_us=t, spread=s, kernel=backend))
-        torch.cuda.empty_cache()
-    log(f"attention: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+        # 2. attention: both backends, forward and backward
+        shapes = attention_shapes(models, tps, seqs)
+        for backend in ("cudnn", "flash"):
+            for r in shapes.itertuples():
+                if over():
+                    break
+                try:
+                    res = time_attention(torch, timer, backend, r.heads, r.seq, ATTN_HEAD_DIM,
+                                         dev["l2_bytes"])
+                except Exception as exc:  # a backend that refuses a shape: say so, keep going
+                    w.add(_row(gpu, source, op_class="attention", dtype="bf16", batch=1,
+                               heads=r.heads, seq=r.seq, head_dim=ATTN_HEAD_DIM, causal=1,
+                               kernel=backend, note=f"failed: {type(exc).__name__}: "
+                                                    f"{str(exc).splitlines()[0][:120]}"))
+                    continue
+                for direction, (t, s) in res.items():
+                    w.add(_row(gpu, source, op_class="attention", dtype="bf16", batch=1,
+                               heads=r.heads, seq=r.seq, head_dim=ATTN_HEAD_DIM, causal=1,
+                               direction=direction, time_us=t, spread=s, kernel=backend))
+            torch.cuda.empty_cache()
+        log(f"attention: {w.rows} rows, {time.monotonic() - t0:.0f} s")
 
-    # 3. GEMMs: every distinct shape once per dtype, smallest first (a cut run covers the range)
-    g = gemm_shapes(models, tps, tokens)
-    uniq = g.drop_duplicates(["m", "n", "k"]).assign(
-        flops=lambda d: 2.0 * d.m * d.n * d.k).sort_values("flops")
-    dtypes = ["bf16", "fp8"] if fp8 else ["bf16"]
-    done = 0
-    for dtype in dtypes:
-        for r in uniq.itertuples():
-            if over():
-                break
-            try:
-                t, s = time_gemm(torch, timer, r.m, r.n, r.k, dtype, dev["l2_bytes"])
-            except Exception as exc:
-                w.add(_row(gpu, source, op_class="gemm", dtype=dtype, m=r.m, n=r.n, k=r.k,
-                           batch=1, kernel="cublas", model=r.model, tp=r.tp, tokens=r.tokens,
-                           op=r.op, phase=r.phase, note=f"failed: {type(exc).__name__}"))
-                continue
-            w.add(_row(gpu, source, op_class="gemm", dtype=dtype, m=r.m, n=r.n, k=r.k, batch=1,
-                       time_us=t, spread=s, kernel="cublas" if dtype == "bf16" else "scaled_mm",
-                       model=r.model, tp=r.tp, tokens=r.tokens, op=r.op, phase=r.phase))
-            done += 1
-        torch.cuda.empty_cache()
-        log(f"gemm {dtype}: {done} of {len(uniq) * len(dtypes)} shapes, "
-            f"{time.monotonic() - t0:.0f} s")
+        # 3. GEMMs: every distinct shape once per dtype, smallest first (a cut run covers the range)
+        g = gemm_shapes(models, tps, tokens)
+        uniq = g.drop_duplicates(["m", "n", "k"]).assign(
+            flops=lambda d: 2.0 * d.m * d.n * d.k).sort_values("flops")
+        dtypes = ["bf16", "fp8"] if fp8 else ["bf16"]
+        done = 0
+        for dtype in dtypes:
+            for r in uniq.itertuples():
+                if over():
+                    break
+                try:
+                    t, s = time_gemm(torch, timer, r.m, r.n, r.k, dtype, dev["l2_bytes"])
+                except Exception as exc:
+                    w.add(_row(gpu, source, op_class="gemm", dtype=dtype, m=r.m, n=r.n, k=r.k,
+                               batch=1, kernel="cublas", model=r.model, tp=r.tp, tokens=r.tokens,
+                               op=r.op, phase=r.phase, note=f"failed: {type(exc).__name__}"))
+                    continue
+                w.add(_row(gpu, source, op_class="gemm", dtype=dtype, m=r.m, n=r.n, k=r.k, batch=1,
+                           time_us=t, spread=s, kernel="cublas" if dtype == "bf16" else "scaled_mm",
+                           model=r.model, tp=r.tp, tokens=r.tokens, op=r.op, phase=r.phase))
+                done += 1
+            torch.cuda.empty_cache()
+            log(f"gemm {dtype}: {done} of {len(uniq) * len(dtypes)} shapes, "
+                f"{time.monotonic() - t0:.0f} s")
+    # 4. MoE expert GEMMs (with --moe): grouped kernel and a per-expert loop, bf16
+    if moe:
+        shapes = moe_gemm_shapes()
+        for how in ("grouped_mm", "loop"):
+            for r in shapes.itertuples():
+                if over():
+                    break
+                if how == "loop" and r.batch > 64:
+                    continue  # a launch per expert: hundreds of launches say nothing new
+                row = dict(op_class="gemm", dtype="bf16", m=r.m, n=r.n, k=r.k, batch=r.batch,
+                           kernel=how, model=r.model, tp=1, tokens=r.tokens, op=r.op,
+                           phase="fwd", note=f"moe ep={r.ep}")
+                try:
+                    t, s = time_grouped_gemm(torch, timer, r.batch, r.m, r.n, r.k, how,
+                                             dev["l2_bytes"])
+                except Exception as exc:
+                    w.add(_row(gpu, source, **{**row, "note": f"moe ep={r.ep} failed: "
+                                                               f"{type(exc).__name__}"}))
+                    continue
+                w.add(_row(gpu, source, **row, time_us=t, spread=s))
+            torch.cuda.empty_cache()
+        log(f"moe: {w.rows} rows, {time.monotonic() - t0:.0f} s")
     if over():
         log(f"stopped at the {budget_s:.0f} s budget: the table is partial (smallest shapes first)")
     log(f"wrote {w.rows} rows to {out}")
@@ -344,6 +413,9 @@ def main(argv=None) -> int:
     p.add_argument("--seqs", default=",".join(map(str, ATTN_SEQS)),
                    help="attention sequence lengths")
     p.add_argument("--fp8", action="store_true", help="also time every GEMM in FP8 (Hopper+)")
+    p.add_argument("--moe", action="store_true",
+                   help="also time MoE expert GEMMs (torch._grouped_mm and a per-expert loop)")
+    p.add_argument("--only", choices=["moe"], help="measure only this part")
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="stop starting new measurements after this many seconds")
     p.add_argument("--shapes-only", action="store_true",
@@ -355,7 +427,8 @@ def main(argv=None) -> int:
         print(f"{len(g)} GEMM rows, {len(g.drop_duplicates(['m', 'n', 'k']))} distinct shapes; "
               f"{len(attention_shapes(models, _ints(a.tp), _ints(a.seqs)))} attention shapes")
         return 0
-    return run(a.out, models, _ints(a.tp), _ints(a.tokens), _ints(a.seqs), a.fp8, a.budget_s)
+    return run(a.out, models, _ints(a.tp), _ints(a.tokens), _ints(a.seqs), a.fp8, a.budget_s,
+               moe=a.moe or a.only == "moe", dense=a.only is None)
 
 
 if __name__ == "__main__":
