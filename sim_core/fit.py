@@ -274,6 +274,33 @@ def kernel_curve_errors(df: pd.DataFrame, params: dict) -> dict:
     return out
 
 
+def layer_errors(df: pd.DataFrame) -> pd.DataFrame:
+    """Measured whole decoder layers (op_class "layer") against compute.stage_times for the
+    same configuration (one GPU, tp 1, the measured attention backend), per layer: predicted
+    / measured - 1, with elementwise ops priced fused and unfused."""
+    from . import workload
+    from .columns import frame_to_batch
+
+    lay = df[(df["op_class"] == "layer") & df["time_us"].notna()]
+    if not len(lay):
+        return pd.DataFrame()
+    out = []
+    for fused in (True, False):
+        frame = pd.DataFrame({
+            "model": lay["model"].to_numpy(), "seq_len": lay["seq"].to_numpy(int),
+            "micro_batch": 1, "global_batch": 8, "gpu": lay["gpu"].to_numpy(), "num_gpus": 1,
+            "tp": 1, "pp": 1, "recompute": "none", "fused_elementwise": fused,
+            "attention_kernel": np.where(lay["kernel"] == "flash", "fa2", "fa3")})
+        b = frame_to_batch(frame)
+        wl = workload.build(b)
+        st = compute.stage_times(b, wl)
+        per_layer = {d: st[f"layer_{d}"] / wl.layers_per_stage * 1e6 for d in ("fwd", "bwd")}
+        pred = np.where(lay["direction"] == "fwd", per_layer["fwd"], per_layer["bwd"])
+        out.append(lay[["gpu", "model", "seq", "kernel", "direction"]].assign(
+            fused_elementwise=fused, error=pred / lay["time_us"].to_numpy() - 1))
+    return pd.concat(out, ignore_index=True)
+
+
 def main_kernels() -> None:
     df = kernel_tables()
     gpus = sorted(df["gpu"].unique())
@@ -296,6 +323,14 @@ def main_kernels() -> None:
         print("MoE expert GEMMs, measured / dense curve at one expert's shape (median per "
               "model; compute.py's grouped_gemm, fitted on MoE runs, is 0.65):")
         print(ratio.to_string(float_format=lambda x: f"{x:.2f}"))
+    lay = layer_errors(df)
+    if len(lay):
+        print("whole eager decoder layers, one GPU: compute model / measured - 1, median "
+              "[min, max] (the FA2 level is fitted on runs, not on these):")
+        for (fused, kern, d), e in lay.groupby(["fused_elementwise", "kernel", "direction"])[
+                "error"]:
+            print(f"  elementwise {'fused  ' if fused else 'unfused'} {kern:<5} {d}: "
+                  f"{e.median():+.3f} [{e.min():+.3f}, {e.max():+.3f}] over {len(e)} layers")
 
 
 def main() -> None:

@@ -155,3 +155,18 @@ def test_moe_expert_gemms_run_near_the_dense_curve(measured):
     assert ratio["grouped_mm"].between(0.85, 1.1).all()
     assert ratio["grouped_mm"].median() > 1.3 * compute.efficiency_table()[90]["grouped_gemm"][
         "bf16"]
+
+
+def test_compute_model_predicts_measured_whole_layers(measured):
+    """Eager Llama 8B/70B/405B decoder layers timed on an H100 (cuDNN attention; nn.RMSNorm
+    is one fused kernel in PyTorch 2.11): the compute model, elementwise priced fused, within
+    8% on every layer forward and backward."""
+    lay = fit.layer_errors(measured)
+    cudnn = lay[(lay["kernel"] == "cudnn") & lay["fused_elementwise"]]
+    assert len(cudnn) == 18 and set(cudnn["model"]) == {"llama3-8b", "llama3-70b",
+                                                        "llama3.1-405b"}
+    assert cudnn["error"].abs().max() < 0.08
+    # pricing those fused ops as unfused (x2.5 bytes) is measurably wrong on this software
+    unfused = lay[(lay["kernel"] == "cudnn") & ~lay["fused_elementwise"]
+                  & (lay["direction"] == "fwd")]
+    assert unfused["error"].median() > 0.08

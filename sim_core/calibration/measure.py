@@ -203,6 +203,70 @@ def time_grouped_gemm(torch, timer, groups, m, n, k, how: str, l2_bytes: float):
     return timer(fn)
 
 
+LAYER_MODELS = ("llama3-8b", "llama3-70b", "llama3.1-405b")
+LAYER_SEQS = (2048, 4096, 8192)
+
+
+def time_layer(torch, timer, model: str, seq: int, backend: str, compiled: bool = False) -> dict:
+    """One Llama-style decoder layer on one GPU (tp 1), micro-batch 1, bf16 weights: RMSNorm
+    (nn.RMSNorm), fused QKV, rotary, causal SDPA with GQA, output projection, SwiGLU MLP,
+    residual adds, as eager PyTorch (torchtitan without compile). Forward, and backward as
+    (forward + backward) - forward."""
+    from torch import nn
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from .. import catalog
+
+    spec = catalog.get_model(model)
+    h, heads = spec.hidden, spec.heads
+    kv = spec.kv_heads or heads
+    hd = spec.head_dim or h // heads
+    f = torch.nn.functional
+    dev, bf = "cuda", torch.bfloat16
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n1, self.n2 = nn.RMSNorm(h), nn.RMSNorm(h)
+            self.wqkv = nn.Linear(h, (heads + 2 * kv) * hd, bias=False)
+            self.wo = nn.Linear(heads * hd, h, bias=False)
+            self.w13 = nn.Linear(h, 2 * spec.ffn, bias=False)
+            self.w2 = nn.Linear(spec.ffn, h, bias=False)
+
+        def forward(self, x, cos, sin):
+            b, s, _ = x.shape
+            q, k, v = self.wqkv(self.n1(x)).split([heads * hd, kv * hd, kv * hd], dim=-1)
+            q, k, v = (t.view(b, s, -1, hd) for t in (q, k, v))
+
+            def rope(t):
+                t1, t2 = t[..., : hd // 2], t[..., hd // 2:]
+                return t * cos + torch.cat([-t2, t1], dim=-1) * sin
+            q, k, v = rope(q).transpose(1, 2), rope(k).transpose(1, 2), v.transpose(1, 2)
+            o = f.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = x + self.wo(o.transpose(1, 2).reshape(b, s, heads * hd))
+            g, u = self.w13(self.n2(x)).chunk(2, dim=-1)
+            return x + self.w2(f.silu(g) * u)
+
+    layer = Layer().to(dev, bf)
+    step = torch.compile(layer) if compiled else layer
+    x = torch.randn(1, seq, h, device=dev, dtype=bf, requires_grad=True)
+    ang = torch.randn(seq, 1, hd, device=dev, dtype=bf)
+    cos, sin = ang.cos(), ang.sin()
+    g = torch.randn(1, seq, h, device=dev, dtype=bf)
+    kind = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+    with sdpa_kernel(kind):
+        def fwd(_):
+            with torch.no_grad():
+                step(x, cos, sin)
+
+        def both(_):
+            out = step(x, cos, sin)
+            torch.autograd.grad(out, [x, *layer.parameters()], g)
+        t_fwd, s_fwd = timer(fwd)
+        t_both, s_both = timer(both)
+    return {"fwd": (t_fwd, s_fwd), "bwd": (max(t_both - t_fwd, 1e-3), s_both)}
+
+
 def time_attention(torch, timer, backend: str, heads: int, seq: int, head_dim: int,
                    l2_bytes: float) -> dict:
     """Causal SDPA forward, and backward as (forward + backward) - forward."""
@@ -288,7 +352,7 @@ class _Writer:
 
 
 def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, moe: bool = False,
-        dense: bool = True, log=print) -> int:
+        dense: bool = True, layers: bool = False, log=print) -> int:
     try:
         import torch
     except ImportError:
@@ -369,6 +433,26 @@ def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, moe: b
             torch.cuda.empty_cache()
             log(f"gemm {dtype}: {done} of {len(uniq) * len(dtypes)} shapes, "
                 f"{time.monotonic() - t0:.0f} s")
+    # 5. whole decoder layers (with --layers): what the compute model predicts end to end
+    if layers:
+        for model in LAYER_MODELS:
+            for seq in LAYER_SEQS:
+                for backend in ("cudnn", "flash"):
+                    if over():
+                        break
+                    row = dict(op_class="layer", dtype="bf16", batch=1, seq=seq, kernel=backend,
+                               model=model, tp=1, tokens=seq, op="decoder_layer_eager")
+                    try:
+                        res = time_layer(torch, timer, model, seq, backend)
+                    except Exception as exc:
+                        w.add(_row(gpu, source, **row, note=f"failed: {type(exc).__name__}: "
+                                                            f"{str(exc).splitlines()[0][:120]}"))
+                        continue
+                    for direction, (t, s) in res.items():
+                        w.add(_row(gpu, source, **row, direction=direction, time_us=t, spread=s))
+                torch.cuda.empty_cache()
+        log(f"layers: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+
     # 4. MoE expert GEMMs (with --moe): grouped kernel and a per-expert loop, bf16
     if moe:
         shapes = moe_gemm_shapes()
@@ -415,7 +499,9 @@ def main(argv=None) -> int:
     p.add_argument("--fp8", action="store_true", help="also time every GEMM in FP8 (Hopper+)")
     p.add_argument("--moe", action="store_true",
                    help="also time MoE expert GEMMs (torch._grouped_mm and a per-expert loop)")
-    p.add_argument("--only", choices=["moe"], help="measure only this part")
+    p.add_argument("--layers", action="store_true",
+                   help="also time whole eager Llama decoder layers (forward, backward)")
+    p.add_argument("--only", choices=["moe", "layers"], help="measure only this part")
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="stop starting new measurements after this many seconds")
     p.add_argument("--shapes-only", action="store_true",
@@ -428,7 +514,8 @@ def main(argv=None) -> int:
               f"{len(attention_shapes(models, _ints(a.tp), _ints(a.seqs)))} attention shapes")
         return 0
     return run(a.out, models, _ints(a.tp), _ints(a.tokens), _ints(a.seqs), a.fp8, a.budget_s,
-               moe=a.moe or a.only == "moe", dense=a.only is None)
+               moe=a.moe or a.only == "moe", dense=a.only is None,
+               layers=a.layers or a.only == "layers")
 
 
 if __name__ == "__main__":
