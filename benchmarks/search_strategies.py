@@ -37,10 +37,10 @@ def one_run(spec: dict) -> dict:
     import resource
 
     import numpy as np
-    import pyarrow.parquet as pq
 
     from sweep.config import load_space
     from sweep.execution import run_search
+    from sweep.results import read_results
 
     t0 = time.perf_counter()
     cfg = load_space(spec["space"])
@@ -61,9 +61,7 @@ def one_run(spec: dict) -> dict:
     rss = me.ru_maxrss / 1024  # KiB -> MiB
     load = os.getloadavg()[0]
     cols = ["status", "step_time_s", "cost_usd"] + (["trial"] if s.strategy != "grid" else [])
-    path = Path(spec["out"]) / "results.parquet"
-    names = set(pq.read_schema(path).names)
-    df = pq.read_table(path, columns=[c for c in cols if c in names]).to_pandas()
+    df = read_results(spec["out"], columns=cols)[0]
     ok = df[df["status"] == "ok"]
     out = {"wall_s": wall, "rss_mib": rss, "rows": int(len(df)),
            "driver_cpu_s": me.ru_utime + me.ru_stime,
