@@ -23,7 +23,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 import warnings
 from collections import Counter
