@@ -63,7 +63,7 @@ def _expand_models(df: pd.DataFrame) -> pd.DataFrame:
 
 def _gpu_arrays(gpu: pd.Series) -> dict[str, np.ndarray]:
     table = catalog.gpu_table()
-    uniq, inv = _factorize(gpu.to_numpy())
+    uniq, inv = _factorize(gpu)
     names = np.array([str(u).lower() for u in uniq], dtype=object)
     order = np.argsort(names, kind="stable")  # codes in sorted-name order, as np.unique gives
     names = names[order]
@@ -82,13 +82,15 @@ def _gpu_arrays(gpu: pd.Series) -> dict[str, np.ndarray]:
     return out
 
 
-def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct values, index of each element's value): each distinct id is resolved once."""
+def _factorize(values) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values, index of each element's value): each distinct id is resolved once.
+    `values` may be a Series: Arrow-backed strings are then encoded by Arrow, not turned into
+    Python objects first."""
     codes, uniq = pd.factorize(values, use_na_sentinel=False)
-    return np.asarray(uniq, dtype=object), codes.astype(np.int64)
+    return np.asarray(uniq, dtype=object), np.asarray(codes).astype(np.int64)
 
 
-def _categorical_codes(name: str, values: np.ndarray) -> np.ndarray:
+def _categorical_codes(name: str, values) -> np.ndarray:
     """Positions of lower-cased values in CATEGORICAL[name] (a one-line error for another)."""
     allowed = CATEGORICAL[name]
     uniq, inv = _factorize(values)
@@ -96,7 +98,7 @@ def _categorical_codes(name: str, values: np.ndarray) -> np.ndarray:
     table = np.array([lookup.get(str(u).lower(), -1) for u in uniq], dtype=np.int64)
     codes = table[inv]
     if (codes < 0).any():
-        bad = str(values[codes < 0][0]).lower()
+        bad = str(uniq[inv[codes < 0][0]]).lower()
         raise catalog.CatalogError(
             f"{name}: unknown value '{bad}'; allowed: {', '.join(allowed)}")
     return codes
@@ -104,8 +106,8 @@ def _categorical_codes(name: str, values: np.ndarray) -> np.ndarray:
 
 def _column(df: pd.DataFrame, name: str, default, n: int) -> np.ndarray:
     """One Batch array: the column with missing values set to the default, as codes (enums),
-    bools or float64. numpy on whole arrays; pandas only for a column with missing values or
-    of an unusual type, where it decides as it always did."""
+    bools or float64. numpy on whole arrays (Arrow for string columns); pandas' own
+    conversions only for a column with missing values or of an unusual type."""
     if name not in df.columns:
         if default is None:
             raise catalog.CatalogError(f"{name}: required field is missing")
@@ -115,16 +117,18 @@ def _column(df: pd.DataFrame, name: str, default, n: int) -> np.ndarray:
             return np.full(n, bool(default))
         return np.full(n, float(default), dtype=np.float64)
     col = df[name]
-    arr = col.to_numpy()
-    if arr.dtype.kind not in "biu" and default is not None and pd.isna(arr).any():
-        arr = col.where(col.notna(), default).to_numpy()
+    numeric = isinstance(col.dtype, np.dtype) and col.dtype.kind in "biuf"
+    if default is not None and not (numeric and col.dtype.kind in "biu") and col.isna().any():
+        col = col.where(col.notna(), default)
+        numeric = isinstance(col.dtype, np.dtype) and col.dtype.kind in "biuf"
     if name in CATEGORICAL:
-        return _categorical_codes(name, np.asarray(arr, dtype=object))
+        return _categorical_codes(name, col)
     if isinstance(default, bool):
-        return arr.astype(bool)
-    if arr.dtype.kind in "biuf":
-        return arr.astype(np.float64)
-    return pd.to_numeric(pd.Series(arr, index=df.index)).to_numpy(dtype=np.float64)
+        return col.to_numpy().astype(bool) if isinstance(col.dtype, np.dtype) \
+            else col.astype(bool).to_numpy()
+    if numeric:
+        return col.to_numpy().astype(np.float64)
+    return pd.to_numeric(col).to_numpy(dtype=np.float64)
 
 
 def frame_to_batch(df: pd.DataFrame) -> Batch:

@@ -220,15 +220,24 @@ class Space:
         n = len(ids)
         cols: dict = {"config_id": ids}
         for k, (name, values) in enumerate(self.axes):
-            cols[name] = _typed(values)[digits[k]]
+            cols[name] = _pick(values, digits[k])
         for name, value in self.fixed.items():
-            cols[name] = np.full(n, value, dtype=_typed([value]).dtype)
+            cols[name] = _pick([value], np.zeros(n, dtype=np.int64))
         if "nodes" in cols:
             cols["num_gpus"] = cols["nodes"] * cols["gpus_per_node"]
         if "global_batch_tokens" in cols:
             cols["global_batch"] = cols["global_batch_tokens"] // cols["seq_len"]
         order = [c for c in COLUMN_ORDER if c in cols] + [c for c in cols if c not in COLUMN_ORDER]
         return pd.DataFrame({c: cols[c] for c in order})
+
+
+def _pick(values: list, index: np.ndarray):
+    """values[index] as a column: numpy for numbers and bools; other values (strings) typed
+    once by pandas, as the frame would type them, then taken (no conversion per row)."""
+    typed = _typed(values)
+    if typed.dtype != object:
+        return typed[index]
+    return pd.Series(typed).array.take(index)
 
 
 def _typed(values: list) -> np.ndarray:
