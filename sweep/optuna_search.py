@@ -4,17 +4,26 @@ A trial is a layout chosen by the sampler (`nested.Nesting.outer`); its whole su
 axes is simulated in one vectorized call and the trial is told its best value (for several
 objectives, the points of its own front: the first on the trial, the others as extra
 finished trials of the same layout). Every row is kept. Rounds of `batch_size` trials are
-asked together, evaluated as Ray tasks and told together; the study's journal and the
-results part of a round are written once per round (asks before evaluating, tells after).
+asked together, evaluated together and told together; the study's journal is appended once
+per round (asks before evaluating, tells after).
+
+Where a round is evaluated: as Ray tasks (a cluster address, a Ray already running in this
+process, or a budget over IN_PROCESS_ROWS rows), else in the driver itself, where starting
+a local Ray would cost more than the second core saves (`SWEEP_RAY=1` forces Ray). A round's
+rows are written as one results part (compact schema, checksummed) on a background thread
+and recorded in the manifest once written; the parts are then published as the results
+dataset by hard links, as the grid's are, with the ranks of the best rows and the Pareto set
+in its metadata.
 
 Nothing walks the whole space: the size is the product of the axis lengths, validity is
 checked on the rows sampled, and the summary counts those (valid, invalid by reason, oom,
-fits). Results are assembled by streaming the parts, so the driver's memory stays bounded by
-a round, not by the number of trials.
+fits). Ranking reads only the objective columns of the parts, so the driver's memory stays
+bounded by a round, not by the number of trials.
 
-Resume: trials left RUNNING, and finished trials whose part was lost (corrupt or missing), are
-evaluated again from their recorded parameters (not replaced by new trials) and, when already
-finished, not told twice. A layout asked again is told its known result without simulating.
+Resume: trials left RUNNING, and finished trials whose part was lost (corrupt, missing, or
+not yet recorded when the run stopped), are evaluated again from their recorded parameters
+(not replaced by new trials) and, when already finished, not told twice. A layout asked
+again is told its known result without simulating.
 """
 
 from __future__ import annotations
