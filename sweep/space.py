@@ -316,7 +316,7 @@ def require_valid(c: Census, name: str) -> None:
 # Counting without walking the whole space (`sweep check`)
 # ---------------------------------------------------------------------------------------------
 CHECK_ENUMERATE_MAX = 1_000_000  # rule-relevant candidates counted one by one, at most
-CHECK_SAMPLE = 200_000  # candidates drawn to estimate the counts of a larger space
+CHECK_SAMPLE = 100_000  # candidates drawn to estimate the counts of a larger space
 
 
 @dataclass
