@@ -101,7 +101,9 @@ def journal_backend(path: Path):
         def append_logs(self, logs):
             self.logs.extend(logs)
 
-        def flush(self) -> None:
+        def flush(self, sync: bool = True) -> None:
+            """Append the new lines; `sync=False` leaves them to the OS (they survive the
+            process, not a crash of the machine: for asks, which a resume may ask again)."""
             if self.flushed == len(self.logs):
                 return
             data = "".join(json.dumps(log, separators=(",", ":")) + "\n"
@@ -109,7 +111,8 @@ def journal_backend(path: Path):
             with open(self.path, "ab") as f:
                 f.write(data.encode("utf-8"))
                 f.flush()
-                os.fsync(f.fileno())
+                if sync:
+                    os.fsync(f.fileno())
             self.flushed = len(self.logs)
 
     return RoundJournal(path)
@@ -274,7 +277,10 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
                         else:
                             asked = [study.ask(dists) for _ in range(k)]
                     n_asked += len(asked)
-                    journal.flush()  # the asks survive an interruption: resumed, not lost
+                    # the asks survive an interruption (resumed, not lost); not synced: after
+                    # a crash of the machine they are asked again (no part names them yet,
+                    # parts are recorded after the synced tells)
+                    journal.flush(sync=False)
                 bases = [nest.base(space, t.params) for t in asked]
                 first: dict[int, int] = {}
                 for t, b in zip(asked, bases):
@@ -315,13 +321,13 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
                     # (a trial told before its part is recorded is evaluated again on resume)
                     writer.submit(f"o{asked[0].number:07d}", rows,
                                   [t.number for t in asked])
-                    writer.record_finished()
                     for t, b in zip(asked, bases):
                         front = known[b]
                         if t.number not in told:
                             _tell(study, t, front, TrialState, create_trial, dists, tell)
                             patience.update(front[0][0] if front else None)
-                    journal.flush()
+                    journal.flush()  # synced (the asks before it too): then parts are recorded
+                    writer.record_finished()
                     bar.update(len(asked))
                     if on_batch is not None:
                         on_batch(asked[0].number, len(store.done) + writer.pending)
