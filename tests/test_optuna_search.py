@@ -227,3 +227,19 @@ def test_rounds_evaluated_in_the_driver_equal_those_on_ray(tmp_path, monkeypatch
     trials = sorted(n for e in manifest["batches"].values() for n in e["trials"])
     assert trials == list(range(40))  # every trial recorded in exactly one part
 
+
+
+def test_a_round_with_no_valid_row_joins_the_published_results(tmp_path):
+    """A round whose layouts are all invalid has no simulator columns; the published dataset
+    still has one schema (that part rewritten with nulls, the others linked)."""
+    from sweep.results import read_results
+
+    d = doc(trials=6, batch_size=1, sampler="random", inner=["zero"])
+    d["space"] = {"tp": [2, 3], "pp": [2, 4], "zero": [1, 3]}  # tp 3 never divides 8 GPUs
+    o = run_search(parse_space(d), tmp_path, **FAKE)
+    df = read_results(tmp_path)[0]
+    assert set(df["tp"]) == {2, 3} and len(df) == o.counts["total"]
+    bad = df[df["tp"] == 3]
+    assert (bad["status"] == "invalid").all() and bad["step_time_s"].isna().all()
+    assert (df.loc[df["tp"] == 2, "status"] != "invalid").all()
+    assert df["step_time_s"].notna().any() and o.best.iloc[0]["tp"] == 2
