@@ -1,8 +1,11 @@
 """Grid against Optuna samplers on the bundled 3.3M and 1.3e10 spaces: time, memory, quality.
 
 Each run is a fresh `python` process (so its peak RSS is the driver's alone) that calls
-`sweep.execution.run_search` on a local Ray and reports: wall time end to end (Ray start
-included), the driver's peak RSS, configurations evaluated, the best step time found, the
+`sweep.execution.run_search` as `sweep search` does (Optuna budgets up to
+`optuna_search.IN_PROCESS_ROWS` rows evaluated in the driver, larger ones and the grid on a
+local Ray) and reports: wall time end to end (start-up included), the driver's peak RSS
+(with in-driver evaluation, the simulation's memory too), the driver's CPU seconds (its
+threads included), the load average, configurations evaluated, the best step time found, the
 number of trials until the best came within 1% of the grid's best, the final gap, and for the
 objectives [step_time, cost] the hypervolume of the front as a fraction of the grid front's.
 
