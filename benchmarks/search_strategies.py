@@ -1,8 +1,11 @@
 """Grid against Optuna samplers on the bundled 3.3M and 1.3e10 spaces: time, memory, quality.
 
 Each run is a fresh `python` process (so its peak RSS is the driver's alone) that calls
-`sweep.execution.run_search` on a local Ray and reports: wall time end to end (Ray start
-included), the driver's peak RSS, configurations evaluated, the best step time found, the
+`sweep.execution.run_search` as `sweep search` does (Optuna budgets up to
+`optuna_search.IN_PROCESS_ROWS` rows evaluated in the driver, larger ones and the grid on a
+local Ray) and reports: wall time end to end (start-up included), the driver's peak RSS
+(with in-driver evaluation, the simulation's memory too), the driver's CPU seconds (its
+threads included), the load average, configurations evaluated, the best step time found, the
 number of trials until the best came within 1% of the grid's best, the final gap, and for the
 objectives [step_time, cost] the hypervolume of the front as a fraction of the grid front's.
 
@@ -37,10 +40,10 @@ def one_run(spec: dict) -> dict:
     import resource
 
     import numpy as np
-    import pyarrow.parquet as pq
 
     from sweep.config import load_space
     from sweep.execution import run_search
+    from sweep.results import read_results
 
     t0 = time.perf_counter()
     cfg = load_space(spec["space"])
@@ -61,9 +64,7 @@ def one_run(spec: dict) -> dict:
     rss = me.ru_maxrss / 1024  # KiB -> MiB
     load = os.getloadavg()[0]
     cols = ["status", "step_time_s", "cost_usd"] + (["trial"] if s.strategy != "grid" else [])
-    path = Path(spec["out"]) / "results.parquet"
-    names = set(pq.read_schema(path).names)
-    df = pq.read_table(path, columns=[c for c in cols if c in names]).to_pandas()
+    df = read_results(spec["out"], columns=cols)[0]
     ok = df[df["status"] == "ok"]
     out = {"wall_s": wall, "rss_mib": rss, "rows": int(len(df)),
            "driver_cpu_s": me.ru_utime + me.ru_stime,

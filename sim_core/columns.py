@@ -45,11 +45,11 @@ def _expand_models(df: pd.DataFrame) -> pd.DataFrame:
         if missing:
             raise catalog.CatalogError(f"model: give a catalog id or the fields {missing}")
         return df
-    df = df.copy()
-    shape_cols = [c for c in MODEL_COLUMNS if c != "model"]
     needs = df["layers"].isna() if "layers" in df.columns else pd.Series(True, index=df.index)
     if not needs.any():
-        return df
+        return df  # every shape given (the search fills them as typed columns): nothing to copy
+    df = df.copy()
+    shape_cols = [c for c in MODEL_COLUMNS if c != "model"]
     ids = df.loc[needs, "model"].astype(str)
     for mid in ids.unique():
         spec = catalog.get_model(mid).columns()
@@ -63,15 +63,72 @@ def _expand_models(df: pd.DataFrame) -> pd.DataFrame:
 
 def _gpu_arrays(gpu: pd.Series) -> dict[str, np.ndarray]:
     table = catalog.gpu_table()
-    names = gpu.astype(str).str.lower().to_numpy()
-    uniq, inv = np.unique(names, return_inverse=True)
-    rows = [table.loc[catalog.get_gpu(u).name] for u in uniq]
+    uniq, inv = _factorize(gpu)
+    names = np.array([str(u).lower() for u in uniq], dtype=object)
+    order = np.argsort(names, kind="stable")  # codes in sorted-name order, as np.unique gives
+    names = names[order]
+    remap = np.empty(len(order), dtype=np.int64)
+    remap[order] = np.arange(len(order))
+    inv = remap[inv]
+    if len(names) > 1 and (names[1:] == names[:-1]).any():  # ids equal once lowered
+        names, back = np.unique(names, return_inverse=True)
+        inv = back.ravel()[inv]
+    rows = [table.loc[catalog.get_gpu(u).name] for u in names]
     out = {}
     for f in GPU_FIELDS + NET_DEFAULTS:
         vals = np.array([float(r[f]) for r in rows], dtype=np.float64)
         out[f] = vals[inv]
     out["gpu_code"] = inv.astype(np.int64)
     return out
+
+
+def _factorize(values) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values, index of each element's value): each distinct id is resolved once.
+    `values` may be a Series: Arrow-backed strings are then encoded by Arrow, not turned into
+    Python objects first."""
+    codes, uniq = pd.factorize(values, use_na_sentinel=False)
+    return np.asarray(uniq, dtype=object), np.asarray(codes).astype(np.int64)
+
+
+def _categorical_codes(name: str, values) -> np.ndarray:
+    """Positions of lower-cased values in CATEGORICAL[name] (a one-line error for another)."""
+    allowed = CATEGORICAL[name]
+    uniq, inv = _factorize(values)
+    lookup = {v: i for i, v in enumerate(allowed)}
+    table = np.array([lookup.get(str(u).lower(), -1) for u in uniq], dtype=np.int64)
+    codes = table[inv]
+    if (codes < 0).any():
+        bad = str(uniq[inv[codes < 0][0]]).lower()
+        raise catalog.CatalogError(
+            f"{name}: unknown value '{bad}'; allowed: {', '.join(allowed)}")
+    return codes
+
+
+def _column(df: pd.DataFrame, name: str, default, n: int) -> np.ndarray:
+    """One Batch array: the column with missing values set to the default, as codes (enums),
+    bools or float64. numpy on whole arrays (Arrow for string columns); pandas' own
+    conversions only for a column with missing values or of an unusual type."""
+    if name not in df.columns:
+        if default is None:
+            raise catalog.CatalogError(f"{name}: required field is missing")
+        if name in CATEGORICAL:
+            return np.full(n, _categorical_codes(name, np.array([default], dtype=object))[0])
+        if isinstance(default, bool):
+            return np.full(n, bool(default))
+        return np.full(n, float(default), dtype=np.float64)
+    col = df[name]
+    numeric = isinstance(col.dtype, np.dtype) and col.dtype.kind in "biuf"
+    if default is not None and not (numeric and col.dtype.kind in "biu") and col.isna().any():
+        col = col.where(col.notna(), default)
+        numeric = isinstance(col.dtype, np.dtype) and col.dtype.kind in "biuf"
+    if name in CATEGORICAL:
+        return _categorical_codes(name, col)
+    if isinstance(default, bool):
+        return col.to_numpy().astype(bool) if isinstance(col.dtype, np.dtype) \
+            else col.astype(bool).to_numpy()
+    if numeric:
+        return col.to_numpy().astype(np.float64)
+    return pd.to_numeric(col).to_numpy(dtype=np.float64)
 
 
 def frame_to_batch(df: pd.DataFrame) -> Batch:
@@ -82,29 +139,7 @@ def frame_to_batch(df: pd.DataFrame) -> Batch:
     for name, default in ALL_COLUMNS.items():
         if name in ("model", "gpu"):
             continue
-        if name in df.columns:
-            col = df[name]
-            if default is not None:
-                col = col.where(col.notna(), default)
-        elif default is None:
-            raise catalog.CatalogError(f"{name}: required field is missing")
-        else:
-            col = pd.Series([default] * n, index=df.index)
-        if name in CATEGORICAL:
-            allowed = CATEGORICAL[name]
-            vals = col.astype(str).str.lower().to_numpy()
-            codes = np.full(n, -1, dtype=np.int64)
-            for i, v in enumerate(allowed):
-                codes[vals == v] = i
-            if (codes < 0).any():
-                bad = vals[codes < 0][0]
-                raise catalog.CatalogError(
-                    f"{name}: unknown value '{bad}'; allowed: {', '.join(allowed)}")
-            b[name] = codes
-        elif isinstance(default, bool):
-            b[name] = col.astype(bool).to_numpy()
-        else:
-            b[name] = pd.to_numeric(col).to_numpy(dtype=np.float64)
+        b[name] = _column(df, name, default, n)
     if "gpu" not in df.columns:
         raise catalog.CatalogError("gpu: required field is missing")
     hw = _gpu_arrays(df["gpu"])

@@ -73,23 +73,32 @@ def resolve_frame(df: pd.DataFrame) -> pd.DataFrame:
                            f"{', '.join(FRAMEWORK)}")
     tp = pd.to_numeric(out["tp"], errors="coerce").fillna(1).to_numpy() if "tp" in out \
         else np.ones(len(out))
+    fw_values = fw.to_numpy()
+    groups = [(name, fw_values == name) for name in fw.unique()]
+    added = {}
     for field in need:
-        have = out[field] if field in out.columns else pd.Series(None, index=out.index,
-                                                                 dtype=object)
         fill = np.empty(len(out), dtype=object)
-        for name in fw.unique():
-            rows = (fw == name).to_numpy()
+        for name, rows in groups:
             entry = profiles()[name]["defaults"][field]
             fill[rows] = entry["value"]
             if "value_tp" in entry:
                 fill[rows & (tp > 1)] = entry["value_tp"]
-        merged = have.astype(object).where(have.notna(), pd.Series(fill, index=out.index))
+        if field in out.columns:
+            have = out[field]
+            merged = have.astype(object).where(have.notna(), pd.Series(fill, index=out.index))
+        else:  # absent: the defaults themselves (what the merge gives, without pandas' where)
+            merged = pd.Series(fill, index=out.index, dtype=object)
         kind = PARALLEL_COLUMNS.get(field)
         if isinstance(kind, bool):
             merged = merged.astype(bool)
         elif isinstance(kind, int):
             merged = merged.astype(np.int64)
-        out[field] = merged
+        if field in out.columns:
+            out[field] = merged
+        else:
+            added[field] = merged
+    if added:  # new columns appended at once, in `need` order
+        out = pd.concat([out, pd.DataFrame(added, index=out.index)], axis=1)
     return out
 
 

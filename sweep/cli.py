@@ -246,14 +246,15 @@ def _check_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_check(args) -> int:
     from .config import load_space
-    from .space import Space, census, require_valid
+    from .space import Space, count, require_valid
 
     cfg = load_space(args.space)
     space = Space.from_config(cfg)
-    c = census(space)
-    print(f"space {space.name}: " + ", ".join(f"{n} ({len(v)})" for n, v in space.axes))
+    print(f"space {space.name}: " + ", ".join(f"{n} ({len(v)})" for n, v in space.axes),
+          flush=True)
+    c = count(space)  # computed: axes no rule reads factored out, a sample past a size
     print("\n".join(c.lines()))
-    require_valid(c, space.name)
+    require_valid(c.census, space.name)
     return 0
 
 

@@ -150,7 +150,7 @@ class SearchConfig(_Strict):
     strategy: Literal["grid", "optuna", "auto"] = "grid"
     trials: PosInt | None = None  # optuna: sampler trials (layouts asked); default 2000
     objectives: list[Literal["step_time", "cost", "mfu", "throughput"]] = ["step_time"]
-    # default tpe (1 objective), nsga2 (2+); random is the floor; qmc a Halton sequence
+    # default tpe (any number of objectives); nsga2 for several; random is the floor; qmc Halton
     sampler: Literal["tpe", "nsga2", "random", "qmc"] | None = None
     # optuna: stop after this many trials that did not improve the best (first objective) by
     # more than `improvement` (a fraction); none: run the whole trial budget

@@ -194,7 +194,8 @@ def _with_model_shapes(frame: pd.DataFrame) -> pd.DataFrame:
     for c in shape_cols:
         vals = [sp[c] for sp in specs]
         arr = np.array(vals, dtype=object if isinstance(vals[0], str) else None)
-        cols[c] = arr[inv]
+        # strings typed once by pandas, then taken (not converted row by row)
+        cols[c] = pd.Series(arr).array.take(inv) if arr.dtype == object else arr[inv]
     return pd.concat([frame, pd.DataFrame(cols, index=frame.index)], axis=1)
 
 

@@ -4,17 +4,26 @@ A trial is a layout chosen by the sampler (`nested.Nesting.outer`); its whole su
 axes is simulated in one vectorized call and the trial is told its best value (for several
 objectives, the points of its own front: the first on the trial, the others as extra
 finished trials of the same layout). Every row is kept. Rounds of `batch_size` trials are
-asked together, evaluated as Ray tasks and told together; the study's journal and the
-results part of a round are written once per round (asks before evaluating, tells after).
+asked together, evaluated together and told together; the study's journal is appended once
+per round (asks before evaluating, tells after).
+
+Where a round is evaluated: as Ray tasks (a cluster address, a Ray already running in this
+process, or a budget over IN_PROCESS_ROWS rows), else in the driver itself, where starting
+a local Ray would cost more than the second core saves (`SWEEP_RAY=1` forces Ray). A round's
+rows are written as one results part (compact schema, checksummed) on a background thread
+and recorded in the manifest once written; the parts are then published as the results
+dataset by hard links, as the grid's are, with the ranks of the best rows and the Pareto set
+in its metadata.
 
 Nothing walks the whole space: the size is the product of the axis lengths, validity is
 checked on the rows sampled, and the summary counts those (valid, invalid by reason, oom,
-fits). Results are assembled by streaming the parts, so the driver's memory stays bounded by
-a round, not by the number of trials.
+fits). Ranking reads only the objective columns of the parts, so the driver's memory stays
+bounded by a round, not by the number of trials.
 
-Resume: trials left RUNNING, and finished trials whose part was lost (corrupt or missing), are
-evaluated again from their recorded parameters (not replaced by new trials) and, when already
-finished, not told twice. A layout asked again is told its known result without simulating.
+Resume: trials left RUNNING, and finished trials whose part was lost (corrupt, missing, or
+not yet recorded when the run stopped), are evaluated again from their recorded parameters
+(not replaced by new trials) and, when already finished, not told twice. A layout asked
+again is told its known result without simulating.
 """
 
 from __future__ import annotations
@@ -22,10 +31,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import sys
 import time
 import warnings
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,13 +49,17 @@ from .errors import Interrupted, SweepError
 from .execution import Outcome, _config_cols
 from .nested import Nesting, split_axes
 from .results import (
-    METADATA_KEY, SCHEMA_VERSION, ResultStore, add_costs, counts, gpu_prices, pareto_mask, rank,
-    summary, write_tables,
+    ResultStore, add_costs, counts, gpu_prices, pareto_mask, rank,
+    write_part_file, write_tables,
 )
 from .samplers import default_sampler, make_sampler, round_proposer
 
 DEFAULT_TRIALS = 2000  # sampler trials when search.trials is not given
-ROUND_MIN, ROUND_MAX = 8, 64  # trials per ask/tell round (batch_size overrides)
+# trials per ask/tell round (batch_size overrides): a 25th of the budget within these bounds.
+# benchmarks/search_strategies.py, 12-axis space, 2,000 TPE trials, seeds 0-4, in the driver:
+# rounds of 40 / 80 / 128 all found the grid's best (5/5); CPU 14-19 / 10.5-13 / 9-10 s;
+# the median trial to come within 1% of it 261 / 407 / 648. 80 is the middle ground.
+ROUND_MIN, ROUND_MAX = 8, 128
 TASK_ROWS = 50_000  # rows per Ray task, at most (a round is one task below this)
 FRONT_ATTR = "front_of"  # user attr of the extra trials that carry a trial's own front
 
@@ -87,7 +101,9 @@ def journal_backend(path: Path):
         def append_logs(self, logs):
             self.logs.extend(logs)
 
-        def flush(self) -> None:
+        def flush(self, sync: bool = True) -> None:
+            """Append the new lines; `sync=False` leaves them to the OS (they survive the
+            process, not a crash of the machine: for asks, which a resume may ask again)."""
             if self.flushed == len(self.logs):
                 return
             data = "".join(json.dumps(log, separators=(",", ":")) + "\n"
@@ -95,7 +111,8 @@ def journal_backend(path: Path):
             with open(self.path, "ab") as f:
                 f.write(data.encode("utf-8"))
                 f.flush()
-                os.fsync(f.fileno())
+                if sync:
+                    os.fsync(f.fileno())
             self.flushed = len(self.logs)
 
     return RoundJournal(path)
@@ -187,7 +204,7 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
     directions = [OBJECTIVES[o][1] for o in s.objectives]
     obj_cols = [OBJECTIVES[o][0] for o in s.objectives]
     signs = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
-    batch = s.batch_size or min(ROUND_MAX, max(ROUND_MIN, budget // 50))
+    batch = s.batch_size or min(ROUND_MAX, max(ROUND_MIN, budget // 25))
     sampler = make_sampler(s.sampler, s.objectives, s.seed, batch)
     propose = round_proposer(sampler)
     with warnings.catch_warnings():
@@ -215,13 +232,20 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
     evaluated = 0
     stop = ""
     if stale or n_asked < budget:
-        with ex.ray_session(workers, address) as cap:
+        local = in_process(address, budget * nest.rows_per_trial)
+        with (local_session() if local else ex.ray_session(workers, address)) as cap:
             if not s.batch_size:
                 batch = max(batch, 2 * cap)
-            task = ex._remote(_eval_layouts)
-            import ray
+            if local:
+                submit, fetch = Deferred, Deferred.result
+                space_ref = (space, nest.offsets)
+            else:
+                import ray
 
-            space_ref = ray.put((space, nest.offsets))
+                submit, fetch = ex._remote(_eval_layouts).remote, ex._get
+                space_ref = ray.put((space, nest.offsets))
+            writer = PartWriter(store)
+            tell = _tell_fn()
             bar = ex._progress(budget, min(n_asked, budget), "trial", progress)
             in_flight: set[int] = set()
 
@@ -253,7 +277,10 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
                         else:
                             asked = [study.ask(dists) for _ in range(k)]
                     n_asked += len(asked)
-                    journal.flush()  # the asks survive an interruption: resumed, not lost
+                    # the asks survive an interruption (resumed, not lost); not synced: after
+                    # a crash of the machine they are asked again (no part names them yet,
+                    # parts are recorded after the synced tells)
+                    journal.flush(sync=False)
                 bases = [nest.base(space, t.params) for t in asked]
                 first: dict[int, int] = {}
                 for t, b in zip(asked, bases):
@@ -264,7 +291,7 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
                 # only when the round is large
                 new = np.asarray(list(first), dtype=np.int64)
                 pieces = max(1, -(-len(new) * nest.rows_per_trial // TASK_ROWS))
-                refs = [task.remote(space_ref, c, simulate, check, prices, s.cost_unit)
+                refs = [submit(space_ref, c, simulate, check, prices, s.cost_unit)
                         for c in np.array_split(new, pieces) if len(c)]
                 return asked, bases, first, refs
 
@@ -281,7 +308,7 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
                     if not pending:
                         break
                     asked, bases, first, refs = pending.pop(0)
-                    parts = [ex._get(r) for r in refs]
+                    parts = [fetch(r) for r in refs]
                     rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
                     if len(rows):
                         rows.insert(0, "trial", np.repeat(list(first.values()),
@@ -290,21 +317,29 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
                         tally.add(rows)
                         evaluated += len(rows)
                     in_flight.difference_update(first)
-                    store.write_part(f"o{asked[0].number:07d}", rows,
-                                     trials=[t.number for t in asked])
+                    # written beside the driver's work; recorded in the manifest when written
+                    # (a trial told before its part is recorded is evaluated again on resume)
+                    writer.submit(f"o{asked[0].number:07d}", rows,
+                                  [t.number for t in asked])
                     for t, b in zip(asked, bases):
                         front = known[b]
                         if t.number not in told:
-                            _tell(study, t, front, TrialState, create_trial, dists)
+                            _tell(study, t, front, TrialState, create_trial, dists, tell)
                             patience.update(front[0][0] if front else None)
-                    journal.flush()
+                    journal.flush()  # synced (the asks before it too): then parts are recorded
+                    writer.record_finished()
                     bar.update(len(asked))
                     if on_batch is not None:
-                        on_batch(asked[0].number, len(store.done))
+                        on_batch(asked[0].number, len(store.done) + writer.pending)
+                writer.close()
             except KeyboardInterrupt:
                 bar.close()
                 journal.flush()
+                writer.close(interrupted=True)
                 raise Interrupted(len(store.done), -(-budget // batch), str(store.dir)) from None
+            except BaseException:
+                writer.close(interrupted=True)
+                raise
             bar.close()
     else:
         stop = f"the trial budget of {budget:,} was reached (an earlier run)"
@@ -319,12 +354,136 @@ def run_optuna(cfg, space, out, workers, address, simulate, check, progress, fre
     return outcome
 
 
-def _tell(study, trial, front, TrialState, create_trial, dists) -> None:
+# ---------------------------------------------------------------------------------------------
+# Result parts, written beside the driver's work
+# ---------------------------------------------------------------------------------------------
+class PartWriter:
+    """Writes each round's rows as a part (compact schema, atomic, checksummed) on one
+    background thread, so that parquet encoding (which releases the GIL) overlaps the
+    sampler and the simulation; the driver records finished parts in the manifest, in order.
+
+    Until its part is recorded, a round's trials count as unrecorded: a resume evaluates
+    them again from their parameters, so nothing told is lost and nothing is counted twice."""
+
+    def __init__(self, store: ResultStore):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.store = store
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweep-parts")
+        self.queue: list = []  # (batch id, trials, rows, future), in submission order
+
+    @property
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def submit(self, batch_id: str, rows: pd.DataFrame, trials: list[int]) -> None:
+        if not len(rows):  # nothing new simulated (every layout known): the trials only
+            self.queue.append((batch_id, trials, 0, None))
+            return
+        meta = {**self.store.part_meta(batch_id), "trials": trials}
+        fut = self.pool.submit(write_part_file, self.store.part_path(batch_id), rows, meta)
+        self.queue.append((batch_id, trials, len(rows), fut))
+
+    def record_finished(self, wait: bool = False) -> None:
+        """Record the parts written so far, in order (all of them when `wait`)."""
+        while self.queue:
+            batch_id, trials, n, fut = self.queue[0]
+            if fut is not None and not (wait or fut.done()):
+                return
+            self.queue.pop(0)
+            if fut is None:
+                entry = {"file": "", "rows": 0, "sha256": "", "counts": {}, "trials": trials}
+            else:
+                try:
+                    digest = fut.result()
+                except OSError as exc:  # full disk, ...: one line, the rest is kept
+                    self._drop_queue()
+                    raise self.store._write_error(self.store.part_path(batch_id), exc) \
+                        from None
+                entry = {"file": f"{batch_id}.parquet", "rows": n, "sha256": digest,
+                         "trials": trials}
+            self.store.record_part(batch_id, entry)
+
+    def _drop_queue(self) -> None:
+        for _, _, _, fut in self.queue:
+            if fut is not None:
+                fut.cancel()
+        self.queue.clear()
+        self.pool.shutdown(wait=True)
+
+    def close(self, interrupted: bool = False) -> None:
+        """Wait for the writes in flight and record them (after an interruption too: they
+        are complete files, and recording them saves their re-evaluation)."""
+        try:
+            self.record_finished(wait=True)
+        except SweepError:
+            if not interrupted:
+                raise
+        finally:
+            self.pool.shutdown(wait=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Where a round is evaluated: Ray tasks, or this process when Ray would cost more than it gives
+# ---------------------------------------------------------------------------------------------
+# Below this many rows (trial budget x rows per trial) a local run evaluates in the driver:
+# starting and stopping a local Ray costs 5-7 s, more than a second core saves on the
+# simulation of so few rows (benchmarks/search_strategies.py: 2,000 trials x 288 rows of the
+# 12-axis space simulate in about 4 s of one CPU).
+IN_PROCESS_ROWS = 1_000_000
+
+
+def in_process(address: str | None, rows: int) -> bool:
+    """Evaluate in the driver: no cluster given, no Ray already running here (a caller that
+    started one wants it used), and a budget small enough (IN_PROCESS_ROWS)."""
+    if address or os.environ.get("SWEEP_RAY") == "1":
+        return False
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return False
+    return rows <= IN_PROCESS_ROWS
+
+
+@contextmanager
+def local_session():
+    """The in-process stand-in for `execution.ray_session`: one round in flight."""
+    yield 1
+
+
+class Deferred:
+    """A round evaluated in the driver when its result is asked for (the Ray-task interface:
+    submit, then fetch)."""
+
+    def __init__(self, *args):
+        self.args = args
+
+    def result(self):
+        try:
+            return _eval_layouts(*self.args)
+        except SweepError:
+            raise
+        except ValueError as exc:  # e.g. a CatalogError raised inside the simulator, as on Ray
+            raise SweepError(str(exc).strip().splitlines()[0]) from None
+
+
+def _tell_fn():
+    """Optuna's tell without the deep copy of the trial that `Study.tell` returns (a third of
+    the cost of 2,000 tells); `Study.tell` where Optuna's internals differ."""
+    try:
+        from optuna.study._tell import _tell_with_warning
+    except ImportError:  # pragma: no cover - another Optuna
+        return lambda study, number, values=None, state=None: study.tell(number, values, state)
+    return lambda study, number, values=None, state=None: _tell_with_warning(
+        study, number, values, state)
+
+
+def _tell(study, trial, front, TrialState, create_trial, dists, tell=None) -> None:
     """Tell a trial its layout's best (several objectives: its front; extra points as trials)."""
+    tell = tell or _tell_fn()
     if not front:
-        study.tell(trial.number, state=TrialState.PRUNED)
+        tell(study, trial.number, state=TrialState.PRUNED)
         return
-    study.tell(trial.number, list(front[0]))
+    tell(study, trial.number, list(front[0]))
     for values in front[1:]:
         study.add_trial(create_trial(params=trial.params, distributions=dists,
                                      values=list(values), user_attrs={FRONT_ATTR: trial.number}))
@@ -368,6 +527,8 @@ def _known_layouts(store: ResultStore, nest: Nesting, obj_cols, signs):
     known, tally = {}, Tally()
     cols = ["config_id", "status", "invalid_reason"] + obj_cols
     for bid in sorted(store.batches):
+        if not store.batches[bid].get("file"):  # a round of layouts already known
+            continue
         path = store.parts_dir / store.batches[bid]["file"]
         if not pq.read_metadata(path).num_rows:
             continue
@@ -377,6 +538,13 @@ def _known_layouts(store: ResultStore, nest: Nesting, obj_cols, signs):
         bases = (df["config_id"].to_numpy()[::n] - nest.offsets[0]).tolist()
         known.update(_layout_results(df, bases, nest, obj_cols, signs))
     return known, tally
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """Dictionary-encoded (compact) string columns as plain strings."""
+    return pa.Table.from_arrays(
+        [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
+         for c in table.columns], names=table.column_names)
 
 
 def _read_columns(path: Path, cols: list[str]) -> pd.DataFrame:
@@ -393,67 +561,67 @@ def _read_columns(path: Path, cols: list[str]) -> pd.DataFrame:
 # Assembly by streaming the parts
 # ---------------------------------------------------------------------------------------------
 def _assemble(store: ResultStore, cfg, space, t0: float, evaluated: int):
-    """results.parquet from the parts, one part at a time (rank and Pareto set computed on a
-    projection of every row); ranking.csv / pareto.csv; an Outcome holding only those rows."""
+    """Publish the parts as the results dataset, as the grid does: each part hard-linked
+    into results.parquet/ (one whose columns differ, e.g. a round with no valid row, is
+    rewritten with the missing columns as nulls), the ranks of the best rows and the Pareto
+    set in its metadata. Ranking reads only the objective columns of the parts; the rows the
+    driver keeps (top N and Pareto set) are read back by config_id."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as pads
+
     s = cfg.search
     obj_cols = [OBJECTIVES[o][0] for o in s.objectives]
-    paths = [store.parts_dir / store.batches[b]["file"] for b in sorted(store.batches)]
-    paths = [p for p in paths if pq.read_metadata(p).num_rows]
+    bids = [b for b in sorted(store.batches) if store.batches[b].get("file")]
+    paths = [store.parts_dir / store.batches[b]["file"] for b in bids]
     proj_cols = ["config_id", "status"] + obj_cols
-    projs = [_read_columns(p, proj_cols) for p in paths]
-    proj = pd.concat(projs, ignore_index=True) if projs else pd.DataFrame(
-        {c: pd.Series(dtype=float) for c in proj_cols})
-    proj = rank(proj, s.objectives)
-    ranks, paretos = proj["rank"], proj["pareto"].to_numpy()
-    keep_mask = (ranks.notna() & (ranks.fillna(0) <= max(s.top, 10))).to_numpy() | paretos
-    meta = {"schema_version": SCHEMA_VERSION, "fingerprint": store.fingerprint, **store.info,
-            "space": space.name, "strategy": "optuna", "objectives": s.objectives,
-            "axes": space.axis_names}
-    schema = None
-    if paths:
-        schema = pa.unify_schemas([pq.read_schema(p) for p in paths],
-                                  promote_options="permissive")
-        schema = pa.schema([f for f in schema if f.name not in ("rank", "pareto")]
-                           + [pa.field("rank", pa.int64()), pa.field("pareto", pa.bool_())])
-        schema = schema.with_metadata({METADATA_KEY: json.dumps(meta, default=str).encode()})
-    final = store.dir / "results.parquet"
-    fd, tmp = tempfile.mkstemp(prefix=".results.parquet.", suffix=".tmp", dir=store.dir)
-    os.close(fd)
-    kept, start = [], 0
-    try:
-        if schema is None:
-            pd.DataFrame().to_parquet(tmp)
-        else:
-            with pq.ParquetWriter(tmp, schema) as writer:
-                for p, pr in zip(paths, projs):
-                    stop = start + len(pr)
-                    table = pq.read_table(p)
-                    table = table.append_column("rank", pa.array(
-                        ranks.iloc[start:stop].astype("Int64"), type=pa.int64()))
-                    table = table.append_column("pareto", pa.array(paretos[start:stop]))
-                    for f in schema:
-                        if f.name not in table.column_names:
-                            table = table.append_column(f.name, pa.nulls(len(table), f.type))
-                    writer.write_table(table.select(schema.names).cast(schema))
-                    if keep_mask[start:stop].any():
-                        df = table.to_pandas()
-                        kept.append(df[keep_mask[start:stop]])
-                    start = stop
-        os.replace(tmp, final)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise store._write_error(final, exc) from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    store._write_manifest(complete=True)
-    top = pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(
-        {"rank": pd.Series(dtype="Int64"), "pareto": pd.Series(dtype=bool),
-         "status": pd.Series(dtype=object)})
-    if len(top):
-        top["rank"] = top["rank"].astype("Int64")
+    schemas = [pq.read_schema(p) for p in paths]
+    schema = pa.unify_schemas(schemas, promote_options="permissive").remove_metadata() \
+        if schemas else pa.schema([])
+    if paths:  # one scan of the projection (a part without a column reads it as nulls)
+        scan = pads.dataset([str(p) for p in paths], format="parquet", schema=schema)
+        have = [c for c in proj_cols if c in schema.names]
+        proj = _plain(scan.to_table(columns=have)).to_pandas()
+        for c in proj_cols:
+            if c not in proj.columns:
+                proj[c] = np.nan
+        part_of = np.repeat(np.arange(len(paths)),
+                            [pq.read_metadata(p).num_rows for p in paths])
+    else:
+        proj = pd.DataFrame({c: pd.Series(dtype=float) for c in proj_cols})
+        part_of = np.zeros(0, dtype=np.int64)
+    proj = rank(proj[proj_cols], s.objectives)
+    keep_mask = (proj["rank"].notna() & (proj["rank"].fillna(0) <= max(s.top, 10))).to_numpy() \
+        | proj["pareto"].to_numpy()
+    kept = proj[keep_mask]
+    items = []
+    for p, sch in zip(paths, schemas):
+        if sch.remove_metadata().equals(schema):
+            items.append(("file", p))
+            continue
+        table = pq.read_table(p)
+        for f in schema:
+            if f.name not in table.column_names:
+                table = table.append_column(f.name, pa.nulls(len(table), f.type))
+        items.append(("table", table.select(schema.names).cast(schema)))
+    top = pd.DataFrame({"rank": pd.Series(dtype="Int64"), "pareto": pd.Series(dtype=bool),
+                        "status": pd.Series(dtype=object)})
+    if len(kept):  # the kept rows, from the parts that hold them only
+        ids = pa.array(kept["config_id"].to_numpy())
+        table = pads.dataset([str(paths[i]) for i in np.unique(part_of[keep_mask])],
+                             format="parquet", schema=schema) \
+            .to_table(filter=pc.field("config_id").isin(ids))
+        top = _plain(table).to_pandas()
+        marks = kept.set_index("config_id")
+        top["rank"] = pd.array(marks.loc[top["config_id"], "rank"].to_numpy(), dtype="Int64")
+        top["pareto"] = marks.loc[top["config_id"], "pareto"].to_numpy(dtype=bool)
+        top = top.sort_values(["rank", "config_id"], kind="stable", na_position="last") \
+            .reset_index(drop=True)
+    ranks = [[int(c), int(r)] for c, r in zip(kept["config_id"], kept["rank"]) if pd.notna(r)]
+    store._publish(items, int(len(proj)), {
+        "space": space.name, "strategy": "optuna", "objectives": s.objectives,
+        "axes": space.axis_names, "columns": list(schema.names) + ["rank", "pareto"],
+        "constants": {}, "counts": counts(proj), "ranks": ranks,
+        "pareto": [int(c) for c in kept.loc[kept["pareto"], "config_id"]]})
     write_tables(top, store.dir, s.objectives, s.top)
     pareto = top[top["pareto"]].sort_values("rank") if len(s.objectives) > 1 \
         else pd.DataFrame()

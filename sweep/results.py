@@ -664,13 +664,13 @@ def pareto_mask(values: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=bool)
     keep = np.ones(n, dtype=bool)
     if values.shape[1] == 2:
+        # in (first, second) order a row is kept when its second value is below every
+        # earlier row's (a running minimum, vectorized)
         order = np.lexsort((values[:, 1], values[:, 0]))
-        best = np.inf
+        second = values[order, 1]
+        before = np.concatenate([[np.inf], np.minimum.accumulate(second)[:-1]])
         keep[:] = False
-        for i in order:
-            if values[i, 1] < best:
-                keep[i] = True
-                best = values[i, 1]
+        keep[order[second < before]] = True
         return keep
     for i in range(n):
         if not keep[i]:

@@ -13,8 +13,9 @@ costs no simulation: its result is known). Past MAX_ABOVE
 trials the "above" estimator keeps the most recent ones, so 5,000 trials stay affordable.
 If a future Optuna changes the internals this relies on, plain TPESampler is used.
 
-`random` is the floor every sampler must beat; `nsga2` (two or more objectives) and `qmc`
-(a low-discrepancy sequence) are Optuna's own, unchanged.
+`random` is the floor every sampler must beat; `nsga2` (a genetic algorithm for two or more
+objectives) and `qmc` (a low-discrepancy sequence) are Optuna's own, unchanged. TPE is the
+default for any number of objectives (measured: `default_sampler`).
 """
 
 from __future__ import annotations
@@ -155,7 +156,10 @@ def round_proposer(sampler):
 
 
 def default_sampler(objectives: list[str]) -> str:
-    return "tpe" if len(objectives) == 1 else "nsga2"
+    """TPE for one objective and for several: on the 12-axis space with [step_time, cost],
+    2,000 trials, seeds 0-1, per-round TPE reached 100% of the grid front's hypervolume in
+    11-13 s; NSGA-II (asked trial by trial) also 100% but in 32-36 s."""
+    return "tpe"
 
 
 def make_sampler(name: str | None, objectives: list[str], seed: int, round_size: int):

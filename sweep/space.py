@@ -220,15 +220,24 @@ class Space:
         n = len(ids)
         cols: dict = {"config_id": ids}
         for k, (name, values) in enumerate(self.axes):
-            cols[name] = _typed(values)[digits[k]]
+            cols[name] = _pick(values, digits[k])
         for name, value in self.fixed.items():
-            cols[name] = np.full(n, value, dtype=_typed([value]).dtype)
+            cols[name] = _pick([value], np.zeros(n, dtype=np.int64))
         if "nodes" in cols:
             cols["num_gpus"] = cols["nodes"] * cols["gpus_per_node"]
         if "global_batch_tokens" in cols:
             cols["global_batch"] = cols["global_batch_tokens"] // cols["seq_len"]
         order = [c for c in COLUMN_ORDER if c in cols] + [c for c in cols if c not in COLUMN_ORDER]
         return pd.DataFrame({c: cols[c] for c in order})
+
+
+def _pick(values: list, index: np.ndarray):
+    """values[index] as a column: numpy for numbers and bools; other values (strings) typed
+    once by pandas, as the frame would type them, then taken (no conversion per row)."""
+    typed = _typed(values)
+    if typed.dtype != object:
+        return typed[index]
+    return pd.Series(typed).array.take(index)
 
 
 def _typed(values: list) -> np.ndarray:
@@ -301,3 +310,113 @@ def require_valid(c: Census, name: str) -> None:
         top = ", ".join(f"'{r}' ({n:,})" for r, n in c.reasons.most_common(3))
         raise SweepError(f"space '{name}' has no valid configuration: all {c.total:,} "
                          f"candidates break the rules (most common: {top})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting without walking the whole space (`sweep check`)
+# ---------------------------------------------------------------------------------------------
+CHECK_ENUMERATE_MAX = 1_000_000  # rule-relevant candidates counted one by one, at most
+CHECK_SAMPLE = 100_000  # candidates drawn to estimate the counts of a larger space
+
+
+@dataclass
+class Count:
+    """What `sweep check` reports: the size (always computed) and the valid count with its
+    reasons, exact (factored census) or estimated from a uniform sample."""
+
+    census: Census
+    free: list  # axes no rule reads (each multiplies the counts by its length)
+    exact: bool
+    sample: int = 0
+
+    def lines(self) -> list[str]:
+        c = self.census
+        if self.exact:
+            out = c.lines()
+            if self.free:
+                out.append(f"(counted exactly: no rule reads {', '.join(self.free)}; each of "
+                           "their values repeats the same counts)")
+            return out
+        share = c.valid / c.total if c.total else 0.0
+        half = 1.96 * math.sqrt(max(share * (1 - share), 1e-12) / max(self.sample, 1))
+        out = [f"configurations: {c.total:,}",
+               f"valid (pass the rules): about {share:.2%} (+/- {half:.2%}), "
+               f"~{c.valid:,.3g} -- estimated from a uniform sample of {self.sample:,}; "
+               "the space is too large to count one by one"]
+        for reason, n in c.reasons.most_common(8):
+            out.append(f"  ~{n / c.total:>9.2%}  {reason}")
+        return out
+
+
+def rule_axes(space: Space) -> set[str]:
+    """Axes whose value can change what the default rules say: those of the Batch fields the
+    rules read (recorded while they run on a probe of the space), with the axes each field is
+    derived from (GPU catalog fields from `gpu`, framework defaults from `framework` and `tp`,
+    model shapes from `model`, cluster size and batch from their other forms, no-op settings
+    from the size they depend on)."""
+    from sim_core import frameworks, rules
+    from sim_core.columns import GPU_FIELDS, NET_DEFAULTS, Batch, frame_to_batch
+    from sim_core.specs import MODEL_COLUMNS
+
+    read: set[str] = set()
+
+    class Recording(Batch):
+        __slots__ = ()
+
+        def __getitem__(self, key):
+            read.add(key)
+            return dict.__getitem__(self, key)
+
+        def get(self, key, default=None):
+            read.add(key)
+            return dict.get(self, key, default)
+
+        def __contains__(self, key):
+            read.add(key)
+            return dict.__contains__(self, key)
+
+    probe = [0]  # every value of every axis once
+    for k, (_, values) in enumerate(space.axes):
+        stride = math.prod(len(v) for _, v in space.axes[k + 1:])
+        probe += [j * stride for j in range(1, len(values))]
+    frame = normalise(space.frame_of_ids(sorted(set(probe))))
+    rules.check(Recording(frame_to_batch(sim_frame(frame))))
+    derived = {"num_gpus": {"nodes", "gpus_per_node"},
+               "global_batch": {"global_batch_tokens", "seq_len"},
+               "sequence_parallel": {"tp"}, "vpp": {"pp"}, "gpu_code": {"gpu"},
+               **{f: {"gpu"} for f in GPU_FIELDS + NET_DEFAULTS},
+               **{f: {"framework", "tp"} for f in frameworks.profile_fields()},
+               **{f: {"model"} for f in MODEL_COLUMNS if f != "model"}}
+    needed = set()
+    for key in read:
+        needed |= {key} | derived.get(key, set())
+    if "global_batch_tokens" in space.axis_names:  # the sweep's own rule
+        needed |= {"global_batch_tokens", "seq_len"}
+    return needed & set(space.axis_names)
+
+
+def count(space: Space, chunk: int = 200_000, seed: int = 0) -> Count:
+    """The counts of `census` without walking the space: the axes no rule reads are factored
+    out (the census of the others, each count times the product of their lengths); when the
+    rest still exceeds CHECK_ENUMERATE_MAX, the counts are estimated from a uniform sample."""
+    relevant = rule_axes(space)
+    free = [n for n in space.axis_names if n not in relevant]
+    factor = math.prod(len(v) for n, v in space.axes if n in free)
+    sub = Space(name=space.name, fixed={**space.fixed,
+                                        **{n: v[0] for n, v in space.axes if n in free}},
+                axes=[(n, v) for n, v in space.axes if n in relevant],
+                price_per_hour=space.price_per_hour, meta=space.meta)
+    if sub.size <= CHECK_ENUMERATE_MAX:
+        c = census(sub, chunk=chunk)
+        return Count(Census(space.size, c.valid * factor,
+                            Counter({r: n * factor for r, n in c.reasons.items()})),
+                     free, exact=True)
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, space.size, size=CHECK_SAMPLE, dtype=np.int64)
+    reasons = rule_reasons(normalise(space.frame_of_ids(ids)))
+    ok = reasons == ""
+    scale = space.size / CHECK_SAMPLE
+    return Count(Census(space.size, int(round(ok.sum() * scale)),
+                        Counter({r: int(round(n * scale))
+                                 for r, n in Counter(reasons[~ok].tolist()).items()})),
+                 free, exact=False, sample=CHECK_SAMPLE)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -108,6 +109,21 @@ def test_tpe_is_fitted_once_per_round_not_per_trial():
     assert (best["a"], best["b"]) == (7, 3)
 
 
+def test_in_process_needs_no_cluster_and_a_small_budget(monkeypatch):
+    import sys
+
+    import sweep.optuna_search as so
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        pytest.skip("a Ray of another test is running")
+    assert so.in_process(None, so.IN_PROCESS_ROWS)
+    assert not so.in_process(None, so.IN_PROCESS_ROWS + 1)
+    assert not so.in_process("10.0.0.1:6379", 10)
+    monkeypatch.setenv("SWEEP_RAY", "1")
+    assert not so.in_process(None, 10)
+
+
 # ---------------------------------------------------------------------------------------------
 # runs (local Ray)
 # ---------------------------------------------------------------------------------------------
@@ -187,3 +203,43 @@ def test_a_torn_journal_line_is_dropped_and_the_study_resumes(tmp_path):
     trials = sorted(n for e in manifest["batches"].values() for n in e["trials"])
     assert trials == list(range(32))  # every trial recorded in exactly one part
     assert np.isin(df["trial"].unique(), trials).all()
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_rounds_evaluated_in_the_driver_equal_those_on_ray(tmp_path, monkeypatch):
+    import sweep.optuna_search as so
+    from sweep.results import read_results
+
+    # a running Ray (the fixture's), a cluster address or a large budget: rounds go to Ray
+    assert not so.in_process(None, 10) and not so.in_process("auto", 10)
+    cfg = parse_space(doc(trials=40, batch_size=4, sampler="random", inner=["zero"]))
+    on_ray = run_search(cfg, tmp_path / "ray", **FAKE)
+    monkeypatch.setattr(so, "in_process", lambda address, rows: True)
+    local = run_search(cfg, tmp_path / "local", **FAKE)
+    a = read_results(tmp_path / "ray")[0].sort_values("config_id").reset_index(drop=True)
+    b = read_results(tmp_path / "local")[0].sort_values("config_id").reset_index(drop=True)
+    assert len(a) == on_ray.counts["total"] > 0
+    pd.testing.assert_frame_equal(a, b)
+    assert local.counts == on_ray.counts
+    assert (local.best["config_id"].to_numpy() == on_ray.best["config_id"].to_numpy()).all()
+    manifest = json.loads((tmp_path / "local" / "manifest.json").read_text())
+    assert manifest["complete"]
+    trials = sorted(n for e in manifest["batches"].values() for n in e["trials"])
+    assert trials == list(range(40))  # every trial recorded in exactly one part
+
+
+
+def test_a_round_with_no_valid_row_joins_the_published_results(tmp_path):
+    """A round whose layouts are all invalid has no simulator columns; the published dataset
+    still has one schema (that part rewritten with nulls, the others linked)."""
+    from sweep.results import read_results
+
+    d = doc(trials=6, batch_size=1, sampler="random", inner=["zero"])
+    d["space"] = {"tp": [2, 3], "pp": [2, 4], "zero": [1, 3]}  # tp 3 never divides 8 GPUs
+    o = run_search(parse_space(d), tmp_path, **FAKE)
+    df = read_results(tmp_path)[0]
+    assert set(df["tp"]) == {2, 3} and len(df) == o.counts["total"]
+    bad = df[df["tp"] == 3]
+    assert (bad["status"] == "invalid").all() and bad["step_time_s"].isna().all()
+    assert (df.loc[df["tp"] == 2, "status"] != "invalid").all()
+    assert df["step_time_s"].notna().any() and o.best.iloc[0]["tp"] == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -170,3 +171,59 @@ def test_fingerprint():
     assert a.fingerprint(batch_size=10) != a.fingerprint(batch_size=11)
     c = make_space({**SMALL, "tp": [1, 2]})
     assert a.fingerprint() != c.fingerprint()
+
+
+# ---------------------------------------------------------------------------------------------
+# `sweep check` counts without walking the space
+# ---------------------------------------------------------------------------------------------
+COUNTED = {"num_gpus": [8, 16, 24], "tp": [1, 2, 4, 3], "pp": [1, 2, 4], "vpp": [1, 2],
+           "micro_batch": [1, 2, 3], "gpu": ["h100-sxm", "a100-80gb"],
+           "overlap_grad_reduce": [False, True], "sequence_parallel": [False, True]}
+
+
+def test_count_factors_out_the_axes_no_rule_reads_and_equals_the_census():
+    import sweep.space
+
+    space = make_space(COUNTED)
+    brute = census(space)  # every candidate, one by one
+    c = sweep.space.count(space)
+    assert c.exact and set(c.free) == {"gpu", "overlap_grad_reduce"}
+    assert c.census.total == space.size == brute.total
+    assert c.census.valid == brute.valid and 0 < brute.valid < brute.total
+    assert c.census.reasons == brute.reasons
+
+
+def test_count_of_a_space_too_large_to_enumerate_is_a_sample(monkeypatch):
+    import sweep.space
+
+    space = make_space(COUNTED)
+    brute = census(space)
+    monkeypatch.setattr(sweep.space, "CHECK_ENUMERATE_MAX", 10)
+    monkeypatch.setattr(sweep.space, "CHECK_SAMPLE", 20_000)
+    c = sweep.space.count(space)
+    assert not c.exact and c.census.total == space.size
+    assert abs(c.census.valid / space.size - brute.valid / brute.total) < 0.03
+    assert "estimated from a uniform sample of 20,000" in "\n".join(c.lines())
+
+
+def test_check_of_a_1e10_space_computes_its_size(monkeypatch, capsys):
+    import math
+
+    import yaml
+
+    import sweep.space
+    from sweep.cli import main
+
+    def no_census(space, *a, **k):
+        assert space.size <= sweep.space.CHECK_ENUMERATE_MAX, "the whole space was walked"
+        return census(space, *a, **k)
+
+    monkeypatch.setattr(sweep.space, "census", no_census)
+    path = Path(__file__).resolve().parents[1] / "search_spaces" / "llama3.1-405b-huge.yaml"
+    axes = yaml.safe_load(path.read_text())["space"]
+    size = math.prod(len(range(v["range"][0], v["range"][1] + 1, v.get("step", 1)))
+                     if isinstance(v, dict) else len(v) for v in axes.values())
+    assert size > 10**10
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"configurations: {size:,}" in out and "estimated from a uniform sample" in out
