@@ -899,6 +899,11 @@ def summary_text(top: pd.DataFrame, c: dict, config_cols: list[str], seconds: fl
         lines.append("no configuration fits in memory")
     lines.append(f"configurations: {c['total']:,} total, {c['invalid']:,} invalid, "
                  f"{c['oom']:,} oom, {c['simulated']:,} simulated ({c['ok']:,} fit)")
+    if c.get("pruned"):
+        lines.append(f"  {c['pruned']:,} pruned by bound, not simulated: "
+                     f"{c.get('pruned_memory', 0):,} by the memory bound (cannot fit), "
+                     f"{c.get('pruned_time', 0):,} by the time bound (cannot reach the top "
+                     "K); search.prune: false simulates them")
     if c.get("duplicate"):
         lines.append(f"  {c['duplicate']:,} repeat another but for a no-op setting (sequence "
                      "parallelism at tp 1, vpp at pp 1): evaluated once")
