@@ -10,6 +10,8 @@ prints configurations/s, the driver's peak RSS and the bytes per result row on d
 
 --scale 10: 16 cluster sizes and 20 micro-batch sizes, a 29.5M-candidate space.
 --no-prune: search.prune false (every valid configuration simulated and stored).
+--single: one objective (step_time) instead of step_time and cost, so that the time bound
+prunes too (it applies to single-objective searches).
 The load average is printed before and after: other work on the machine slows the run.
 """
 
@@ -31,7 +33,7 @@ PRUNE = True  # search.prune of the space (--no-prune)
 SIZES = [512, 1024, 2048, 4096, 8192, 16384]
 
 
-def space_doc(scale: int = 1, prune: bool = True) -> dict:
+def space_doc(scale: int = 1, prune: bool = True, single: bool = False) -> dict:
     micro = [1, 2, 3, 4, 6, 8]
     sizes = list(SIZES)
     if scale > 1:  # ~9x (29.5M candidates): 16 cluster sizes and 20 micro-batch sizes
@@ -58,7 +60,8 @@ def space_doc(scale: int = 1, prune: bool = True) -> dict:
             "precision": ["bf16", "fp8"],
             "tp_comm_overlap": [False, True],
         },
-        "search": {"strategy": "grid", "objectives": ["step_time", "cost"], "prune": prune},
+        "search": {"strategy": "grid", "prune": prune,
+                   "objectives": ["step_time"] if single else ["step_time", "cost"]},
     }
 
 
@@ -191,13 +194,14 @@ def main(argv=None) -> int:
     ap.add_argument("--scaling", action="store_true",
                     help="1 vs 2 workers on a quarter of the space; project N workers")
     ap.add_argument("--no-prune", action="store_true", help="search.prune: false")
+    ap.add_argument("--single", action="store_true", help="one objective: step_time")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--gpus", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--sizes", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     global PRUNE
     PRUNE = not args.no_prune
-    doc = space_doc(args.scale, PRUNE)
+    doc = space_doc(args.scale, PRUNE, args.single)
     if args.gpus:
         doc["space"]["gpu"] = GPUS[: args.gpus]
     if args.sizes:
@@ -214,7 +218,7 @@ def main(argv=None) -> int:
         return 0
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="search_scale-"))
     cmd = [sys.executable, __file__, "--scale", str(args.scale), "--child", str(out)]
-    cmd += [] if PRUNE else ["--no-prune"]
+    cmd += ([] if PRUNE else ["--no-prune"]) + (["--single"] if args.single else [])
     load_before = os.getloadavg()
     if args.workers:
         cmd += ["--workers", str(args.workers)]
@@ -236,7 +240,7 @@ def main(argv=None) -> int:
     load_after = os.getloadavg()
     c = r["counts"]
     print(f"space: {r['candidates']:,} candidates, 12 axes (scale {args.scale}), "
-          f"pruning {'on' if PRUNE else 'off'}")
+          f"pruning {'on' if PRUNE else 'off'}, objectives {doc['search']['objectives']}")
     print("counts: " + ", ".join(f"{k} {v:,}" for k, v in c.items()))
     print(f"simulated: {c['simulated']:,}; pruned by bound: {c.get('pruned', 0):,} (memory "
           f"{c.get('pruned_memory', 0):,}, time {c.get('pruned_time', 0):,}); invalid "

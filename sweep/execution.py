@@ -118,9 +118,11 @@ def evaluate(frame: pd.DataFrame, simulate=None, check=None, prune=None) -> pd.D
     ok = reasons == ""
     cols: dict[str, np.ndarray] = {}
     if ok.any():
-        if pred is None:
+        if pred is None and not _is_default(simulate, check):
             sim = simulate or default_simulate()
             pred = sim(sim_frame(out.loc[ok]))
+        if pred is None:  # every valid row pruned by a bound: nothing simulated
+            pred = pd.DataFrame(index=pd.RangeIndex(0))
         pos = pred.index.to_numpy()  # the rows simulated (all valid ones unless pruned)
         for c in pred.columns:
             if c in out.columns and c != "dp":

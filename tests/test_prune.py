@@ -193,3 +193,21 @@ def test_pruning_happened_on_the_bundled_spaces(pruned_and_full):
     memory = sum(r[0][1].counts["pruned_memory"] for r in pruned_and_full.values())
     late = pruned_and_full["multi-hardware.yaml"][0][1].counts["pruned_time"]
     assert memory > 0 and late > 0
+
+
+def test_subspace_ids_group_configurations_equal_but_for_micro_batch_and_recompute():
+    from sweep.config import parse_space
+    from sweep.space import Space
+
+    space = Space.from_config(parse_space({
+        "name": "s", "model": "llama3-8b", "seq_len": 4096, "global_batch": 64,
+        "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+        "space": {"tp": [1, 2], "micro_batch": [1, 2, 4], "zero": [0, 1],
+                  "recompute": ["none", "full"]}}))
+    frame = space.frame(0, space.size)
+    group = space.subspace_ids(frame["config_id"])
+    other = frame[["tp", "zero"]].astype(str).agg("-".join, axis=1)
+    assert len(set(group)) == other.nunique() == 4
+    for g in set(group):  # one sub-space: one (tp, zero), every micro_batch x recompute
+        rows = frame[group == g]
+        assert rows[["tp", "zero"]].nunique().max() == 1 and len(rows) == 6
