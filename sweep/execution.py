@@ -5,8 +5,9 @@ Each batch is one Ray task that builds its configurations, prunes them with the 
 (vectorized), skips those a bound rules out (`search.prune`, sweep/prune.py: out of memory, or
 out of the top K given the K-th best the driver sends with the batch), simulates the survivors
 and writes them as its part; the driver records each part in the manifest (with its
-counters) and a re-run skips recorded batches. Tasks are retried when their worker dies (`max_retries`); the
-driver only ever records a batch id once, so nothing is lost or counted twice.
+counters) and a re-run skips recorded batches. Tasks are retried when their worker dies
+(`max_retries`); the driver only ever records a batch id once, so nothing is lost or counted
+twice.
 
 Optuna: see `sweep.optuna_search` (nested trials in ask/tell rounds). `strategy: auto` picks
 one of the two by the size of the space and the CPUs at hand (`choose_strategy`).

@@ -110,7 +110,8 @@ def simulate_with_memory_bound(b, group: np.ndarray, core, skip: np.ndarray | No
         [levels[:1], levels[1:]]
     # least micro-batch rank of a row out of memory, per sub-space and recompute code, among
     # the rows with at least that much recompute
-    least_oom = np.full((int(g.max()) + 1 if n else 0, len(RECOMPUTE_ORDER)), np.iinfo(np.int64).max)
+    least_oom = np.full((int(g.max()) + 1 if n else 0, len(RECOMPUTE_ORDER)),
+                        np.iinfo(np.int64).max)
     done_pos, outs = [], []
     for cut in cuts:
         if not len(cut):

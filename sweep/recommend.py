@@ -331,7 +331,8 @@ def recommend(df: pd.DataFrame, objective: str = "step_time", constraints: Const
                             runner_ups, run_name)
 
 
-def recommend_chunks(chunks, objective: str = "step_time", constraints: Constraints | None = None,
+def recommend_chunks(chunks, objective: str = "step_time",
+                     constraints: Constraints | None = None,
                      within: float = 0.05, runner_ups: int = 3, run_name: str = "",
                      prices: dict | None = None) -> Recommendation:
     """The best row that fits and meets the constraints (ties: more headroom, fewer GPUs, lower
