@@ -27,37 +27,37 @@ def wide_configs(draw):
     model = draw(st.sampled_from(["gpt3-1.7b", "llama3-8b", "llama3-70b", "mixtral-8x7b",
                                   "gpt3-175b", "deepseek-v2-lite", "llama3.1-405b"]))
     moe = model.startswith(("mixtral", "deepseek"))
-    return dict(
-        model=model,
-        framework=draw(st.sampled_from(["megatron-core", "nemo", "torchtitan", "deepspeed",
-                                        "nanotron", "llm-foundry"])),
-        seq_len=draw(st.sampled_from([2048, 4096, 8192])),
-        global_batch=draw(st.sampled_from([64, 128, 256, 512])),
-        gpu=draw(st.sampled_from(["a100-80gb", "h100-sxm", "h200", "b200"])),
-        num_gpus=draw(st.sampled_from([8, 16, 64, 256])),
-        tp=draw(st.sampled_from(POW2)),
-        pp=draw(st.sampled_from(POW2)),
-        cp=draw(st.sampled_from([1, 2])),
-        ep=draw(st.sampled_from([1, 2, 4, 8] if moe else [1])),
-        vpp=draw(st.sampled_from([1, 2])),
-        micro_batch=draw(st.sampled_from([1, 2, 3, 4, 8])),
-        recompute=draw(st.sampled_from(RECOMPUTE_ORDER)),
-        sequence_parallel=draw(st.booleans()),
-        zero=draw(st.sampled_from([0, 1, 2, 3])),
-        precision=draw(st.sampled_from(["bf16", "fp8"])),
-        tp_comm_overlap=draw(st.booleans()),
-        overlap_grad_reduce=draw(st.booleans()),
-        attention_kernel=draw(st.sampled_from(["fa3", "fa2"])),
-        loss_impl=draw(st.sampled_from(["fused", "compiled", "eager", "eager_parallel",
-                                        "fp32_parallel"])),
-        pp_schedule=draw(st.sampled_from(["1f1b", "afab"])),
-        fp8_param_gather=draw(st.booleans()),
-        fused_glu=draw(st.booleans()),
-        expert_skew=draw(st.sampled_from([0.0, 0.8])) if moe else 0.0,
-        moe_recompute=draw(st.sampled_from(["none", "moe_act", "moe"])) if moe else "none",
-        moe_dispatcher=draw(st.sampled_from(["alltoall", "allgather", "flex"])) if moe
+    return {
+        "model": model,
+        "framework": draw(st.sampled_from(["megatron-core", "nemo", "torchtitan",
+                                           "deepspeed", "nanotron", "llm-foundry"])),
+        "seq_len": draw(st.sampled_from([2048, 4096, 8192])),
+        "global_batch": draw(st.sampled_from([64, 128, 256, 512])),
+        "gpu": draw(st.sampled_from(["a100-80gb", "h100-sxm", "h200", "b200"])),
+        "num_gpus": draw(st.sampled_from([8, 16, 64, 256])),
+        "tp": draw(st.sampled_from(POW2)),
+        "pp": draw(st.sampled_from(POW2)),
+        "cp": draw(st.sampled_from([1, 2])),
+        "ep": draw(st.sampled_from([1, 2, 4, 8] if moe else [1])),
+        "vpp": draw(st.sampled_from([1, 2])),
+        "micro_batch": draw(st.sampled_from([1, 2, 3, 4, 8])),
+        "recompute": draw(st.sampled_from(RECOMPUTE_ORDER)),
+        "sequence_parallel": draw(st.booleans()),
+        "zero": draw(st.sampled_from([0, 1, 2, 3])),
+        "precision": draw(st.sampled_from(["bf16", "fp8"])),
+        "tp_comm_overlap": draw(st.booleans()),
+        "overlap_grad_reduce": draw(st.booleans()),
+        "attention_kernel": draw(st.sampled_from(["fa3", "fa2"])),
+        "loss_impl": draw(st.sampled_from(["fused", "compiled", "eager", "eager_parallel",
+                                           "fp32_parallel"])),
+        "pp_schedule": draw(st.sampled_from(["1f1b", "afab"])),
+        "fp8_param_gather": draw(st.booleans()),
+        "fused_glu": draw(st.booleans()),
+        "expert_skew": draw(st.sampled_from([0.0, 0.8])) if moe else 0.0,
+        "moe_recompute": draw(st.sampled_from(["none", "moe_act", "moe"])) if moe else "none",
+        "moe_dispatcher": draw(st.sampled_from(["alltoall", "allgather", "flex"])) if moe
         else "alltoall",
-    )
+    }
 
 
 def _run(cfgs):
@@ -97,8 +97,8 @@ def test_step_time_lower_bound_is_below_every_simulated_step_time(cfgs):
 
 def test_objective_bounds_follow_the_step_time_bound():
     """Each objective's bound is the objective computed at the step-time bound: no better."""
-    cfgs = [dict(model="llama3-70b", seq_len=8192, global_batch=128, gpu=g, num_gpus=64, tp=4,
-                 pp=4, micro_batch=1, precision=p) for g in ("h100-sxm", "a100-80gb")
+    cfgs = [{"model": "llama3-70b", "seq_len": 8192, "global_batch": 128, "gpu": g, "num_gpus": 64, "tp": 4,
+                 "pp": 4, "micro_batch": 1, "precision": p} for g in ("h100-sxm", "a100-80gb")
             for p in ("bf16", "fp8")]
     frame = pd.DataFrame(cfgs)
     out = simulate_frame(frame)
