@@ -97,9 +97,9 @@ def test_step_time_lower_bound_is_below_every_simulated_step_time(cfgs):
 
 def test_objective_bounds_follow_the_step_time_bound():
     """Each objective's bound is the objective computed at the step-time bound: no better."""
-    cfgs = [{"model": "llama3-70b", "seq_len": 8192, "global_batch": 128, "gpu": g, "num_gpus": 64, "tp": 4,
-                 "pp": 4, "micro_batch": 1, "precision": p} for g in ("h100-sxm", "a100-80gb")
-            for p in ("bf16", "fp8")]
+    cfgs = [{"model": "llama3-70b", "seq_len": 8192, "global_batch": 128, "gpu": g,
+             "num_gpus": 64, "tp": 4, "pp": 4, "micro_batch": 1, "precision": p}
+            for g in ("h100-sxm", "a100-80gb") for p in ("bf16", "fp8")]
     frame = pd.DataFrame(cfgs)
     out = simulate_frame(frame)
     b = frame_to_batch(frame)
