@@ -258,6 +258,7 @@ def main(argv=None) -> int:
           f"(per candidate: {sizes['results'] / r['candidates']:.1f})")
     if not args.keep and not args.out:
         shutil.rmtree(out, ignore_errors=True)
+        (out.parent / (out.name + ".yaml")).unlink(missing_ok=True)  # the child's space file
     return 0
 
 
