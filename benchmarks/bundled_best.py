@@ -38,7 +38,12 @@ def best_rows(paths: list[Path], workers: int | None) -> None:
                 o = run_search(cfg, out, fresh=True)
                 b = o.best
             row = b.iloc[0] if len(b) else None
+            c = o.counts
             rec = {"space": p.name, "objectives": cfg.search.objectives,
+                   "strategy": o.strategy, "seconds": round(o.seconds, 2),
+                   "counts": {k: c[k] for k in ("total", "simulated", "pruned_memory",
+                                                "pruned_time", "invalid", "oom", "ok")
+                              if k in c},
                    "best": None if row is None else {
                        **{c: _py(row[c]) for c in ["config_id", *cols] if c in row.index},
                        "step_time_s": float(row["step_time_s"])}}
@@ -62,8 +67,12 @@ def compare(before: Path, after: Path) -> int:
             {k: v for k, v in y.items() if k != "step_time_s"} and \
             abs(x["step_time_s"] - y["step_time_s"]) <= 1e-9 * abs(x["step_time_s"])
         bad += not same
+        counts = (b.get(name) or {}).get("counts") or {}
+        pruned = (f"; after: {counts.get('simulated', 0):,} simulated, "
+                  f"{counts.get('pruned_memory', 0):,} + {counts.get('pruned_time', 0):,} "
+                  "pruned (memory + time bound)") if counts else ""
         print(f"{'same' if same else 'DIFFERENT':9} {name}: {x} -> {y}" if not same
-              else f"same      {name}: config {x['config_id']}, {x['step_time_s']:.4f} s")
+              else f"same      {name}: config {x['config_id']}, {x['step_time_s']:.4f} s{pruned}")
     return 1 if bad else 0
 
 

@@ -5,10 +5,14 @@ micro-batch, recompute, sequence parallelism, ZeRO, precision, TP-comm overlap),
 search on a local Ray in a child process (so that its peak RSS is the driver's alone) and
 prints configurations/s, the driver's peak RSS and the bytes per result row on disk.
 
-    python benchmarks/search_scale.py [--scale 1] [--workers N] [--out DIR] [--keep]
+    python benchmarks/search_scale.py [--scale 1] [--workers N] [--out DIR] [--keep] [--no-prune]
     python benchmarks/search_scale.py --scaling   # 1 vs 2 workers, projection for N
 
 --scale 10: 16 cluster sizes and 20 micro-batch sizes, a 29.5M-candidate space.
+--no-prune: search.prune false (every valid configuration simulated and stored).
+--single: one objective (step_time) instead of step_time and cost, so that the time bound
+prunes too (it applies to single-objective searches).
+The load average is printed before and after: other work on the machine slows the run.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ import time
 from pathlib import Path
 
 GPUS = ["h100-sxm", "h200", "a100-80gb", "b200"]
+PRUNE = True  # search.prune of the space (--no-prune)
 SIZES = [512, 1024, 2048, 4096, 8192, 16384]
 
 
-def space_doc(scale: int = 1) -> dict:
+def space_doc(scale: int = 1, prune: bool = True, single: bool = False) -> dict:
     micro = [1, 2, 3, 4, 6, 8]
     sizes = list(SIZES)
     if scale > 1:  # ~9x (29.5M candidates): 16 cluster sizes and 20 micro-batch sizes
@@ -55,7 +60,8 @@ def space_doc(scale: int = 1) -> dict:
             "precision": ["bf16", "fp8"],
             "tp_comm_overlap": [False, True],
         },
-        "search": {"strategy": "grid", "objectives": ["step_time", "cost"]},
+        "search": {"strategy": "grid", "prune": prune,
+                   "objectives": ["step_time"] if single else ["step_time", "cost"]},
     }
 
 
@@ -119,6 +125,7 @@ def _rows(out: Path) -> int:
 def _run_child(doc_scale: int, out: Path, workers: int | None, gpus: int | None = None,
                sizes: int | None = None) -> dict:
     cmd = [sys.executable, __file__, "--scale", str(doc_scale), "--child", str(out)]
+    cmd += [] if PRUNE else ["--no-prune"]
     if workers:
         cmd += ["--workers", str(workers)]
     if gpus:
@@ -186,11 +193,15 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the results folder")
     ap.add_argument("--scaling", action="store_true",
                     help="1 vs 2 workers on a quarter of the space; project N workers")
+    ap.add_argument("--no-prune", action="store_true", help="search.prune: false")
+    ap.add_argument("--single", action="store_true", help="one objective: step_time")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--gpus", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--sizes", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    doc = space_doc(args.scale)
+    global PRUNE
+    PRUNE = not args.no_prune
+    doc = space_doc(args.scale, PRUNE, args.single)
     if args.gpus:
         doc["space"]["gpu"] = GPUS[: args.gpus]
     if args.sizes:
@@ -207,6 +218,8 @@ def main(argv=None) -> int:
         return 0
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="search_scale-"))
     cmd = [sys.executable, __file__, "--scale", str(args.scale), "--child", str(out)]
+    cmd += ([] if PRUNE else ["--no-prune"]) + (["--single"] if args.single else [])
+    load_before = os.getloadavg()
     if args.workers:
         cmd += ["--workers", str(args.workers)]
     t0 = time.perf_counter()
@@ -224,8 +237,16 @@ def main(argv=None) -> int:
     r.update(inspect(out))
     sizes = disk_bytes(out)
     rows = r["rows"] = _rows(out)
-    print(f"space: {r['candidates']:,} candidates, 12 axes (scale {args.scale})")
-    print("counts: " + ", ".join(f"{k} {v:,}" for k, v in r["counts"].items()))
+    load_after = os.getloadavg()
+    c = r["counts"]
+    print(f"space: {r['candidates']:,} candidates, 12 axes (scale {args.scale}), "
+          f"pruning {'on' if PRUNE else 'off'}, objectives {doc['search']['objectives']}")
+    print("counts: " + ", ".join(f"{k} {v:,}" for k, v in c.items()))
+    print(f"simulated: {c['simulated']:,}; pruned by bound: {c.get('pruned', 0):,} (memory "
+          f"{c.get('pruned_memory', 0):,}, time {c.get('pruned_time', 0):,}); invalid "
+          f"{c['invalid']:,}; out of memory {c['oom']:,}; no-op repeats {c.get('duplicate', 0):,}")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in load_before)}; after: "
+          f"{' '.join(f'{x:.2f}' for x in load_after)} ({os.cpu_count()} CPUs)")
     print(f"best: {r['best']}")
     print(f"sweep search exit {r['rc']}")
     print(f"search seconds (in driver): {r['seconds']:.1f}; process wall: {wall:.1f}")
@@ -237,6 +258,7 @@ def main(argv=None) -> int:
           f"(per candidate: {sizes['results'] / r['candidates']:.1f})")
     if not args.keep and not args.out:
         shutil.rmtree(out, ignore_errors=True)
+        (out.parent / (out.name + ".yaml")).unlink(missing_ok=True)  # the child's space file
     return 0
 
 

@@ -4,7 +4,14 @@ Python API: `simulate`, `search`, `open_results`, `validate`; see sweep/api.py).
 The API is imported on first use, so that `sweep` on the command line starts as fast as before.
 """
 
-from .errors import SweepError
+import os
+
+# pyarrow's default allocator (mimalloc) keeps what each scanned part freed, so a process that
+# streams a large results dataset part by part would grow with it; the system one gives it back
+# (set before pyarrow is first imported, and inherited by the Ray workers a search starts)
+os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+
+from .errors import SweepError  # noqa: E402
 
 __all__ = ["simulate", "search", "validate", "open_results", "Results", "SweepError"]
 

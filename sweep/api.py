@@ -194,8 +194,8 @@ class Results:
     @property
     def counts(self) -> dict:
         """What the search did: the streamed grid keeps its counters (invalid by rule,
-        duplicates of a no-op setting) in the metadata and stores only simulated rows; an
-        Optuna search stores every row it sampled."""
+        duplicates of a no-op setting, pruned by bound: `pruned_memory`, `pruned_time`) in the
+        metadata and stores only simulated rows; an Optuna search stores every row it sampled."""
         from .results import counts
 
         c = dict(counts(self._df))
@@ -208,7 +208,7 @@ class Results:
         c = self.counts
         return (f"<sweep.Results {self.name!r}: {len(self):,} configurations simulated, "
                 f"{c.get('ok', 0):,} fit, {c.get('oom', 0):,} oom, {c.get('invalid', 0):,} "
-                f"invalid; objectives {', '.join(self.objectives)}; {self.path}>")
+                f"invalid, {c.get('pruned', 0):,} pruned by bound; objectives {', '.join(self.objectives)}; {self.path}>")
 
     def to_pandas(self) -> pd.DataFrame:
         """Every configuration with its status, predictions, costs, rank and pareto flag."""

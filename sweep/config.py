@@ -164,6 +164,8 @@ class SearchConfig(_Strict):
     batch_size: PosInt | None = None  # configurations per Ray task (optuna: trials per ask)
     cost_unit: Literal["mtok", "step"] = "mtok"  # cost per million tokens or per optimizer step
     top: PosInt = 50  # rows in ranking.csv
+    # grid: skip configurations a bound proves out of memory or out of the top K (sweep/prune.py)
+    prune: StrictBool = True
 
 
 class RunConfig(_Strict):

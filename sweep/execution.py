@@ -2,10 +2,12 @@
 
 Grid: the product of the space is cut into batches of `batch_size` consecutive config ids.
 Each batch is one Ray task that builds its configurations, prunes them with the rules
-(vectorized), simulates the survivors in one `simulate_frame` call and returns the rows.
-The driver writes each returned batch as its own parquet part and records it in the manifest;
-a re-run skips recorded batches. Tasks are retried when their worker dies (`max_retries`); the
-driver only ever records a batch id once, so nothing is lost or counted twice.
+(vectorized), skips those a bound rules out (`search.prune`, sweep/prune.py: out of memory, or
+out of the top K given the K-th best the driver sends with the batch), simulates the survivors
+and writes them as its part; the driver records each part in the manifest (with its
+counters) and a re-run skips recorded batches. Tasks are retried when their worker dies
+(`max_retries`); the driver only ever records a batch id once, so nothing is lost or counted
+twice.
 
 Optuna: see `sweep.optuna_search` (nested trials in ask/tell rounds). `strategy: auto` picks
 one of the two by the size of the space and the CPUs at hand (`choose_strategy`).
@@ -37,6 +39,7 @@ from .results import (
     Leaderboard, ResultStore, add_costs, best, constant_columns, counts, gpu_prices, objective_columns, rank,
     read_results, summary_text, write_part_file, write_ranked_tables, write_tables,
 )
+from .prune import objective_bound, simulate_with_memory_bound, worse_than
 from .space import (
     Census, Space, census, normalise, require_valid, rule_reasons, sim_frame,
 )
@@ -95,28 +98,33 @@ def _model_key(simulate) -> dict:
     return {"profile": version} if version else {}
 
 
-def evaluate(frame: pd.DataFrame, simulate=None, check=None) -> pd.DataFrame:
+def evaluate(frame: pd.DataFrame, simulate=None, check=None, prune=None) -> pd.DataFrame:
     """Rules, then simulation of the valid rows; one output row per input row.
 
     Adds the simulator's columns (NaN for invalid rows), `status` (ok | oom | invalid) and
-    `invalid_reason` ('' unless invalid).
+    `invalid_reason` ('' unless invalid). With `prune` (a `Bounds`, default simulator only),
+    valid rows that a bound proves out of memory or out of the top K are not simulated: status
+    pruned_memory or pruned_time (sweep/prune.py).
     """
     # the framework's defaults are resolved here, so that results show the values simulated;
     # no-op settings (sequence parallelism at tp 1, ...) are normalised, not invalid
     out = normalise(resolve_frame(frame.reset_index(drop=True)))
     n = len(out)
+    pruned = np.full(n, "", dtype=object)
     if _is_default(simulate, check):
-        reasons, pred = _rules_and_simulation(out)
+        reasons, pred = _rules_and_simulation(out, prune, pruned)
     else:
         reasons = rule_reasons(out, check)
         pred = None
     ok = reasons == ""
     cols: dict[str, np.ndarray] = {}
     if ok.any():
-        if pred is None:
+        if pred is None and not _is_default(simulate, check):
             sim = simulate or default_simulate()
             pred = sim(sim_frame(out.loc[ok]))
-        pos = np.flatnonzero(ok)
+        if pred is None:  # every valid row pruned by a bound: nothing simulated
+            pred = pd.DataFrame(index=pd.RangeIndex(0))
+        pos = pred.index.to_numpy()  # the rows simulated (all valid ones unless pruned)
         for c in pred.columns:
             if c in out.columns and c != "dp":
                 continue
@@ -131,7 +139,9 @@ def evaluate(frame: pd.DataFrame, simulate=None, check=None) -> pd.DataFrame:
             cols[c] = full
     valid = ok.copy()
     if "valid" in cols:
-        valid &= cols["valid"].astype(bool)
+        simulated = np.zeros(n, dtype=bool)
+        simulated[pred.index.to_numpy()] = True
+        valid &= np.where(simulated, cols["valid"].astype(bool), True)
     if "invalid_reason" in cols:
         sim_reason = np.where(cols["invalid_reason"] == None, "", cols["invalid_reason"])  # noqa: E711
         reasons = np.where(ok, sim_reason, reasons).astype(object)
@@ -140,6 +150,8 @@ def evaluate(frame: pd.DataFrame, simulate=None, check=None) -> pd.DataFrame:
     cols["fits"] = fits
     cols["invalid_reason"] = np.where(valid, "", np.where(reasons == "", "invalid", reasons))
     cols["status"] = np.where(~valid, "invalid", np.where(fits, "ok", "oom")).astype(object)
+    bound = valid & (pruned != "")
+    cols["status"][bound] = pruned[bound]
     extra = pd.DataFrame(cols, index=out.index)
     out = out.drop(columns=[c for c in extra.columns if c in out.columns])
     return pd.concat([out, extra], axis=1)
@@ -151,10 +163,12 @@ def _is_default(simulate, check) -> bool:
     return (simulate is None or simulate is sim_core.simulate_frame) and check is None
 
 
-def _rules_and_simulation(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+def _rules_and_simulation(frame: pd.DataFrame, prune=None, pruned=None
+                          ) -> tuple[np.ndarray, pd.DataFrame]:
     """The default rules and simulator on one Batch: the frame is turned into arrays once
     (not once for the rules and again for the simulator) and only valid rows are simulated.
-    Same numbers as `rule_reasons` + `sim_core.simulate_frame`."""
+    Same numbers as `rule_reasons` + `sim_core.simulate_frame`. With `prune` (a `Bounds`),
+    valid rows a bound excludes are not simulated; their status goes into `pruned`."""
     from sim_core import rules
     from sim_core.columns import Batch, frame_to_batch
     from sim_core.simulate import simulate as core
@@ -174,8 +188,16 @@ def _rules_and_simulation(frame: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame
     if not len(keep):
         return reasons, None
     vb = b if len(keep) == len(b) else Batch({k: v[keep] for k, v in b.items()})
-    pred = pd.DataFrame(core(vb), index=sub.index[keep])
-    return reasons, pred
+    if prune is None:
+        return reasons, pd.DataFrame(core(vb), index=sub.index[keep])
+    rows = todo[keep]  # positions in the frame of the valid rows
+    late = prune.time_pruned(vb, rows)
+    pos, out, heavy = simulate_with_memory_bound(vb, prune.group[rows], core, skip=late)
+    pruned[rows[late]] = "pruned_time"
+    pruned[rows[heavy]] = "pruned_memory"
+    if out is None:
+        return reasons, None
+    return reasons, pd.DataFrame(out, index=sub.index[keep][pos])
 
 
 def _with_model_shapes(frame: pd.DataFrame) -> pd.DataFrame:
@@ -199,6 +221,29 @@ def _with_model_shapes(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([frame, pd.DataFrame(cols, index=frame.index)], axis=1)
 
 
+@dataclass
+class Bounds:
+    """What the pruning of one batch needs (sweep/prune.py): each row's sub-space id (rows equal
+    but for micro_batch and recompute), and for the time bound the first objective, the K-th
+    best value the driver knew when it sent the batch (None: no time bound) and each row's
+    price per GPU-hour."""
+
+    group: np.ndarray
+    objective: str = "step_time"
+    threshold: float | None = None
+    price: np.ndarray | None = None
+    cost_unit: str = "mtok"
+
+    def time_pruned(self, b, rows: np.ndarray) -> np.ndarray:
+        """Valid rows (Batch `b`, at frame positions `rows`) whose bound is worse than the
+        K-th best: they cannot enter the top K."""
+        if self.threshold is None or not len(rows):
+            return np.zeros(len(rows), dtype=bool)
+        price = self.price[rows] if self.price is not None else np.full(len(rows), np.nan)
+        bound = objective_bound(b, self.objective, price, self.cost_unit)
+        return worse_than(bound, self.threshold, self.objective)
+
+
 def _eval_range(space: Space, start: int, stop: int, simulate, check) -> pd.DataFrame:
     return evaluate(space.frame(start, stop), simulate, check)
 
@@ -215,18 +260,24 @@ class GridJob:
     objectives: list
     keep: int
     constants: dict
+    prune: bool = True  # pruning by bounds (search.prune); the time bound: one objective only
 
 
 def part_counts(status: np.ndarray, duplicate: int = 0) -> dict:
     ok, oom = int((status == "ok").sum()), int((status == "oom").sum())
+    memory, late = int((status == "pruned_memory").sum()), int((status == "pruned_time").sum())
     n = len(status)
-    return {"total": n + duplicate, "invalid": n - ok - oom, "oom": oom, "simulated": ok + oom,
-            "ok": ok, "duplicate": duplicate}
+    return {"total": n + duplicate, "invalid": n - ok - oom - memory - late, "oom": oom,
+            "simulated": ok + oom, "ok": ok, "duplicate": duplicate, "pruned": memory + late,
+            "pruned_memory": memory, "pruned_time": late}
 
 
-def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, job: GridJob):
+def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, job: GridJob,
+               threshold: float | None = None):
     """One grid batch inside a Ray worker: evaluate, write the simulated rows as a part of the
-    results folder (a path every node sees), return only counters and local top K / Pareto."""
+    results folder (a path every node sees), return only counters and local top K / Pareto.
+    threshold: the K-th best value of the (only) objective known when the batch was sent, for
+    the time bound."""
     ids = np.arange(start, stop, dtype=np.int64)
     cols = space.structural_columns(ids)
     pre = np.full(len(ids), "", dtype=object)
@@ -237,14 +288,22 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     else:
         dup = space.duplicates(space.frame_of_ids(ids))
     keep = ~dup & (pre == "")
-    df = evaluate(space.frame_of_ids(ids[keep]), simulate, check)
+    frame = space.frame_of_ids(ids[keep])
+    bounds = None
+    if job.prune and _is_default(simulate, check):
+        single = len(job.objectives) == 1
+        bounds = Bounds(space.subspace_ids(ids[keep]), job.objectives[0],
+                        threshold if single else None,
+                        frame["gpu"].map(job.prices).to_numpy(dtype=np.float64)
+                        if "gpu" in frame.columns else None, job.cost_unit)
+    df = evaluate(frame, simulate, check, bounds)
     status = df["status"].to_numpy()
     bad = status == "invalid"
     early = pre[~dup & (pre != "")]
     status = np.concatenate([status, np.full(len(early), "invalid", dtype=object)])
     reasons = pd.Series(np.concatenate([df["invalid_reason"].to_numpy()[bad], early])) \
         .value_counts()
-    sim = df[~bad].reset_index(drop=True)
+    sim = df[df["status"].isin(("ok", "oom")).to_numpy()].reset_index(drop=True)
     sim = add_costs(sim, job.prices, job.cost_unit)
     top, pareto = Leaderboard(job.objectives, job.keep).local(sim)
     name = f"g{bid:06d}"
@@ -461,7 +520,11 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     t0 = time.perf_counter()
     s = cfg.search
     bs = s.batch_size or grid_batch_size(space.size)
-    fp = space.fingerprint(strategy="grid", batch_size=bs, **_model_key(simulate))
+    prune = bool(s.prune) and _is_default(simulate, check)
+    # pruned rows are not stored, and the time bound depends on the objective and K
+    pruning = {"prune": [s.objectives[0] if len(s.objectives) == 1 else None,
+                         max(s.top, TOP_KEPT)]} if prune else {}
+    fp = space.fingerprint(strategy="grid", batch_size=bs, **_model_key(simulate), **pruning)
     store = ResultStore(out, fp, {"space": space.name, "strategy": "grid",
                                   "batch_size": bs}).open(fresh)
     batches = space.batches(bs)
@@ -470,7 +533,8 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     constants = grid_constants(space)
     prices = gpu_prices(dict(space.axes).get("gpu") or [space.fixed.get("gpu")],
                         space.price_per_hour)
-    job = GridJob(str(store.parts_dir), fp, prices, s.cost_unit, s.objectives, keep, constants)
+    job = GridJob(str(store.parts_dir), fp, prices, s.cost_unit, s.objectives, keep, constants,
+                  prune)
     # finished batches of an earlier run: their counters are in the manifest, their top K and
     # Pareto set are read back from their part (one part at a time: bounded memory)
     for bid, entry in sorted(store.batches.items()):
@@ -501,7 +565,8 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
                     # one task more than workers: the next starts while the driver merges
                     while queue and len(pending) < cap + 1:
                         bid, start, stop = queue.pop(0)
-                        ref = task.remote(space_ref, bid, start, stop, simulate, check, job_ref)
+                        ref = task.remote(space_ref, bid, start, stop, simulate, check, job_ref,
+                                          _kth_best(board, prune))
                         pending[ref] = (bid, start, stop)
                     ready, _ = ray.wait(list(pending), num_returns=1)
                     for ref in ready:
@@ -537,6 +602,15 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
         c = board.counts
         require_valid(Census(c["total"], 0, Counter(board.reasons)), space.name)
     return _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated)
+
+
+def _kth_best(board: Leaderboard, prune: bool) -> float | None:
+    """The K-th best value of the only objective so far (the time bound's threshold); None
+    with several objectives, without pruning, or before K rows fit."""
+    if not prune or len(board.objectives) != 1 or len(board.top) < board.keep:
+        return None
+    col = objective_columns(board.objectives)[0][0]
+    return float(board.top[col].iloc[board.keep - 1])
 
 
 def _drain(pending: dict, store: ResultStore, board, record: bool = True) -> None:

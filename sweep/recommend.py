@@ -53,17 +53,10 @@ def load_run(run_dir: str | Path, columns: list[str] | None = None,
     """Rows of a results folder (or of the file itself) and its sweep metadata, read through a
     pyarrow dataset: only `columns` (None: all), only rows matching `filters`
     ({column: value or values}, pushed down to the scan)."""
-    p = Path(run_dir)
-    path = p / "results.parquet" if p.is_dir() else p
-    if not path.exists():
-        if p.is_dir() and (p / "parts").is_dir():
-            raise SweepError(f"{p}: the sweep has not finished (no results.parquet yet); "
-                             "re-run `sweep search` to resume it")
-        raise SweepError(f"{p}: no results.parquet (expected a `sweep search` results folder)")
     from .results import read_results
 
     # one-line errors: corrupt file, other schema version
-    return read_results(path, columns=columns, filters=filters)
+    return read_results(_results_file(run_dir), columns=columns, filters=filters)
 
 
 # What choosing a configuration reads of every row that fits; the rows shown and exported
@@ -78,6 +71,40 @@ def load_fits(run_dir: str | Path, c: "Constraints | None" = None,
               columns: list[str] | None = SELECT_COLUMNS) -> tuple[pd.DataFrame, dict]:
     """The rows that fit (status ok), with the columns a recommendation compares."""
     return load_run(run_dir, columns=columns, filters={"status": "ok"})
+
+
+def fit_chunks(run_dir: str | Path, columns: list[str] | None = SELECT_COLUMNS):
+    """(chunks, metadata): chunks(near) yields the rows that fit in pieces, with the columns a
+    recommendation compares (`recommend_chunks` says what `near` is), so that the memory of a
+    recommendation does not grow with the results. Every row that fits is read (the count of
+    those that fit is part of the answer); the constraints are applied to each piece."""
+    from .results import open_results, scan_results
+
+    path = _results_file(run_dir)
+    _, meta = open_results(path)  # one-line errors: corrupt file, other schema version
+    filters = {"status": "ok"}
+    def chunks(near=None):
+        where = None
+        if near is not None:
+            import pyarrow.compute as pc
+
+            col, lo, hi = near
+            where = (pc.field(col) >= lo) & (pc.field(col) <= hi)
+        return scan_results(path, columns=columns, filters=filters, where=where)
+
+    return chunks, meta
+
+
+def _results_file(run_dir: str | Path) -> Path:
+    """results.parquet of a results folder (or the path itself); one-line errors when none."""
+    p = Path(run_dir)
+    path = p / "results.parquet" if p.is_dir() else p
+    if not path.exists():
+        if p.is_dir() and (p / "parts").is_dir():
+            raise SweepError(f"{p}: the sweep has not finished (no results.parquet yet); "
+                             "re-run `sweep search` to resume it")
+        raise SweepError(f"{p}: no results.parquet (expected a `sweep search` results folder)")
+    return path
 
 
 def read_full(run_dir: str | Path, rec: "Recommendation", tokens=None,
@@ -299,28 +326,71 @@ class Recommendation:
 
 def recommend(df: pd.DataFrame, objective: str = "step_time", constraints: Constraints | None = None,
               within: float = 0.05, runner_ups: int = 3, run_name: str = "") -> Recommendation:
+    """The recommendation among the rows of a frame (see `recommend_chunks`)."""
+    return recommend_chunks(lambda near=None: iter([df]), objective, constraints, within,
+                            runner_ups, run_name)
+
+
+def recommend_chunks(chunks, objective: str = "step_time",
+                     constraints: Constraints | None = None,
+                     within: float = 0.05, runner_ups: int = 3, run_name: str = "",
+                     prices: dict | None = None) -> Recommendation:
+    """The best row that fits and meets the constraints (ties: more headroom, fewer GPUs, lower
+    config_id), and the runner-ups within `within` of it with more headroom, most first.
+
+    chunks(near) yields the rows piece by piece and is called twice (the best, then the
+    runner-ups near it), so only a piece and the rows kept are in memory at a time. The second
+    time `near` = (column, lowest, highest) says which values of that stored column can be
+    near the best (a reader may skip the others; the rows are filtered here anyway). `prices`
+    reprices each piece (`reprice`)."""
     c = constraints or Constraints()
     c.check()
     if objective not in OBJECTIVES:
         raise SweepError(f"--objective: expected one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if objective == "days" and not c.tokens:
         raise SweepError("--objective days needs --tokens")
-    df = derive(df, c.tokens)
-    mask, dropped = feasible(df, c)
-    fits = int(((df["status"] == "ok") & df["step_time_s"].notna()).sum())
     col, asc = OBJECTIVES[objective]
-    cand = df[mask & df[col].notna()]
-    if not len(cand):
-        return Recommendation(None, df.iloc[:0], objective, within, c, 0, fits, dropped, run_name)
-    sort_cols = [col, "headroom_gib", "num_gpus", "config_id"]
-    cand = cand.sort_values(sort_cols, ascending=[asc, False, True, True], kind="stable")
-    best = cand.iloc[0]
-    b = float(best[col])
-    close = cand[cand[col] <= b * (1 + within)] if asc else cand[cand[col] >= b * (1 - within)]
-    robust = close[(close["headroom_gib"] > float(best["headroom_gib"]) + 1e-9)
-                   & (close["config_id"] != best["config_id"])]
-    robust = robust.sort_values(["headroom_gib", col], ascending=[False, asc], kind="stable")
-    return Recommendation(best, robust.head(runner_ups), objective, within, c, len(cand), fits,
+    order = ([col, "headroom_gib", "num_gpus", "config_id"], [asc, False, True, True])
+
+    def candidates(near=None):
+        """(derived piece, its feasible rows with an objective value, what each constraint
+        dropped, rows that fit) for every piece."""
+        for piece in chunks(near):
+            d = derive(reprice(piece, prices or {}), c.tokens)
+            mask, dropped = feasible(d, c)
+            fit = int(((d["status"] == "ok") & d["step_time_s"].notna()).sum())
+            yield d, d[mask & d[col].notna()], dropped, fit
+
+    best, fits, n, dropped, empty = None, 0, 0, {}, None
+    for d, cand, drops, fit in candidates():
+        empty = d.iloc[:0] if empty is None else empty
+        fits += fit
+        n += len(cand)
+        for name, k in drops:
+            dropped[name] = dropped.get(name, 0) + k
+        if len(cand):
+            both = cand if best is None else pd.concat([best, cand])
+            best = both.sort_values(order[0], ascending=order[1], kind="stable").head(1)
+    dropped = list(dropped.items())
+    if best is None:
+        return Recommendation(None, empty, objective, within, c, 0, fits, dropped, run_name)
+    best = best.iloc[0]
+    b, room = float(best[col]), float(best["headroom_gib"])
+    # runner-ups: most headroom first, then the selection's order
+    r_order = (["headroom_gib", col, "num_gpus", "config_id"], [False, asc, True, True])
+    robust = None
+    stored = col in SELECT_COLUMNS and not (prices and col.startswith("cost"))
+    span = (b, b * (1 + within)) if asc else (b * (1 - within), b)
+    near = (col, span[0] - 1e-9 * abs(span[0]), span[1] + 1e-9 * abs(span[1])) if stored \
+        else None
+    for _, cand, _, _ in candidates(near):
+        close = cand[cand[col] <= b * (1 + within)] if asc else cand[cand[col] >= b * (1 - within)]
+        more = close[(close["headroom_gib"] > room + 1e-9)
+                     & (close["config_id"] != best["config_id"])]
+        both = more if robust is None else pd.concat([robust, more])
+        robust = both.sort_values(r_order[0], ascending=r_order[1], kind="stable") \
+            .head(runner_ups)
+    return Recommendation(best, robust.reset_index(drop=True), objective, within, c, n, fits,
                           dropped, run_name)
 
 
@@ -430,9 +500,10 @@ def recommend_after_search(out_dir: str | Path, objective: str | None = None) ->
     """Called at the end of `sweep search`: recommend with no constraints, write
     OUT_DIR/recipe/, and return the text to print (never raises for a run with no fit)."""
     try:
-        df, meta = load_fits(out_dir)
+        chunks, meta = fit_chunks(out_dir)
         obj = objective or _default_objective(meta)
-        rec = read_full(out_dir, recommend(df, obj, run_name=str(meta.get("space", ""))))
+        rec = read_full(out_dir, recommend_chunks(chunks, obj,
+                                                  run_name=str(meta.get("space", ""))))
         if rec.found:
             write_recipe(rec, Path(out_dir) / "recipe")
         text = render(rec)
@@ -520,17 +591,17 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_recommend(args) -> int:
-    df, meta = load_fits(args.run)
     prices = parse_prices(args.price)
-    df = reprice(df, prices)
-    objective = args.objective or _default_objective(meta)
     c = constraints_from(args)
-    rec = recommend(df, objective, c, args.within / 100.0, args.runner_ups,
-                    run_name=str(meta.get("space", "")))
+    chunks, meta = fit_chunks(args.run)
+    objective = args.objective or _default_objective(meta)
+    rec = recommend_chunks(chunks, objective, c, args.within / 100.0, args.runner_ups,
+                           run_name=str(meta.get("space", "")), prices=prices)
     rec = read_full(args.run, rec, c.tokens, prices)
     if not args.no_write and rec.found:
         write_recipe(rec, args.out or Path(args.run) / "recipe")
-    if args.trace and rec.found:
+    if args.trace and rec.found:  # the rule of thumb is looked up among all the rows that fit
+        df = reprice(load_fits(args.run)[0], prices)
         for path in write_traces(df, rec, args.trace):
             print(f"wrote {path}", file=sys.stderr)
     if args.format == "table":

@@ -264,6 +264,60 @@ def read_results(path: str | Path, columns: list[str] | None = None,
     parquet scan. Constant columns come back from the metadata, `rank` and `pareto` from the
     ranks stored there; strings come back as plain strings."""
     dataset, meta = open_results(path)
+    plan = _scan_plan(dataset, meta, columns, filters)
+    try:
+        if plan["empty"]:
+            table = dataset.schema.empty_table().select(plan["scan"])
+        else:
+            table = dataset.to_table(columns=plan["scan"], filter=plan["expr"])
+    except Exception as exc:  # noqa: BLE001 - corrupt part
+        raise _unreadable(path, exc) from None
+    return _frame_of(table, plan, meta), meta
+
+
+def scan_results(path: str | Path, columns: list[str] | None = None,
+                 filters: dict | None = None, batch_rows: int = 1 << 15, where=None):
+    """`read_results` in pieces: yields DataFrames of about `batch_rows` rows (same columns,
+    filters and put-back columns), so that a reader's memory does not grow with the results.
+    where: a further pyarrow expression on stored columns, pushed down too (e.g.
+    `pc.field("step_time_s") <= 2.1`). The metadata is `open_results(path)[1]`."""
+    dataset, meta = open_results(path)
+    plan = _scan_plan(dataset, meta, columns, filters)
+    if where is not None and not plan["empty"]:
+        plan["expr"] = where if plan["expr"] is None else plan["expr"] & where
+    if plan["empty"]:
+        yield _frame_of(dataset.schema.empty_table().select(plan["scan"]), plan, meta)
+        return
+    seen, held, rows = False, [], 0
+    try:
+        # little read-ahead: the scan holds a part or two at a time (sweep/__init__.py picks
+        # the allocator, which decides whether freed memory goes back)
+        for batch in dataset.to_batches(columns=plan["scan"], filter=plan["expr"],
+                                        batch_size=batch_rows, batch_readahead=1,
+                                        fragment_readahead=1):
+            if not batch.num_rows:
+                continue
+            held.append(batch)
+            rows += batch.num_rows
+            if rows >= batch_rows:  # parts are small: gather them into pieces of batch_rows
+                seen = True
+                yield _frame_of(pa.Table.from_batches(held), plan, meta)
+                held, rows = [], 0
+    except Exception as exc:  # noqa: BLE001 - corrupt part
+        raise _unreadable(path, exc) from None
+    if held or not seen:
+        table = pa.Table.from_batches(held) if held else \
+            dataset.schema.empty_table().select(plan["scan"])
+        yield _frame_of(table, plan, meta)
+
+
+def _unreadable(path, exc) -> SweepError:
+    return SweepError(f"{results_path(path)}: cannot read ({_reason(exc)}); re-run `sweep "
+                      "search` (finished batches are kept) to rewrite it")
+
+
+def _scan_plan(dataset: ds.Dataset, meta: dict, columns, filters) -> dict:
+    """The columns to scan and the filter of a read, and the columns to give back."""
     constants = dict(meta.get("constants") or {})
     names = dataset.schema.names
     order = list(meta.get("columns") or []) or names + [c for c in constants if c not in names]
@@ -275,14 +329,13 @@ def read_results(path: str | Path, columns: list[str] | None = None,
     if ("rank" in want or "pareto" in want) and "rank" not in names and "config_id" in names \
             and "config_id" not in scan:
         scan.append("config_id")
-    try:
-        if empty:
-            table = dataset.schema.empty_table().select(scan)
-        else:
-            table = dataset.to_table(columns=scan, filter=expr)
-    except Exception as exc:  # noqa: BLE001 - corrupt part
-        raise SweepError(f"{results_path(path)}: cannot read ({_reason(exc)}); re-run `sweep "
-                         "search` (finished batches are kept) to rewrite it") from None
+    return {"want": want, "scan": scan, "expr": expr, "empty": empty, "constants": constants}
+
+
+def _frame_of(table: pa.Table, plan: dict, meta: dict) -> pd.DataFrame:
+    """A scanned table as the frame `read_results` gives: dictionaries decoded, constant
+    columns, `rank` and `pareto` put back, columns in the order asked."""
+    want, constants = plan["want"], plan["constants"]
     table = pa.Table.from_arrays(
         [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c
          for c in table.columns], names=table.column_names)
@@ -300,8 +353,7 @@ def read_results(path: str | Path, columns: list[str] | None = None,
         front = set(int(i) for i in meta.get("pareto") or [])
         df["pareto"] = (df["config_id"].isin(front).to_numpy() if "config_id" in df.columns
                         else np.zeros(n, dtype=bool))
-    df = df[[c for c in want if c in df.columns]]
-    return df, meta
+    return df[[c for c in want if c in df.columns]]
 
 
 def _dtype_of(value):
@@ -899,6 +951,11 @@ def summary_text(top: pd.DataFrame, c: dict, config_cols: list[str], seconds: fl
         lines.append("no configuration fits in memory")
     lines.append(f"configurations: {c['total']:,} total, {c['invalid']:,} invalid, "
                  f"{c['oom']:,} oom, {c['simulated']:,} simulated ({c['ok']:,} fit)")
+    if c.get("pruned"):
+        lines.append(f"  {c['pruned']:,} pruned by bound, not simulated: "
+                     f"{c.get('pruned_memory', 0):,} by the memory bound (cannot fit), "
+                     f"{c.get('pruned_time', 0):,} by the time bound (cannot reach the top "
+                     "K); search.prune: false simulates them")
     if c.get("duplicate"):
         lines.append(f"  {c['duplicate']:,} repeat another but for a no-op setting (sequence "
                      "parallelism at tp 1, vpp at pp 1): evaluated once")

@@ -137,6 +137,21 @@ class Space:
             dup |= (np.asarray(frame[size]) == 1) & (digit != 0)
         return dup
 
+    def subspace_ids(self, ids) -> np.ndarray:
+        """For each config id, the id of its sub-space for the memory bound (sweep/prune.py):
+        the configuration with the same values but the first micro_batch and recompute."""
+        ids = np.asarray(ids, dtype=np.int64)
+        names = self.axis_names
+        inner = [names.index(a) for a in ("micro_batch", "recompute") if a in names]
+        if not inner:
+            return ids
+        digits = self.digits(ids)
+        out = ids.copy()
+        for k in inner:
+            stride = int(np.prod([len(v) for _, v in self.axes[k + 1:]], dtype=np.int64))
+            out -= digits[k] * stride
+        return out
+
     def structural_columns(self, ids: np.ndarray) -> dict | None:
         """The fields `sim_core.rules.structural_rules` reads, as float arrays straight from
         the config ids (no frame): parallel sizes, cluster size, batch, model shape. None when

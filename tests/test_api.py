@@ -101,9 +101,12 @@ def test_search_joins_the_running_ray_and_leaves_it(searched):
 
     assert isinstance(searched, sweep.Results)
     # the streamed grid stores the simulated rows; its counters account for the whole space
+    # (pruned by bound: not simulated, sweep/prune.py)
     c = searched.counts
     assert c["total"] == Space.from_config(load_space(QUICKSTART)).size
-    assert len(searched) == c["simulated"] == c["total"] - c["invalid"] - c.get("duplicate", 0)
+    assert len(searched) == c["simulated"] == c["total"] - c["invalid"] - c.get("duplicate", 0) \
+        - c["pruned"]
+    assert c["pruned"] == c["pruned_memory"] + c["pruned_time"] > 0
     assert "quickstart" in repr(searched)
 
 

@@ -145,3 +145,30 @@ def test_recommend_after_search(run):
     text = R.recommend_after_search(run)
     assert "recommendation for rec" in text and "recipe" in text
     assert "(no recommendation" in R.recommend_after_search(run.parent / "nothing-here")
+
+
+@pytest.mark.parametrize("objective,constraints", [
+    ("step_time", {}), ("cost", {"max_gpus": 512}), ("throughput", {"headroom": "10%"}),
+    ("days", {"tokens": 3e11, "gpus": ["h100-sxm"], "num_gpus": [1024]}),
+    ("step_time", {"headroom": "0"}),
+])
+def test_streamed_recommendation_is_the_whole_frame_one(run, df, objective, constraints):
+    """`sweep recommend` reads the results in pieces (two scans, pushdown near the best): the
+    same best, runner-ups and counts as the selection over the whole frame."""
+    import pandas as pd
+
+    whole = R.recommend(df[R.SELECT_COLUMNS][df["status"] == "ok"].reset_index(drop=True),
+                        objective, R.Constraints(**constraints), within=0.2, runner_ups=5)
+    chunks, _ = R.fit_chunks(run)
+    pieces = R.recommend_chunks(lambda near=None: (p for part in chunks(near)
+                                                   for p in (part.iloc[:7], part.iloc[7:])),
+                                objective, R.Constraints(**constraints), within=0.2,
+                                runner_ups=5)
+    assert whole.found and pieces.found
+    assert whole.best["config_id"] == pieces.best["config_id"]
+    assert list(whole.runner_ups["config_id"]) == list(pieces.runner_ups["config_id"])
+    assert len(whole.runner_ups) > 0 or objective == "days"
+    assert (whole.candidates, whole.fits, whole.dropped) == \
+        (pieces.candidates, pieces.fits, pieces.dropped)
+    pd.testing.assert_series_equal(whole.best.drop("config_id"), pieces.best.drop("config_id"),
+                                   check_names=False)
