@@ -44,14 +44,18 @@ from .space import (
     Census, Space, census, normalise, require_valid, rule_reasons, sim_frame,
 )
 
-# candidate configurations per Ray task: a 64th of the space, within these bounds (larger tasks
-# amortise the per-task cost; at least 64 tasks keep a cluster busy)
+# candidate configurations per Ray task: a 32nd of the space, within these bounds. Larger tasks
+# amortise the per-task cost (frames, rules, simulator calls, a part file, a merge in the
+# driver): on the 3.3M-candidate space of benchmarks/search_scale.py, 2 cores, tasks of 51,840
+# took 24-25 s end to end, of 103,680 18-21 s, of 207,360 18.5-20 s; a worker peaks near
+# 360 MiB at 200k. At least 32 tasks keep a small cluster busy; the size does not depend on
+# the worker count, so that a run resumes on another cluster (it is in the fingerprint).
 DEFAULT_GRID_BATCH = 20_000
-MAX_GRID_BATCH = 100_000
+MAX_GRID_BATCH = 200_000
 
 
 def grid_batch_size(size: int) -> int:
-    return int(min(MAX_GRID_BATCH, max(DEFAULT_GRID_BATCH, size // 64)))
+    return int(min(MAX_GRID_BATCH, max(DEFAULT_GRID_BATCH, size // 32)))
 
 
 # strategy auto: the grid's rate per CPU (benchmarks/search_strategies.py, 3.3M space on two
