@@ -36,8 +36,13 @@ import pandas as pd
 from . import export
 from .errors import SweepError
 from .frontier import pareto_front
-from .recommend import (OBJECTIVES, Constraints, constraint_args, constraints_from, derive,
-                        feasible, load_run, parse_prices, recommend, reprice)
+from .recommend import (OBJECTIVES, SELECT_COLUMNS, Constraints, constraint_args,
+                        constraints_from, derive, feasible, load_run, parse_prices, recommend,
+                        reprice)
+
+# What the report reads of every row that fits (choice, frontier, heatmap, rule of thumb, the
+# points' sample); the rows it shows are read again with every column
+REPORT_COLUMNS = [*SELECT_COLUMNS, "gpus_per_node"]
 
 TIME_PARTS = [  # column, label, colour
     ("time_compute", "compute", "#4c78a8"),
@@ -485,12 +490,14 @@ def _point_traces(pts: pd.DataFrame, front_ids: set, x: str, y: str, gpus: list,
     return traces
 
 
-def interactive_plots(fits: pd.DataFrame, front: pd.DataFrame, best: pd.Series) -> dict:
+def interactive_plots(fits: pd.DataFrame, front: pd.DataFrame, best: pd.Series,
+                      points: pd.DataFrame | None = None) -> dict:
     """{'frontier': html, 'scatter': html, 'controls': html, 'script': html, 'shown': n}: the two
-    plotly figures (plotly.js inlined once), the GPU / cluster-size toggles, the YAML panel."""
+    plotly figures (plotly.js inlined once), the GPU / cluster-size toggles, the YAML panel.
+    `points`: the rows drawn with every column (default: shown_points of `fits`)."""
     import plotly.graph_objects as go
 
-    pts = shown_points(fits, front).copy()
+    pts = (shown_points(fits, front) if points is None else points).copy()
     pts["_hover"] = [hover_text(r) for _, r in pts.iterrows()]
     gpus = sorted(pts["gpu"].unique())
     sizes = sorted(int(n) for n in pts["num_gpus"].unique())
@@ -626,15 +633,18 @@ def build(run_dir: str | Path, *, objective: str | None = None,
           constraints: Constraints | None = None, prices: dict | None = None,
           top: int = 8) -> dict:
     """Everything the report shows: tables, texts and PNGs (bytes)."""
-    # the report shows only configurations that fit: the others are counted, not read
-    df, meta = load_run(run_dir, filters={"status": "ok"})
+    # the report shows only configurations that fit: the others are counted, not read; of
+    # those, only the columns that choose, rank and place them (REPORT_COLUMNS), and every
+    # column of the few rows shown (read back by config_id below)
+    df, meta = load_run(run_dir, columns=REPORT_COLUMNS, filters={"status": "ok"})
     df = reprice(df, prices or {})
     c = constraints or Constraints()
-    from .recommend import _default_objective
+    from .recommend import _default_objective, read_full
 
     obj = objective or _default_objective(meta)
     rec = recommend(df, obj, c, run_name=str(meta.get("space", "")))
     d = derive(df, c.tokens)
+    del df
     mask, _ = feasible(d, c)
     fits = d[mask & d["cost_per_mtok_usd"].notna() & d["tokens_per_s"].notna()]
     if not rec.found or not len(fits):
@@ -645,6 +655,21 @@ def build(run_dir: str | Path, *, objective: str | None = None,
     col, asc = OBJECTIVES[obj]
     topn = fits.sort_values([col, "config_id"], ascending=[asc, True]).head(top)
     rot, rule = rule_of_thumb(d, best)
+    heat = heatmap_table(d, best)
+    points = shown_points(fits, front)
+    ids = {int(best["config_id"])} | set(topn["config_id"].astype(int)) \
+        | set(front["config_id"].astype(int)) | set(points["config_id"].astype(int))
+    if rot is not None:
+        ids.add(int(rot["config_id"]))
+    full, _ = load_run(run_dir, filters={"config_id": sorted(ids)})
+    full = derive(reprice(full, prices or {}), c.tokens).set_index("config_id", drop=False)
+
+    def whole(rows: pd.DataFrame) -> pd.DataFrame:
+        return full.loc[rows["config_id"].astype(int)].reset_index(drop=True)
+    front, topn, points = whole(front), whole(topn), whole(points)
+    best = full.loc[int(best["config_id"])]
+    rot = full.loc[int(rot["config_id"])] if rot is not None else None
+    rec = read_full(run_dir, rec, c.tokens, prices)
     bars = topn.copy()
     labels = [f"#{i + 1} {r['gpu']} x{int(r['num_gpus'])} {short(export.config_of(r))}"
               for i, (_, r) in enumerate(topn.iterrows())]
@@ -654,7 +679,6 @@ def build(run_dir: str | Path, *, objective: str | None = None,
     for c_ in [p[0] for p in TIME_PARTS] + ["step_time_s"]:
         if c_ in bars.columns:
             bars[c_] = pd.to_numeric(bars[c_], errors="coerce")
-    heat = heatmap_table(d, best)
     cap = float(best["capacity_gib"])
     prices_used = (d.groupby("gpu")["price_per_hour"].first().sort_index()
                    if "price_per_hour" in d.columns else pd.Series(dtype=float))
@@ -682,7 +706,7 @@ def build(run_dir: str | Path, *, objective: str | None = None,
                 "heatmap": plot_heatmap(heat, best),
                 "memory": plot_memory(best, cap, rot, "rule of thumb")},
         "megatron": export.megatron_text(best),
-        "interactive": interactive_plots(fits, front, best),
+        "interactive": interactive_plots(fits, front, best, points),
     }
 
 

@@ -230,3 +230,28 @@ def test_chromium_offline_click_and_toggle(written, tmp_path):
     vis = [v for g, v in got["vis"] if g is not None]
     assert vis and all(v == "legendonly" for g, v in got["vis"] if g == got["gpu"])
     assert any(v is True for g, v in got["vis"] if g not in (None, got["gpu"]))
+
+
+def test_report_reads_few_columns_of_every_row_and_whole_rows_only_of_those_shown(run,
+                                                                                  monkeypatch):
+    """The driver's memory must not follow the results: every fitting row is read with the
+    columns that choose and place it; all columns only for the rows drawn and tabled."""
+    calls = []
+    real = report.load_run
+
+    def spy(run_dir, columns=None, filters=None):
+        calls.append((columns, dict(filters or {})))
+        return real(run_dir, columns=columns, filters=filters)
+
+    monkeypatch.setattr(report, "load_run", spy)
+    r = report.build(run)
+    bulk = [c for c in calls if c[1].get("status") == "ok"]
+    assert len(bulk) == 1 and bulk[0][0] == report.REPORT_COLUMNS
+    whole = [c for c in calls if "config_id" in c[1]]
+    assert len(whole) == 1 and whole[0][0] is None
+    shown = set(whole[0][1]["config_id"])
+    assert len(shown) <= report.MAX_POINTS + 8 + 2
+    assert int(r["best"]["config_id"]) in shown
+    # the rows shown carry every column (the breakdown, the memory categories)
+    assert len(r["top"].columns) > len(report.REPORT_COLUMNS) + 10
+    assert len(r["fits"].columns) < len(r["top"].columns)
