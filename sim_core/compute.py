@@ -94,17 +94,27 @@ def roofline_gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
     """The default curve: gemm_max x wave quantization x K/(K + k_half)."""
     arch = b.sm_arch
     emax = np.where(fp8, _by_arch(arch, "gemm_max", "fp8"), _by_arch(arch, "gemm_max", "bf16"))
-    tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
-    waves = tiles / b.sm_count
-    wave_eff = waves / np.ceil(waves)
     # FP8 kernels take K in 128-wide tiles (bf16: 64), so a short K costs them more
     k_half = np.where(fp8, _by_arch(arch, "gemm_k_half", "fp8"),
                       _by_arch(arch, "gemm_k_half", "bf16"))
-    k_eff = k / (k + k_half)
-    return emax * wave_eff * k_eff
+    return gemm_curve(m, n, k, emax, k_half, b.sm_count)
+
+
+def gemm_curve(m, n, k, emax, k_half, sm_count):
+    """The GEMM curve's form (also what `python -m sim_core.fit --kernels` fits): emax x wave
+    quantization of 128x128 output tiles over the SMs x K/(K + k_half)."""
+    tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
+    waves = tiles / sm_count
+    return emax * waves / np.ceil(waves) * k / (k + k_half)
 
 
 ATTN_TILE = 128  # query rows per FlashAttention / cuDNN attention thread block
+
+
+def attention_curve(tiles, seq, emax, seq_half, tiles_half):
+    """The attention curve's form (also what `python -m sim_core.fit --kernels` fits): emax x
+    s/(s + seq_half) x tiles/(tiles + tiles_half), tiles = query blocks of ATTN_TILE rows."""
+    return emax * seq / (seq + seq_half) * tiles / (tiles + tiles_half)
 
 
 def attention_efficiency(b: Batch, direction: str) -> np.ndarray:
@@ -118,12 +128,11 @@ def attention_efficiency(b: Batch, direction: str) -> np.ndarray:
     def pick(key):
         return np.where(fa2, _by_arch(arch, key, "fa2"), _by_arch(arch, key, "fa3"))
 
-    s = b.seq_len
     tiles = (b.micro_batch * np.maximum(b.heads / b.tp, 1.0)
-             * np.ceil(np.maximum(s / b.cp, 1.0) / ATTN_TILE))
-    t_half = pick(f"attn_tiles_half_{direction}")
-    return (pick(f"attn_{direction}") * s / (s + pick(f"attn_seq_half_{direction}"))
-            * tiles / (tiles + t_half))
+             * np.ceil(np.maximum(b.seq_len / b.cp, 1.0) / ATTN_TILE))
+    return attention_curve(tiles, b.seq_len, pick(f"attn_{direction}"),
+                           pick(f"attn_seq_half_{direction}"),
+                           pick(f"attn_tiles_half_{direction}"))
 
 
 def stage_times(b: Batch, wl: Workload) -> dict:

@@ -171,7 +171,6 @@ def main_moe() -> None:
 # training runs. The level of the GEMM curve (gemm_max) stays fitted on runs: a kernel alone
 # on an idle GPU runs at clocks a busy training node does not hold.
 # =============================================================================================
-ATTN_TILE = 128  # query rows per FlashAttention / cuDNN attention thread block
 ATTN_FAMILY = {"cudnn": "fa3", "flash": "fa2"}  # measured SDPA backend -> compute.py family
 
 
@@ -180,6 +179,7 @@ def kernel_tables() -> pd.DataFrame:
     from importlib import resources
 
     from . import catalog
+    from .calibration.kernels import kernel_flops
 
     parts = []
     for f in sorted(resources.files("sim_core").joinpath("data/kernels").iterdir()):
@@ -189,26 +189,25 @@ def kernel_tables() -> pd.DataFrame:
     df = df[df["time_us"].notna()].copy()
     peak = np.array([catalog.peak_tflops(g, "fp8" if d == "fp8" else "bf16")
                      for g, d in zip(df["gpu"], df["dtype"])]) * 1e12
-    gemm = 2.0 * df["batch"].fillna(1) * df["m"] * df["n"] * df["k"]
-    attn = (4.0 * df["heads"] * df["seq"] ** 2 * df["head_dim"] * 0.5
-            * np.where(df["direction"] == "bwd", 2.5, 1.0))
-    flops = np.where(df["op_class"] == "gemm", gemm, attn)
-    df["eff"] = flops / (df["time_us"] * 1e-6 * peak)
+    df["eff"] = kernel_flops(df) / (df["time_us"] * 1e-6 * peak)
     return df
 
 
 def gemm_curve(m, n, k, emax, k_half, sm_count=132):
-    """compute.roofline_gemm_efficiency's form: emax x wave quantization x K/(K + k_half)."""
-    tiles = np.ceil(m / compute.TILE_M) * np.ceil(n / compute.TILE_N)
-    waves = tiles / sm_count
-    return emax * waves / np.ceil(waves) * k / (k + k_half)
+    """compute.gemm_curve on an H100/H200's 132 SMs."""
+    return compute.gemm_curve(m, n, k, emax, k_half, sm_count)
 
 
 def attention_curve(heads, seq, emax, seq_half, tiles_half):
-    """compute.py's attention form: emax x s/(s + seq_half) x tiles/(tiles + tiles_half), tiles
-    = heads x ceil(s / 128) query blocks (how many thread blocks fill the GPU)."""
-    tiles = heads * np.ceil(seq / ATTN_TILE)
-    return emax * seq / (seq + seq_half) * tiles / (tiles + tiles_half)
+    """compute.attention_curve for one sequence of `heads` heads (batch 1, one GPU)."""
+    return compute.attention_curve(heads * np.ceil(seq / compute.ATTN_TILE), seq, emax,
+                                   seq_half, tiles_half)
+
+
+def _attention_rows(df: pd.DataFrame, family: str, direction: str) -> pd.DataFrame:
+    kern = {v: k for k, v in ATTN_FAMILY.items()}[family]
+    return df[(df["op_class"] == "attention") & (df["kernel"] == kern)
+              & (df["direction"] == direction)]
 
 
 def _fit_log(model, x0, y):
@@ -245,10 +244,9 @@ def fit_kernel_curves(df: pd.DataFrame) -> dict:
             m, n, k = (g[c].to_numpy(float) for c in ("m", "n", "k"))
             out[("gemm", dt, "")] = _fit_log(lambda p: gemm_curve(m, n, k, *p), [0.7, 256],
                                              np.log(g["eff"].to_numpy()))
-    for kern, fam in ATTN_FAMILY.items():
+    for fam in ATTN_FAMILY.values():
         for d in ("fwd", "bwd"):
-            a = df[(df["op_class"] == "attention") & (df["kernel"] == kern)
-                   & (df["direction"] == d)]
+            a = _attention_rows(df, fam, d)
             if len(a):
                 h, s = a["heads"].to_numpy(float), a["seq"].to_numpy(float)
                 out[("attention", fam, d)] = _fit_log(
@@ -265,9 +263,7 @@ def kernel_curve_errors(df: pd.DataFrame, params: dict) -> dict:
             g = _dense_gemms(df, sub)
             pred = gemm_curve(g["m"], g["n"], g["k"], *p)
         else:
-            kern = {v: k for k, v in ATTN_FAMILY.items()}[sub]
-            g = df[(df["op_class"] == "attention") & (df["kernel"] == kern)
-                   & (df["direction"] == d)]
+            g = _attention_rows(df, sub, d)
             pred = attention_curve(g["heads"], g["seq"], *p)
         if len(g):
             out[(what, sub, d)] = float(np.median(np.abs(g["eff"] / pred - 1)))
