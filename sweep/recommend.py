@@ -107,14 +107,25 @@ def _results_file(run_dir: str | Path) -> Path:
     return path
 
 
+def read_rows(run_dir: str | Path, ids, tokens=None, prices: dict | None = None) -> pd.DataFrame:
+    """The rows of `ids` with every column, repriced and derived, indexed by config_id."""
+    full, _ = load_run(run_dir, filters={"config_id": sorted({int(i) for i in ids})})
+    return derive(reprice(full, prices or {}), tokens).set_index("config_id", drop=False)
+
+
+def rec_ids(rec: "Recommendation") -> list[int]:
+    """config_ids of the best and runner-up rows (best first)."""
+    return [int(rec.best["config_id"])] + [int(i) for i in rec.runner_ups["config_id"]]
+
+
 def read_full(run_dir: str | Path, rec: "Recommendation", tokens=None,
-              prices: dict | None = None) -> "Recommendation":
-    """The best and runner-up rows of `rec` with every column (read by config_id)."""
+              prices: dict | None = None, rows: pd.DataFrame | None = None) -> "Recommendation":
+    """The best and runner-up rows of `rec` with every column (read by config_id, or taken
+    from `rows`, a read_rows frame that holds them)."""
     if not rec.found:
         return rec
-    ids = [int(rec.best["config_id"])] + [int(i) for i in rec.runner_ups["config_id"]]
-    full, _ = load_run(run_dir, filters={"config_id": ids})
-    full = derive(reprice(full, prices or {}), tokens).set_index("config_id", drop=False)
+    ids = rec_ids(rec)
+    full = read_rows(run_dir, ids, tokens, prices) if rows is None else rows
     best = full.loc[ids[0]]
     ups = full.loc[ids[1:]].reset_index(drop=True) if len(ids) > 1 else full.iloc[:0]
     for name in rec.best.index:  # derived columns (days, ...) as the selection computed them

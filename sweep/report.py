@@ -639,7 +639,7 @@ def build(run_dir: str | Path, *, objective: str | None = None,
     df, meta = load_run(run_dir, columns=REPORT_COLUMNS, filters={"status": "ok"})
     df = reprice(df, prices or {})
     c = constraints or Constraints()
-    from .recommend import _default_objective, read_full
+    from .recommend import _default_objective, read_full, read_rows, rec_ids
 
     obj = objective or _default_objective(meta)
     rec = recommend(df, obj, c, run_name=str(meta.get("space", "")))
@@ -661,15 +661,14 @@ def build(run_dir: str | Path, *, objective: str | None = None,
         | set(front["config_id"].astype(int)) | set(points["config_id"].astype(int))
     if rot is not None:
         ids.add(int(rot["config_id"]))
-    full, _ = load_run(run_dir, filters={"config_id": sorted(ids)})
-    full = derive(reprice(full, prices or {}), c.tokens).set_index("config_id", drop=False)
+    full = read_rows(run_dir, ids | set(rec_ids(rec)), c.tokens, prices)
 
     def whole(rows: pd.DataFrame) -> pd.DataFrame:
         return full.loc[rows["config_id"].astype(int)].reset_index(drop=True)
     front, topn, points = whole(front), whole(topn), whole(points)
     best = full.loc[int(best["config_id"])]
     rot = full.loc[int(rot["config_id"])] if rot is not None else None
-    rec = read_full(run_dir, rec, c.tokens, prices)
+    rec = read_full(run_dir, rec, rows=full)
     bars = topn.copy()
     labels = [f"#{i + 1} {r['gpu']} x{int(r['num_gpus'])} {short(export.config_of(r))}"
               for i, (_, r) in enumerate(topn.iterrows())]

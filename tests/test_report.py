@@ -243,7 +243,10 @@ def test_report_reads_few_columns_of_every_row_and_whole_rows_only_of_those_show
         calls.append((columns, dict(filters or {})))
         return real(run_dir, columns=columns, filters=filters)
 
+    from sweep import recommend as rec_mod
+
     monkeypatch.setattr(report, "load_run", spy)
+    monkeypatch.setattr(rec_mod, "load_run", spy)
     r = report.build(run)
     bulk = [c for c in calls if c[1].get("status") == "ok"]
     assert len(bulk) == 1 and bulk[0][0] == report.REPORT_COLUMNS
