@@ -64,15 +64,9 @@ def _expand_models(df: pd.DataFrame) -> pd.DataFrame:
 def _gpu_arrays(gpu: pd.Series) -> dict[str, np.ndarray]:
     table = catalog.gpu_table()
     uniq, inv = _factorize(gpu)
-    names = np.array([str(u).lower() for u in uniq], dtype=object)
-    order = np.argsort(names, kind="stable")  # codes in sorted-name order, as np.unique gives
-    names = names[order]
-    remap = np.empty(len(order), dtype=np.int64)
-    remap[order] = np.arange(len(order))
-    inv = remap[inv]
-    if len(names) > 1 and (names[1:] == names[:-1]).any():  # ids equal once lowered
-        names, back = np.unique(names, return_inverse=True)
-        inv = back.ravel()[inv]
+    # distinct ids once lowered (np.unique over the few distinct values, not over the rows)
+    names, back = np.unique([str(u).lower() for u in uniq], return_inverse=True)
+    inv = back.ravel()[inv]
     rows = [table.loc[catalog.get_gpu(u).name] for u in names]
     out = {}
     for f in GPU_FIELDS + NET_DEFAULTS:
