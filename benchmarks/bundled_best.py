@@ -25,8 +25,8 @@ def best_rows(paths: list[Path], workers: int | None) -> None:
     import ray
 
     from sweep.config import load_space
-    from sweep.execution import run_search
-    from sweep.space import Space
+    from sweep.engine.execution import run_search
+    from sweep.engine.space import Space
 
     ray.init(address="local", num_cpus=workers or None, include_dashboard=False,
              log_to_driver=False, logging_level="ERROR")

@@ -87,7 +87,7 @@ def child(doc: dict, out: str, workers: int | None) -> None:
 def inspect(out: Path) -> dict:
     """Counts and best row of the finished run, read back from the results folder."""
     from sweep.config import parse_space
-    from sweep.recommend import load_run
+    from sweep.advice.recommend import load_run
     from sweep.results import counts
 
     show = ["config_id", "gpu", "num_gpus", "tp", "pp", "cp", "vpp", "micro_batch", "recompute",
@@ -146,7 +146,7 @@ def scaling(out: Path) -> int:
     cancels the fixed cost: Ray start, driver, finalisation, recommendation), and gives the
     time projected for N workers."""
     from sweep.config import parse_space
-    from sweep.space import Space
+    from sweep.engine.space import Space
 
     def size_of(gpus, sizes=None):
         doc = space_doc(1)
@@ -180,7 +180,7 @@ def scaling(out: Path) -> int:
 
 
 def grid_task(size: int) -> int:
-    from sweep.execution import grid_batch_size
+    from sweep.engine.grid import grid_batch_size
 
     return grid_batch_size(size)
 
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
         return 1
     r = json.loads(line[len("RESULT "):])
     from sweep.config import parse_space
-    from sweep.space import Space
+    from sweep.engine.space import Space
 
     r["candidates"] = Space.from_config(parse_space(doc)).size
     r.update(inspect(out))

@@ -1,7 +1,7 @@
 """Grid against Optuna samplers on the bundled 3.3M and 1.3e10 spaces: time, memory, quality.
 
 Each run is a fresh `python` process (so its peak RSS is the driver's alone) that calls
-`sweep.execution.run_search` as `sweep search` does (Optuna budgets up to
+`sweep.engine.execution.run_search` as `sweep search` does (Optuna budgets up to
 `optuna_search.IN_PROCESS_ROWS` rows evaluated in the driver, larger ones and the grid on a
 local Ray) and reports: wall time end to end (start-up included), the driver's peak RSS
 (with in-driver evaluation, the simulation's memory too), the driver's CPU seconds (its
@@ -42,7 +42,7 @@ def one_run(spec: dict) -> dict:
     import numpy as np
 
     from sweep.config import load_space
-    from sweep.execution import run_search
+    from sweep.engine.execution import run_search
     from sweep.results import read_results
 
     t0 = time.perf_counter()

@@ -15,9 +15,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim_core import validation  # noqa: E402
-from sweep import export, recommend  # noqa: E402
-from sweep.accuracy import held_out_medians, markdown_summary  # noqa: E402
+from sim_core.accuracy import validation  # noqa: E402
+from sweep.advice import export, recommend  # noqa: E402
+from sim_core.accuracy.published import held_out_medians, markdown_summary  # noqa: E402
 from tests.results_fixture import make_results  # noqa: E402
 
 

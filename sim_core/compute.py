@@ -5,7 +5,7 @@ memory-bound; attention at `peak * attn_eff * s/(s + s_half) * tiles/(tiles + ti
 being the 128-query blocks of one micro-batch on one GPU (too few leave SMs idle); elementwise
 ops at a fraction of HBM bandwidth. On Hopper the curves' shapes (k_half, attention's
 halves and maxima) come from kernels measured on H100 and H200 (data/kernels, `python -m
-sim_core.fit --kernels`). The constants live in catalogs/efficiency.yaml with their sources. A learned
+sim_core.accuracy.fit --kernels`). The constants live in catalogs/efficiency.yaml with their sources. A learned
 per-op model (sweep calibrate) can replace `gemm_efficiency` through `set_gemm_model` and the
 attention efficiency through `set_attention_model`; where a learned model returns NaN (a GPU it
 was not trained for) the roofline curve is used.
@@ -101,7 +101,7 @@ def roofline_gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
 
 
 def gemm_curve(m, n, k, emax, k_half, sm_count):
-    """The GEMM curve's form (also what `python -m sim_core.fit --kernels` fits): emax x wave
+    """The GEMM curve's form (also what `python -m sim_core.accuracy.fit --kernels` fits): emax x wave
     quantization of 128x128 output tiles over the SMs x K/(K + k_half)."""
     tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
     waves = tiles / sm_count
@@ -112,7 +112,7 @@ ATTN_TILE = 128  # query rows per FlashAttention / cuDNN attention thread block
 
 
 def attention_curve(tiles, seq, emax, seq_half, tiles_half):
-    """The attention curve's form (also what `python -m sim_core.fit --kernels` fits): emax x
+    """The attention curve's form (also what `python -m sim_core.accuracy.fit --kernels` fits): emax x
     s/(s + seq_half) x tiles/(tiles + tiles_half), tiles = query blocks of ATTN_TILE rows."""
     return emax * seq / (seq + seq_half) * tiles / (tiles + tiles_half)
 

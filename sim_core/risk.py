@@ -3,21 +3,21 @@
 A search engine's pick must really run, and the memory model has an error. Its error
 distribution is measured per framework by `sweep validate` (validation.validate_memory: the
 dataset rows that report peak memory and TorchSim's tables): log(measured / predicted) ~
-Normal(mu, sigma). A framework with fewer than MIN_ROWS measured rows gets mu = 0 and
+Normal(mu, sigma), stored as data (data/memory_error.csv, written by
+`python -m sim_core.accuracy.memory_error --write`; a test keeps it equal to what that computes).
+A framework with fewer than MIN_ROWS measured rows gets mu = 0 and
 UNMEASURED_SIGMA_FACTOR times the pooled sigma: the simulator's held-out error has been about
 three times its in-sample error (DEVELOPERS.md), so where nothing was measured the spread is
 taken that wide. Then
 
     oom_risk = P(measured peak > HBM) = 1 - Phi((ln(HBM / predicted peak) - mu) / sigma)
 
-`python -m sim_core.risk --write` recomputes data/memory_error.csv; a test keeps the shipped
-file equal to what the command computes.
+This module only reads the table: the simulator never imports the accuracy tooling.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
 from importlib import resources
 
 import numpy as np
@@ -33,23 +33,6 @@ DEFAULT_MAX_RISK = 0.10
 TABLE = "data/memory_error.csv"
 
 
-def measure() -> pd.DataFrame:
-    """Per-framework error distribution of the memory model, from the measured rows."""
-    from . import validation
-
-    m = validation.validate_memory()
-    m = m[m["measured_mem_gib"].notna() & m["predicted_mem_gib"].notna()]
-    err = np.log(m["measured_mem_gib"] / m["predicted_mem_gib"])
-    pooled = float(err.std(ddof=1))
-    rows = []
-    for fw in FRAMEWORK:
-        e = err[m["framework"] == fw]
-        if len(e) >= MIN_ROWS:
-            rows.append((fw, len(e), float(e.mean()), float(e.std(ddof=1)), "measured"))
-        else:
-            rows.append((fw, len(e), 0.0, UNMEASURED_SIGMA_FACTOR * pooled,
-                         f"unmeasured: {UNMEASURED_SIGMA_FACTOR:g} x pooled sigma"))
-    return pd.DataFrame(rows, columns=["framework", "rows", "mu", "sigma", "basis"]).round(4)
 
 
 @functools.lru_cache(maxsize=1)
@@ -66,17 +49,3 @@ def oom_risk(peak_gib, hbm_gib, framework_code) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         z = (np.log(np.asarray(hbm_gib) / np.asarray(peak_gib)) - mu[code]) / sigma[code]
     return 1.0 - ndtr(z)
-
-
-def main(argv=None) -> None:  # python -m sim_core.risk [--write]
-    argv = sys.argv[1:] if argv is None else argv
-    table = measure()
-    print(table.to_string(index=False))
-    if argv == ["--write"]:
-        path = resources.files("sim_core").joinpath(TABLE)
-        table.to_csv(path, index=False)
-        print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    main()

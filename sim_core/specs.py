@@ -195,7 +195,7 @@ PARALLEL_COLUMNS = {
     "moe_dropless": True,
     "capacity_factor": 1.0,
     "expert_skew": 0.0,
-    # MoE dispatch path (sim_core/moe.py; Megatron-Core core_v0.15.3 flags in sweep/export.py).
+    # MoE dispatch path (sim_core/moe.py; Megatron-Core core_v0.15.3 flags in sweep/advice/export.py).
     # moe_a2a_overlap above is --overlap-moe-expert-parallel-comm (combined 1F1B EP overlap)
     "moe_dispatcher": "alltoall",
     "moe_permute_fusion": False,  # --moe-permute-fusion (TE fused permute/unpermute kernels)

@@ -8,8 +8,9 @@
 
 Every function raises the CLI's one-line `SweepError` on bad input (the message the CLI prints
 after `error:`). Nothing here simulates, ranks or recommends by itself: it calls
-`cli.simulate_rows`, `execution.run_search`, `recommend.recommend`, `report.write_report` and
-`accuracy.compare`, and reads results through `recommend.load_run` (`results.read_results`).
+`advice.simulation.simulate_rows`, `engine.execution.run_search`, `advice.recommend.recommend`,
+`advice.report.write_report` and `sim_core.accuracy.published.compare`, and reads results
+through `advice.recommend.load_run` (`results.read_results`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _activate(profile) -> object | None:
     """The simulate function for a calibration profile (None: the default model)."""
     if not profile:
         return None
-    from .execution import ProfiledSimulate
+    from .engine.evaluate import ProfiledSimulate
 
     return ProfiledSimulate(profile)
 
@@ -68,7 +69,7 @@ def simulate(run, *, profile: str | None = None) -> pd.DataFrame:
     sim = _activate(profile)
     if isinstance(run, pd.DataFrame):
         return _simulate_frame(run, sim)
-    from .cli import simulate_rows
+    from .advice.simulation import simulate_rows
     from .config import load_run, parse_run
 
     if isinstance(run, (str, Path)):
@@ -87,9 +88,9 @@ def simulate(run, *, profile: str | None = None) -> pd.DataFrame:
 
 def _simulate_frame(frame: pd.DataFrame, sim) -> pd.DataFrame:
     from .config import did_you_mean
-    from .execution import evaluate
+    from .engine.evaluate import evaluate
     from .results import add_costs, gpu_prices
-    from .space import COLUMN_ORDER, PSEUDO_COLUMNS, SIM_COLUMNS
+    from .engine.space import COLUMN_ORDER, PSEUDO_COLUMNS, SIM_COLUMNS
 
     known = set(SIM_COLUMNS) | set(PSEUDO_COLUMNS) | {"config_id"}
     unknown = [c for c in frame.columns if c not in known]
@@ -127,7 +128,7 @@ def search(space, out: str | Path | None = None, *, workers: int | None = None,
     in this process, else started on `address` or locally for the call (`workers` tasks).
     """
     from .config import SpaceConfig, load_space, parse_space
-    from .execution import run_search
+    from .engine.execution import run_search
 
     if isinstance(space, (str, Path)):
         cfg = load_space(space)
@@ -174,7 +175,7 @@ class Results:
     """
 
     def __init__(self, path: str | Path, note: str = ""):
-        from .recommend import load_run
+        from .advice.recommend import load_run
 
         self.path = Path(path)
         self._df, self.meta = load_run(self.path)
@@ -232,8 +233,8 @@ class Results:
     def frontier(self) -> pd.DataFrame:
         """The cost (USD per million tokens) vs cluster throughput Pareto frontier of the
         configurations that fit: the report's frontier, by throughput."""
-        from .recommend import derive
-        from .report import frontier
+        from .advice.recommend import derive
+        from .advice.frontier import frontier
 
         d = derive(self._df)
         fits = d[(d["status"] == "ok") & d["cost_per_mtok_usd"].notna()
@@ -250,7 +251,7 @@ class Results:
         deadline (days), tokens ("300B" or a number), gpus, num_gpus (lists). With `out`, the
         recipes are written there as the CLI writes RUN/recipe/.
         """
-        from .recommend import (Constraints, _default_objective, parse_headroom, parse_tokens,
+        from .advice.recommend import (Constraints, _default_objective, parse_headroom, parse_tokens,
                                 recommend, write_recipe)
         from .config import did_you_mean
 
@@ -278,8 +279,8 @@ class Results:
                tokens=None, top: int = 8) -> Path:
         """`sweep report`: write report.html (interactive, offline), report.md and the PNGs
         into `path` (default: the results folder); returns the HTML's path."""
-        from .recommend import Constraints, parse_tokens
-        from .report import write_report
+        from .advice.recommend import Constraints, parse_tokens
+        from .advice.report import write_report
 
         c = Constraints(tokens=parse_tokens(tokens) if tokens is not None else None)
         r = write_report(self.path, path, objective=objective, constraints=c, top=top)
@@ -289,13 +290,13 @@ class Results:
     def trace(self, path: str | Path, which: str = "best") -> Path:
         """A Chrome/Perfetto trace of one step of the best configuration (`which="best"`) or
         of the rule of thumb (`which="rule_of_thumb"`), as `sweep recommend --trace` writes."""
-        from .trace import write_trace_for_row
+        from .advice.trace import write_trace_for_row
 
         if which == "best":
             row = self.best()
         elif which == "rule_of_thumb":
-            from .recommend import derive
-            from .report import rule_of_thumb
+            from .advice.recommend import derive
+            from .advice.baseline import rule_of_thumb
 
             row, rule = rule_of_thumb(derive(self._df), self.best())
             if row is None:
@@ -316,7 +317,7 @@ def validate(dataset: str | Path | None = None, subset: str = "all") -> pd.DataF
     `dataset` is a CSV in the published_runs format (default: the shipped dataset); `subset`
     one of all, dense, moe, long-context, blackwell-dense.
     """
-    from .accuracy import SUBSETS, compare, load_dataset
+    from sim_core.accuracy.published import SUBSETS, compare, load_dataset
 
     if subset not in SUBSETS:
         raise SweepError(f"subset: expected one of {', '.join(sorted(SUBSETS))}, got {subset!r}")

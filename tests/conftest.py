@@ -1,6 +1,14 @@
 """Shared test fixtures."""
 
+import os
+from pathlib import Path
+
 import pytest
+
+# Ray workers started by the tests import the fakes as `tests.fakes`: they inherit this
+ROOT = Path(__file__).resolve().parents[1]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from sweep.config import parse_space
-from sweep.execution import evaluate
+from sweep.engine.evaluate import evaluate
 from sweep.results import add_costs, gpu_prices, rank, write_parquet
-from sweep.space import Space
+from sweep.engine.space import Space
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -97,11 +97,11 @@ def test_search_joins_the_running_ray_and_leaves_it(searched):
 
     assert ray.is_initialized()  # the module's Ray was used, not shut down
     from sweep.config import load_space
-    from sweep.space import Space
+    from sweep.engine.space import Space
 
     assert isinstance(searched, sweep.Results)
     # the streamed grid stores the simulated rows; its counters account for the whole space
-    # (pruned by bound: not simulated, sweep/prune.py)
+    # (pruned by bound: not simulated, sweep/engine/prune.py)
     c = searched.counts
     assert c["total"] == Space.from_config(load_space(QUICKSTART)).size
     assert len(searched) == c["simulated"] == c["total"] - c["invalid"] - c.get("duplicate", 0) \
@@ -207,11 +207,11 @@ def test_optuna_journal_loads_with_optunas_own_reader(tmp_path, local_ray):
     assert len(study.trials) >= 40 and done
     df = res.to_pandas()
     assert study.best_value == pytest.approx(df.loc[df["status"] == "ok", "step_time_s"].min())
-    # a trial is a layout (sweep/nested.py): its params are the sampled axes, the others are
+    # a trial is a layout (sweep/engine/nested.py): its params are the sampled axes, the others are
     # enumerated inside the trial
     from sweep.config import load_space
-    from sweep.nested import split_axes
-    from sweep.space import Space
+    from sweep.engine.nested import split_axes
+    from sweep.engine.space import Space
 
     nest = split_axes(Space.from_config(load_space(QUICKSTART)))
     assert set(study.best_params) == set(nest.outer) == {"num_gpus", "tp", "pp"}

@@ -239,7 +239,7 @@ def test_cli_profile_flag_and_picklable_profiled_simulate(tmp_path, capsys):
     import pickle
 
     from sweep.cli import main
-    from sweep.execution import ProfiledSimulate, _model_key
+    from sweep.engine.evaluate import ProfiledSimulate, model_key as _model_key
 
     _calibrate("nccl", *map(str, NCCL_FILES), "--profile", "net")
     capsys.readouterr()

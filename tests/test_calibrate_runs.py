@@ -9,7 +9,7 @@ import pytest
 
 from sim_core import compute, memory, nccl, profiles
 from sim_core.calibration import runs as runs_fit
-from sim_core.validation import dataset_path
+from sim_core.accuracy.validation import dataset_path
 
 TITAN_8B_H100 = ["55", "56", "62", "63"]  # torchtitan Dec-2024, Llama 3.1 8B, H100 96GB
 

@@ -200,7 +200,7 @@ def test_ctrl_c_keeps_batches_and_rerun_resumes(tmp_path):
     df, meta = read_results(out, columns=["config_id", "status"])
     c = meta["counts"]
     assert c["total"] == 86_400 and df["config_id"].is_unique
-    # pruned by bound (sweep/prune.py): counted, neither simulated nor stored
+    # pruned by bound (sweep/engine/prune.py): counted, neither simulated nor stored
     assert len(df) == c["simulated"] == 86_400 - c["invalid"] - c.get("duplicate", 0) \
         - c["pruned"]
     doc_manifest = json.loads(manifest.read_text())

@@ -11,7 +11,7 @@ from sweep.config import (
     fixed_columns, load_run, load_space, parse_axis, parse_run, parse_space, read_yaml,
 )
 from sweep.errors import ConfigError
-from sweep.space import Space
+from sweep.engine.space import Space
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = sorted((ROOT / "search_spaces").glob("*.yaml"))

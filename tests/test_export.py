@@ -1,5 +1,5 @@
 """Recipes: Megatron-LM flags and torchtitan TOML keys are the projects' real names (checked
-against the declared lists in sweep/data/known_flags/, with their source commits), the
+against the declared lists in sweep/advice/data/known_flags/, with their source commits), the
 Megatron flags parse with an argparse parser built from that list, the TOML parses with
 tomllib, and the run YAML simulates to the same step time."""
 
@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from sweep import export
-from sweep.cli import simulate_run
+from sweep.advice import export
+from sweep.advice.simulation import simulate_run
 from sweep.config import parse_run, parse_space
-from sweep.execution import evaluate
-from sweep.space import Space
+from sweep.engine.evaluate import evaluate
+from sweep.engine.space import Space
 
 BASE = {"model": "llama3-70b", "seq_len": 8192, "global_batch": 256,
         "cluster": {"gpu": "h100-sxm", "num_gpus": 256}}

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sweep.cli import main
 from sweep.config import parse_run, parse_space, read_yaml
-from sweep.space import Space
+from sweep.engine.space import Space
 
 # SWEEP_FUZZ_EXAMPLES=5000 for a longer, randomized hunt; CI runs a fixed, quick sample.
 N = int(os.environ.get("SWEEP_FUZZ_EXAMPLES", "0")) or None

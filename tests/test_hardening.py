@@ -22,14 +22,14 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-import sweep.results as results_mod
+import sweep.results.store as results_mod
 from sweep.cli import main
 from sweep.config import parse_space
 from sweep.errors import Interrupted, SweepError
-from sweep.execution import run_search
+from sweep.engine.execution import run_search
 from sweep.results import SCHEMA_VERSION, open_results, read_results, write_parquet
-from sweep.space import Space
-from sweep.testing import CountCalls, FullDiskAfter, fake_check, fake_simulate
+from sweep.engine.space import Space
+from tests.fakes import CountCalls, FullDiskAfter, fake_check, fake_simulate
 
 from .results_fixture import ROOT, make_results
 
@@ -375,14 +375,14 @@ def test_full_disk_cli_exit_2_then_resume(tmp_path, monkeypatch, capsys):
     assert code == 0, err
     out = tmp_path / "out"
     # the parts are written by Ray workers: the fault is made in their process
-    import sweep.execution as execution
+    import sweep.cli.search as search_command
     from sim_core import simulate_frame
 
-    real = execution.run_search
+    real = search_command.run_search
 
     def disk(ok):
         full = FullDiskAfter(tmp_path / f"writes{ok}", ok, out / "parts", inner=simulate_frame)
-        monkeypatch.setattr(execution, "run_search",
+        monkeypatch.setattr(search_command, "run_search",
                             lambda *a, **kw: real(*a, **{**kw, "simulate": full}))
 
     disk(2)
@@ -542,7 +542,7 @@ def test_report_escapes_user_strings(inline_run, tmp_path):
     """A model and space name with a script tag and quotes (possible only by editing a results
     file: the config allows plain names only) come out escaped in the HTML report.
     tests/test_report.py::test_user_strings_are_escaped covers markup in the space name."""
-    from sweep import report
+    from sweep.advice import report
 
     evil = "<script>alert(\"x\")</script>'&"
     run = tmp_path / "run"
@@ -572,7 +572,7 @@ def test_inline_model_name_cannot_carry_markup_or_a_line_break(tmp_path, capsys)
 
 
 def test_megatron_comment_lines_cannot_break_out(inline_run):
-    from sweep import export
+    from sweep.advice import export
 
     df = pq.read_table(inline_run / "results.parquet").to_pandas()
     row = df[df["status"] == "ok"].iloc[0].copy()

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim_core import compute, fit
+from sim_core import compute
+from sim_core.accuracy import fit
 from sim_core.calibration import kernels, measure
 from sim_core.columns import Batch
 
@@ -35,7 +36,7 @@ def test_measured_tables_load_as_kernel_tables():
 
 
 def test_shipped_hopper_constants_are_the_fit_of_the_measured_kernels(measured):
-    """efficiency.yaml's MEASURED values come from `python -m sim_core.fit --kernels`: edit
+    """efficiency.yaml's MEASURED values come from `python -m sim_core.accuracy.fit --kernels`: edit
     one by hand, or change the tables, and this fails."""
     params = fit.fit_kernel_curves(measured)
     hopper = compute.efficiency_table()[90]
@@ -46,7 +47,7 @@ def test_shipped_hopper_constants_are_the_fit_of_the_measured_kernels(measured):
             emax, seq_half, tiles_half = params[("attention", fam, d)]
             assert hopper[f"attn_seq_half_{d}"][fam] == pytest.approx(seq_half, rel=0.05)
             assert hopper[f"attn_tiles_half_{d}"][fam] == pytest.approx(tiles_half, rel=0.05)
-            if fam == "fa3":  # the FA2 level is fitted on runs (sim_core.fit FITTED)
+            if fam == "fa3":  # the FA2 level is fitted on runs (sim_core.accuracy.fit FITTED)
                 assert hopper[f"attn_{d}"][fam] == pytest.approx(emax, rel=0.05)
 
 

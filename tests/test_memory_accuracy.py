@@ -4,7 +4,7 @@ compared with peak_allocated_gib). Prints the per-row table (pytest -s)."""
 
 import numpy as np
 
-from sim_core.validation import validate_memory
+from sim_core.accuracy.validation import validate_memory
 
 
 def test_peak_memory_against_measurements():

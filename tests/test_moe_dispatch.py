@@ -9,7 +9,7 @@ import pytest
 from sim_core import moe, rules, workload
 from sim_core.columns import batch_from_arrays, frame_to_batch
 from sim_core.simulate import simulate_frame
-from sweep import export
+from sweep.advice import export
 
 DSV3 = dict(model="deepseek-v3", seq_len=4096, global_batch=8192, gpu="h100-sxm",
             num_gpus=1024, tp=2, pp=8, vpp=4, ep=64, etp=1, micro_batch=1,
@@ -225,8 +225,8 @@ def test_bundled_deepseek_space_varies_the_dispatch_path_and_exports_it():
     from pathlib import Path
 
     from sweep.config import load_space
-    from sweep.execution import evaluate
-    from sweep.space import Space
+    from sweep.engine.evaluate import evaluate
+    from sweep.engine.space import Space
 
     path = Path(__file__).resolve().parents[1] / "search_spaces" / "deepseek-v3-1024xh100.yaml"
     cfg = load_space(path)
@@ -300,7 +300,7 @@ def test_memory_categories_add_up_with_the_dispatcher_buffers():
 
 
 def test_validation_takes_each_moe_rows_dispatch_path_from_its_recipe():
-    from sim_core import validation
+    from sim_core.accuracy import validation
 
     data = validation.load_published()
     by_id = data.set_index("id")

@@ -13,10 +13,10 @@ import pytest
 
 from sweep.config import load_space, parse_space
 from sweep.errors import ConfigError
-from sweep.execution import choose_strategy, run_search
-from sweep.nested import split_axes
-from sweep.space import Space
-from sweep.testing import fake_check, fake_simulate
+from sweep.engine.execution import choose_strategy, run_search
+from sweep.engine.nested import split_axes
+from sweep.engine.space import Space
+from tests.fakes import fake_check, fake_simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = dict(simulate=fake_simulate, check=fake_check)
@@ -90,7 +90,7 @@ def test_tpe_is_fitted_once_per_round_not_per_trial():
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import TrialState, create_trial
 
-    from sweep.samplers import make_sampler, round_proposer
+    from sweep.engine.samplers import make_sampler, round_proposer
 
     sampler = make_sampler("tpe", ["step_time"], seed=0, round_size=8)
     propose = round_proposer(sampler)
@@ -112,16 +112,16 @@ def test_tpe_is_fitted_once_per_round_not_per_trial():
 def test_in_process_needs_no_cluster_and_a_small_budget(monkeypatch):
     import sys
 
-    import sweep.optuna_search as so
+    import sweep.engine.runtime as rt
 
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         pytest.skip("a Ray of another test is running")
-    assert so.in_process(None, so.IN_PROCESS_ROWS)
-    assert not so.in_process(None, so.IN_PROCESS_ROWS + 1)
-    assert not so.in_process("10.0.0.1:6379", 10)
+    assert rt.in_process(None, rt.IN_PROCESS_ROWS)
+    assert not rt.in_process(None, rt.IN_PROCESS_ROWS + 1)
+    assert not rt.in_process("10.0.0.1:6379", 10)
     monkeypatch.setenv("SWEEP_RAY", "1")
-    assert not so.in_process(None, 10)
+    assert not rt.in_process(None, 10)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,12 +129,12 @@ def test_in_process_needs_no_cluster_and_a_small_budget(monkeypatch):
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.usefixtures("local_ray")
 def test_a_space_of_1e10_starts_without_a_census(tmp_path, monkeypatch):
-    import sweep.space
+    import sweep.engine.space
 
     def no_census(*a, **k):
         raise AssertionError("the whole space was walked")
 
-    monkeypatch.setattr(sweep.space, "census", no_census)
+    monkeypatch.setattr(sweep.engine.space, "census", no_census)
     cfg = load_space(ROOT / "search_spaces" / "llama3.1-405b-huge.yaml")
     cfg.search.trials, cfg.search.batch_size = 16, 8
     space = Space.from_config(cfg)
@@ -207,7 +207,7 @@ def test_a_torn_journal_line_is_dropped_and_the_study_resumes(tmp_path):
 
 @pytest.mark.usefixtures("local_ray")
 def test_rounds_evaluated_in_the_driver_equal_those_on_ray(tmp_path, monkeypatch):
-    import sweep.optuna_search as so
+    import sweep.engine.optuna_strategy as so
     from sweep.results import read_results
 
     # a running Ray (the fixture's), a cluster address or a large budget: rounds go to Ray

@@ -1,4 +1,4 @@
-"""Pruning by bounds (sweep/prune.py): the properties it relies on, checked on random
+"""Pruning by bounds (sweep/engine/prune.py): the properties it relies on, checked on random
 configurations over a wide set of fields, and searches that return the same top K with pruning
 on as with it off."""
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from sim_core.columns import frame_to_batch
 from sim_core.simulate import simulate_frame
-from sweep.prune import RECOMPUTE_ORDER, objective_bound, step_time_lower_bound
+from sweep.engine.prune import RECOMPUTE_ORDER, objective_bound, step_time_lower_bound
 
 POW2 = [1, 2, 4, 8]
 WIDE = settings(max_examples=50, deadline=None,
@@ -126,7 +126,7 @@ def _search(name, tmp_path, prune: bool, batch_size: int):
     from pathlib import Path
 
     from sweep.config import load_space
-    from sweep.execution import run_search
+    from sweep.engine.execution import run_search
 
     cfg = load_space(Path(__file__).resolve().parents[1] / "search_spaces" / name)
     cfg.search.prune = prune
@@ -197,7 +197,7 @@ def test_pruning_happened_on_the_bundled_spaces(pruned_and_full):
 
 def test_subspace_ids_group_configurations_equal_but_for_micro_batch_and_recompute():
     from sweep.config import parse_space
-    from sweep.space import Space
+    from sweep.engine.space import Space
 
     space = Space.from_config(parse_space({
         "name": "s", "model": "llama3-8b", "seq_len": 4096, "global_batch": 64,

@@ -21,10 +21,11 @@ import pytest
 
 from sweep.cli import main
 from sweep.config import parse_space
-from sweep.execution import evaluate, run_search
+from sweep.engine.evaluate import evaluate
+from sweep.engine.execution import run_search
 from sweep.results import read_results
-from sweep.space import Space
-from sweep.testing import RecordNode, fake_check, fake_simulate
+from sweep.engine.space import Space
+from tests.fakes import RecordNode, fake_check, fake_simulate
 
 ray = pytest.importorskip("ray")
 RAY = shutil.which("ray", path=str(Path(sys.executable).parent)) or "ray"

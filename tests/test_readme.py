@@ -4,8 +4,8 @@ and the README keeps exactly the two set-up commands (run a search, run the test
 import re
 from pathlib import Path
 
-from sim_core import validation
-from sweep.accuracy import held_out_medians, markdown_summary
+from sim_core.accuracy import validation
+from sim_core.accuracy.published import held_out_medians, markdown_summary
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -34,7 +34,7 @@ def test_two_setup_commands():
 def test_gpt3_flags_block_is_the_export(tmp_path):
     """The README's Megatron-LM flags are what `sweep recommend --format megatron` prints for
     the best GPT-3 175B configuration on 1024 A100 in the bundled space."""
-    from sweep import export, recommend
+    from sweep.advice import export, recommend
     from tests.results_fixture import ROOT, make_results
 
     out = make_results(ROOT / "search_spaces" / "gpt3-175b-1024xa100.yaml", tmp_path / "r")

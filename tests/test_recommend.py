@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from sweep import recommend as R
+from sweep.advice import recommend as R
 from sweep.cli import main
 from sweep.errors import SweepError
 

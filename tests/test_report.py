@@ -13,10 +13,10 @@ import re
 import numpy as np
 import pytest
 
-from sweep import report
+from sweep.advice import report
 from sweep.cli import main
-from sweep.frontier import dominated_by, pareto_front
-from sweep.recommend import derive, load_run
+from sweep.advice.frontier import dominated_by, pareto_front
+from sweep.advice.recommend import derive, load_run
 
 from .results_fixture import ROOT, make_results
 
@@ -165,7 +165,7 @@ def test_points_carry_configuration_breakdown_and_run_yaml(written, run):
     front = [t for t in traces if (t.get("meta") or {}).get("frontier")]
     groups = [t for t in traces if "gpu" in (t.get("meta") or {})]
     assert len(front) == 1 and len(groups) >= 8  # one trace per GPU type x cluster size
-    from sweep.recommend import Constraints, feasible
+    from sweep.advice.recommend import Constraints, feasible
 
     df, _ = load_run(run)
     d = derive(df, 15e12)
@@ -243,7 +243,7 @@ def test_report_reads_few_columns_of_every_row_and_whole_rows_only_of_those_show
         calls.append((columns, dict(filters or {})))
         return real(run_dir, columns=columns, filters=filters)
 
-    from sweep import recommend as rec_mod
+    from sweep.advice import recommend as rec_mod
 
     monkeypatch.setattr(report, "load_run", spy)
     monkeypatch.setattr(rec_mod, "load_run", spy)

@@ -10,9 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from sweep.config import parse_space
-from sweep.execution import evaluate, run_search
+from sweep.engine.evaluate import evaluate
+from sweep.engine.execution import run_search
 from sweep.results import Leaderboard, open_results, rank, read_results
-from sweep.space import Space, census
+from sweep.engine.space import Space, census
 
 ray = pytest.importorskip("ray")
 
@@ -174,7 +175,7 @@ def _bundled():
 
 @pytest.mark.parametrize("cfg", _bundled(), ids=lambda c: c.name)
 def test_precheck_gives_the_full_checks_first_reason(cfg):
-    from sweep.space import normalise, rule_reasons
+    from sweep.engine.space import normalise, rule_reasons
 
     space = Space.from_config(cfg)
     rng = np.random.default_rng(1)

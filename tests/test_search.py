@@ -12,10 +12,10 @@ import pytest
 
 from sweep.config import parse_space
 from sweep.errors import Interrupted, SweepError
-from sweep.execution import run_search
+from sweep.engine.execution import run_search
 from sweep.results import SCHEMA_VERSION, open_results, read_results
-from sweep.space import Space
-from sweep.testing import CountCalls, KillOnce, fake_check, fake_simulate
+from sweep.engine.space import Space
+from tests.fakes import CountCalls, KillOnce, fake_check, fake_simulate
 
 ray = pytest.importorskip("ray")
 

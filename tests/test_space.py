@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from sweep.config import parse_space
 from sweep.errors import SweepError
-from sweep.execution import evaluate
+from sweep.engine.evaluate import evaluate
 from sweep.results import add_costs, pareto_mask, rank
-from sweep.space import Space, census, normalise, require_valid, rule_reasons
-from sweep.testing import fake_check, fake_simulate
+from sweep.engine.space import Space, census, normalise, require_valid, rule_reasons
+from tests.fakes import fake_check, fake_simulate
 
 
 def make_space(space: dict, **over) -> Space:
@@ -182,11 +182,11 @@ COUNTED = {"num_gpus": [8, 16, 24], "tp": [1, 2, 4, 3], "pp": [1, 2, 4], "vpp": 
 
 
 def test_count_factors_out_the_axes_no_rule_reads_and_equals_the_census():
-    import sweep.space
+    import sweep.engine.space
 
     space = make_space(COUNTED)
     brute = census(space)  # every candidate, one by one
-    c = sweep.space.count(space)
+    c = sweep.engine.space.count(space)
     assert c.exact and set(c.free) == {"gpu", "overlap_grad_reduce"}
     assert c.census.total == space.size == brute.total
     assert c.census.valid == brute.valid and 0 < brute.valid < brute.total
@@ -194,13 +194,13 @@ def test_count_factors_out_the_axes_no_rule_reads_and_equals_the_census():
 
 
 def test_count_of_a_space_too_large_to_enumerate_is_a_sample(monkeypatch):
-    import sweep.space
+    import sweep.engine.space
 
     space = make_space(COUNTED)
     brute = census(space)
-    monkeypatch.setattr(sweep.space, "CHECK_ENUMERATE_MAX", 10)
-    monkeypatch.setattr(sweep.space, "CHECK_SAMPLE", 20_000)
-    c = sweep.space.count(space)
+    monkeypatch.setattr(sweep.engine.space, "CHECK_ENUMERATE_MAX", 10)
+    monkeypatch.setattr(sweep.engine.space, "CHECK_SAMPLE", 20_000)
+    c = sweep.engine.space.count(space)
     assert not c.exact and c.census.total == space.size
     assert abs(c.census.valid / space.size - brute.valid / brute.total) < 0.03
     assert "estimated from a uniform sample of 20,000" in "\n".join(c.lines())
@@ -211,14 +211,14 @@ def test_check_of_a_1e10_space_computes_its_size(monkeypatch, capsys):
 
     import yaml
 
-    import sweep.space
+    import sweep.engine.space
     from sweep.cli import main
 
     def no_census(space, *a, **k):
-        assert space.size <= sweep.space.CHECK_ENUMERATE_MAX, "the whole space was walked"
+        assert space.size <= sweep.engine.space.CHECK_ENUMERATE_MAX, "the whole space was walked"
         return census(space, *a, **k)
 
-    monkeypatch.setattr(sweep.space, "census", no_census)
+    monkeypatch.setattr(sweep.engine.space, "census", no_census)
     path = Path(__file__).resolve().parents[1] / "search_spaces" / "llama3.1-405b-huge.yaml"
     axes = yaml.safe_load(path.read_text())["space"]
     size = math.prod(len(range(v["range"][0], v["range"][1] + 1, v.get("step", 1)))

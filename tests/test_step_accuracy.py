@@ -3,7 +3,7 @@ A100/H100 dense row off by more than 30%. Prints the per-row table (pytest -s)."
 
 import numpy as np
 
-from sim_core import validation
+from sim_core.accuracy import validation
 
 
 def test_dense_step_time_accuracy():

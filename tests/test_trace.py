@@ -12,7 +12,7 @@ import pytest
 
 from sweep.cli import main
 from sweep.config import load_space
-from sweep.trace import BREAKDOWN_PID, stage_pid
+from sweep.advice.trace import BREAKDOWN_PID, stage_pid
 
 from .results_fixture import ROOT, make_results
 

@@ -18,7 +18,7 @@ def test_validate_writes_table_plot_and_summaries(tmp_path, capsys):
 
 
 def test_validate_on_a_user_dataset(tmp_path, capsys):
-    from sim_core import validation
+    from sim_core.accuracy import validation
 
     raw = pd.read_csv(validation.dataset_path(), dtype=str, keep_default_na=False)
     mine = tmp_path / "mine.csv"
@@ -39,7 +39,7 @@ def test_validate_bad_dataset_is_a_one_line_error(tmp_path, capsys):
 
 
 def _user_rows(tmp_path, ids, **change):
-    from sim_core import validation
+    from sim_core.accuracy import validation
 
     raw = pd.read_csv(validation.dataset_path(), dtype=str, keep_default_na=False)
     mine = raw[raw["id"].isin(ids)].copy()
@@ -53,7 +53,7 @@ def _user_rows(tmp_path, ids, **change):
 def test_user_file_moe_no_means_dense_and_memory_only_rows_count(tmp_path, capsys):
     """A user's CSV: moe written 'no'/'false'/'0' is a dense model; a row with only a peak
     memory is compared on memory; optional columns may be absent."""
-    from sim_core import validation
+    from sim_core.accuracy import validation
 
     for spelling in ("no", "false", "0", "No"):
         path = _user_rows(tmp_path, ["55", "56", "57"], moe=spelling)

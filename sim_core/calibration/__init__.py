@@ -13,4 +13,7 @@ One module per artefact, each readable and changeable alone:
 
 All of it is OPTIONAL: the simulator's defaults are untouched until a profile is activated
 (sim_core.profiles.activate). Nothing here is fitted per configuration.
+
+May import the simulator's modules and sim_core.accuracy (a runs fit validates through it);
+the simulator imports nothing from here, only sim_core.profiles does, when a profile is used.
 """

@@ -110,7 +110,7 @@ def load_runs(path) -> pd.DataFrame:
     """Runs of a published-format CSV with their `status`, ready to simulate: unstated
     micro-batch/recompute imputed as `sweep validate` does, failed runs and runs that measured
     nothing (and did not run out of memory) left out with their reason in `skip`."""
-    from .. import validation
+    from ..accuracy import validation
 
     raw = pd.read_csv(path, dtype=str, keep_default_na=False)
     raw.columns = [str(c).strip() for c in raw.columns]

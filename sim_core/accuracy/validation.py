@@ -1,0 +1,458 @@
+"""Compare the simulator with published, measured training runs.
+
+`load_published()` turns each row of the shipped dataset (data/published_runs.csv, a copy of
+shared/calibration/published_runs.csv with its `source` column) into a run frame the simulator
+takes, with every field a source leaves unstated filled by a documented rule (IMPUTATION).
+`validate()` simulates all rows in one vectorized call and returns the per-row comparison.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+from .. import catalog, frameworks
+from ..simulate import simulate_frame
+
+# How unstated fields are filled; printed with the report so that nothing is hidden.
+IMPUTATION = {
+    "micro_batch": "unstated: the fastest predicted of 1, 2, 4, 8 that divides the batch and "
+                   "fits (published benchmarks are tuned); torchtitan's 'local batch N per DP "
+                   "rank' with PP: N / number of pipeline stages (its default micro-batching)",
+    "vpp": "1 when not stated",
+    "sequence_parallel": "on when tp > 1 for Megatron-Core/NeMo/torchtitan-TP rows unless 'no'",
+    "recompute": "unstated: Megatron-LM 2021 rows use full (the paper's default); otherwise the "
+                 "fastest predicted mode that fits, chosen jointly with an unstated micro-batch "
+                 "(MoE rows may also get the MoE recompute modules moe_act or moe)",
+    "network": "interconnect column: '400Gb/s RDMA/GPU' -> 50 GB/s per GPU, '1600 Gbps RoCE' "
+               "-> 25 GB/s per GPU, HDR IB -> 25 GB/s per GPU; else the GPU's default cluster",
+    "zero": "FSDP/FULL_SHARD/Megatron-FSDP -> 3, SHARD_GRAD_OP -> 2, distributed optimizer "
+            "-> 1, Megatron-LM 2021 -> 0, else the framework's default",
+    "tp_comm_overlap": "on for NeMo/Megatron-Bridge/Megatron-Core rows with tp > 1 (their "
+                       "H100 recipes enable it) and torchtitan AsyncTP rows",
+    "ffn": "4 x hidden when not stated (GPT family)",
+    "etp": "1 for MoE rows (Megatron-Bridge MoE recipes set expert_tensor_parallel_size=1)",
+    "moe": "MoE rows use the catalog model (experts, MLA, dense layers); 'tokendrop' rows drop "
+           "tokens at capacity factor 1, others are dropless; routing is force-balanced; "
+           "unstated EP all-to-all overlap (moe_a2a_overlap) is imputed like micro-batch",
+    "framework": "the row's framework profile (sim_core/catalogs/frameworks.yaml): torchtitan, "
+                 "llm-foundry, nemo (NeMo, Megatron-Bridge), else megatron-core; the profile "
+                 "sets grad_reduce_fp32, fused_elementwise, attention_kernel and loss_impl",
+    "torch.compile": "torchtitan rows that say 'compile': fused elementwise ops and GLU, and the "
+                     "compiled loss except in the Dec-2024 benchmark (its loss compile was "
+                     "switched off then)",
+    "moe dispatch": "MoE rows: fused permutation and fused router on (Megatron-Bridge's "
+                    "Qwen3/DeepSeek/GPT-OSS model providers and every MoE perf config set "
+                    "moe_permute_fusion and moe_router_fusion); dispatcher and combined 1F1B "
+                    "EP overlap from the Megatron-Bridge perf config of the row's release "
+                    "(_MOE_RECIPES: DeepSeek-V3 H100 DeepEP + overlap; 25.09 Qwen3 alltoall "
+                    "without overlap; 25.11 Qwen3 H100 alltoall + overlap, GB200 HybridEP (flex); "
+                    "26.04/26.06 Qwen3-30B HybridEP (flex), Qwen3-235B alltoall + overlap; "
+                    "GPT-OSS alltoall), the overlap with delayed wgrad as Bridge's override "
+                    "sets it; rows not in that table get the fastest predicted of alltoall/flex "
+                    "and overlap on/off; shared-expert overlap on where the model has shared "
+                    "experts and the dispatcher is alltoall without 1F1B overlap (the DeepSeek "
+                    "provider's default); routing force-balanced (expert_skew 0)",
+    "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
+                       "compared with peak_reserved_gib; TorchSim tracks live tensors, so its "
+                       "tables compare with peak_allocated_gib",
+    "activation": "swiglu for Llama/Qwen/Mixtral/DeepSeek/GPT-OSS, relu2 for Nemotron, "
+                  "else gelu",
+    "measured step time": "step_time_s, else derived_step_time_s, else from reported "
+                          "TFLOP/s with the source's own FLOP formula (Megatron 2021 counts "
+                          "recompute: 96*B*s*l*h^2*(1+s/6h+V/16lh); Megatron-Core r0.8 counts "
+                          "model FLOPs: 72*B*s*l*h^2*(1+s/6h+V/12lh))",
+}
+
+_GPU_RULES = [
+    (r"GB200", "gb200"), (r"GB300", "gb300"), (r"B200", "b200"), (r"H200", "h200"),
+    (r"H800", "h800"), (r"H100 9[56]GB", "h100-96gb"), (r"H100", "h100-sxm"),
+    (r"A100 40GB", "a100-40gb"), (r"A100", "a100-80gb"),
+]
+
+
+def dataset_path():
+    return resources.files("sim_core").joinpath("data/published_runs.csv")
+
+
+def _gpu_id(text: str) -> str:
+    for pat, gid in _GPU_RULES:
+        if re.search(pat, text, re.I):
+            return gid
+    return ""
+
+
+def _num(x, default=np.nan):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return default
+
+
+def _family(src: str) -> str:
+    for key in ("Megatron-Bridge", "NeMo", "torchtitan", "llm-foundry", "Megatron-LM",
+                "Narayanan21"):
+        if key.lower() in src.lower():
+            return {"Narayanan21": "Megatron-LM"}.get(key, key)
+    return "other"
+
+
+def _activation(name: str) -> str:
+    n = name.lower()
+    if any(k in n for k in ("llama", "qwen", "mixtral", "deepseek", "gpt oss", "gpt-oss")):
+        return "swiglu"
+    if "nemotron" in n:
+        return "relu2"
+    return "gelu"
+
+
+def _catalog_model(name: str) -> str:
+    """Catalog id for a row that gives no shape (e.g. 'GPT3-5B' -> gpt3-5b), or ''."""
+    guess = re.sub(r"[\s_]+", "-", name.strip().lower())
+    try:
+        return catalog.get_model(guess).name
+    except catalog.CatalogError:
+        return ""
+
+
+_MOE_MODELS = [(r"deepseek.?v3", "deepseek-v3"), (r"qwen3.?30b", "qwen3-30b-a3b"),
+               (r"qwen3.?235b", "qwen3-235b-a22b"), (r"gpt.?oss.?120b", "gpt-oss-120b"),
+               (r"mixtral.?8x22b", "mixtral-8x22b"), (r"mixtral.?8x7b", "mixtral-8x7b"),
+               (r"gpt.?oss.?20b", "gpt-oss-20b"), (r"kimi.?k2", "kimi-k2"),
+               (r"deepseek.?v2.?lite", "deepseek-v2-lite"), (r"deepseek.?v2", "deepseek-v2")]
+
+
+def _moe_model(name: str) -> str:
+    """Catalog id of a MoE row's model (the catalog carries experts, MLA and dense layers)."""
+    for pat, mid in _MOE_MODELS:
+        if re.search(pat, name, re.I):
+            return mid
+    return ""
+
+
+def _row_to_run(r: pd.Series) -> tuple[dict, str]:
+    """One dataset row -> (run fields, skip reason or '')."""
+    fw = f"{r['framework']} {r['source']}"
+    gpu = _gpu_id(str(r["gpu"]))
+    if not gpu:
+        return {}, f"unknown GPU '{r['gpu']}'"
+    try:
+        catalog.get_gpu(gpu)
+    except catalog.CatalogError:
+        return {}, f"GPU '{gpu}' not in the catalog"
+    tp, pp = _num(r["tp"]), _num(r["pp"])
+    if np.isnan(tp) or np.isnan(pp):
+        return {}, "parallel layout (tp/pp) not stated"
+    run: dict = {}
+    moe_id = _moe_model(str(r["model"])) if _is_moe(r["moe"]) else ""
+    if _is_moe(r["moe"]) and not moe_id:
+        return {}, "MoE model not in the catalog"
+    if moe_id:
+        run["model"] = moe_id
+    elif np.isnan(_num(r["layers"])):
+        mid = _catalog_model(str(r["model"]))
+        if not mid:
+            return {}, "model shape not stated and not in the catalog"
+        run["model"] = mid
+    else:
+        h = _num(r["hidden"])
+        heads = _num(r["heads"])
+        run.update(layers=_num(r["layers"]), hidden=h, heads=heads,
+                   kv_heads=_num(r["kv_heads"], heads), ffn=_num(r["ffn"], 4 * h),
+                   vocab=_num(r["vocab"]), activation=_activation(str(r["model"])))
+    prec = "fp8" if re.search(r"fp8|float8", str(r["precision"]), re.I) else "bf16"
+    mbs_text = str(r["mbs"])
+    mbs = _num(mbs_text, 0.0)  # 0 = unstated
+    vpp = _num(r["vp"], 1.0)
+    local = re.search(r"local batch (\d+)", mbs_text)
+    if local:
+        # torchtitan splits the local batch into as many micro-batches as pipeline stages
+        # (its default), i.e. pp for 1F1B and 2*pp for its interleaved schedule (2 per rank)
+        if "interleaved" in str(r["framework"]).lower():
+            vpp = 2.0
+        mbs = max(1.0, float(local.group(1)) / (pp * vpp)) if pp > 1 else float(local.group(1))
+    cp = _num(r["cp"], 1.0)
+    z_text = f"{r['zero_fsdp']}".lower()
+    # what the row states; otherwise its framework's default (frameworks.yaml), except the
+    # Megatron-LM 2021 paper, which predates the distributed optimizer
+    zero = (2 if "shard_grad_op" in z_text else 3 if "fsdp" in z_text
+            else 1 if "dist" in z_text else 0 if "2021" in str(r["framework"]) else None)
+    sp_text = str(r["seq_parallel"]).lower()
+    modern = bool(re.search(r"megatron-core|nemo|bridge|torchtitan", fw, re.I))
+    sp = (tp > 1) and (sp_text.startswith("yes") or (modern and not sp_text.startswith("no")))
+    overlap = (tp > 1) and bool(re.search(r"nemo|bridge|megatron-core|tp-comm overlap|asynctp",
+                                          fw + " " + str(r["notes"]), re.I))
+    rc = str(r["recompute"]).lower()
+    recompute = "full" if rc.startswith("full") else "selective" if rc.startswith("selective") \
+        else "none" if rc.startswith("none") else ""
+    if not recompute and "2021" in str(r["framework"]):
+        recompute = "full"
+    ic = str(r["interconnect"]).lower()
+    nic = 50.0 if "400gb/s rdma/gpu" in ic else 25.0 if ("1600 gbps" in ic or "hdr" in ic) else 0.0
+    framework = _framework(fw)
+    run.update(
+        framework=framework,
+        seq_len=_num(r["seq_len"]), global_batch=_num(r["gbs_seqs"]), precision=prec, gpu=gpu,
+        num_gpus=_num(r["num_gpus"]),
+        gpus_per_node=catalog.default_cluster_for_gpu(gpu).gpus_per_node, tp=tp, pp=pp, cp=cp,
+        vpp=vpp, micro_batch=mbs, recompute=recompute, sequence_parallel=sp,
+        zero=zero, tp_comm_overlap=overlap,
+        ep=_num(r["ep"], 1.0), moe_dropless=not re.search(r"tokendrop", str(r["model"]), re.I),
+        etp=1 if moe_id else 0,
+        nics_per_node=8 if nic else 0, nic_bw_gbs=nic,
+    )
+    # what the row states beyond its framework's defaults (frameworks.yaml): torch.compile fuses
+    # the elementwise ops and, from 2025 on, the loss (the Dec-2024 benchmark kept it eager)
+    if framework == "torchtitan" and re.search(r"compile", fw, re.I):
+        run["fused_elementwise"] = run["fused_glu"] = True
+        if not re.search(r"202412", fw):
+            run["loss_impl"] = "compiled"
+    if zero is None:
+        zero = frameworks.default_value(framework, "zero")
+        run["zero"] = zero
+    run["distributed_optimizer"] = zero >= 1
+    if moe_id:  # IMPUTATION["moe dispatch"]
+        disp, a2a = _moe_recipe(moe_id, str(r["source"]) + " " + str(r["framework"]), gpu)
+        run.update(moe_permute_fusion=True, moe_router_fusion=True, moe_dispatcher=disp,
+                   moe_a2a_overlap=a2a)
+    if zero == 3 and pp > 1:
+        run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
+    return run, ""
+
+
+def _framework(fw: str) -> str:
+    """The framework profile of a row, from its framework and source text."""
+    for pat, fid in ((r"torchtitan", "torchtitan"), (r"llm-foundry", "llm-foundry"),
+                     (r"nanotron", "nanotron"), (r"deepspeed", "deepspeed"),
+                     (r"nemo|bridge", "nemo")):
+        if re.search(pat, fw, re.I):
+            return fid
+    return "megatron-core"
+
+
+# Megatron-Bridge perf configs behind the archive's MoE rows (github NVIDIA-NeMo/Megatron-Bridge):
+# (model id pattern, release pattern, GPU pattern) -> (dispatcher, 1F1B EP overlap).
+# 25.09 = v0.1.0rc4 scripts/performance/run_script.py (DeepSeek-V3 on H100: DeepEP and the
+# 1F1B EP overlap with delayed wgrad; Qwen3: the provider's alltoall, overlap off); 25.11 = v0.2.0 scripts/performance/
+# configs/*/workload_base_configs.py; 26.04/26.06 = v0.4.0/v0.5.0 configs/*/..._workload_base_
+# configs.py. HybridEP (moe_flex_dispatcher_backend="hybridep", Megatron core_v0.16+) is priced
+# as flex: the same dedup'd NVLink/RDMA dispatch.
+_MOE_RECIPES = [
+    (r"deepseek", r"25\.09", r"h100", "flex", True),
+    (r"qwen3", r"25\.09", r"h100", "alltoall", False),
+    (r"deepseek", r"25\.11", r"h100", "flex", True),
+    (r"qwen3", r"25\.11", r"h100", "alltoall", True),
+    (r"deepseek|qwen3", r"25\.11", r"gb200", "flex", False),
+    (r"gpt-oss", r".", r".", "alltoall", False),
+    (r"qwen3-30b", r"26\.0[46]", r"h100", "flex", False),
+    (r"qwen3-235b", r"26\.0[46]", r"h100", "alltoall", True),
+]
+
+
+def _moe_recipe(model_id: str, release: str, gpu: str) -> tuple:
+    """(dispatcher, moe_a2a_overlap) of the row's published recipe, or (None, None) = impute."""
+    for mod, rel, g, disp, a2a in _MOE_RECIPES:
+        if re.search(mod, model_id) and re.search(rel, release) and re.search(g, gpu):
+            return disp, a2a
+    return None, None
+
+
+def _measured_step(r: pd.Series) -> tuple[float, str]:
+    for col in ("step_time_s", "derived_step_time_s"):
+        v = _num(r[col])
+        if not np.isnan(v):
+            return v, col
+    tflops = _num(r["tflops_per_gpu"])
+    if np.isnan(tflops):
+        return np.nan, ""
+    B, s, L, h, V = (_num(r[c]) for c in ("gbs_seqs", "seq_len", "layers", "hidden", "vocab"))
+    if "2021" in str(r["framework"]) or "Narayanan" in str(r["source"]):
+        flops = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    else:
+        flops = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    return flops / (tflops * 1e12 * _num(r["num_gpus"])), "tflops_per_gpu"
+
+
+# a row needs these; every other column of the published format may be absent or empty
+REQUIRED_COLUMNS = ("model", "gpu", "num_gpus", "tp", "pp", "seq_len", "gbs_seqs")
+_NO = {"", "no", "false", "0", "n", "none", "dense", "-"}
+
+
+def _is_moe(text) -> bool:
+    """The `moe` column: empty, no, false, 0, none or dense mean a dense model."""
+    return str(text).strip().lower() not in _NO
+
+
+def load_published(path=None) -> pd.DataFrame:
+    """Dataset rows as run frames plus `measured_*`, `id`, `source`, `family`, `skip`.
+    A row is compared on whatever it measured: step time, peak memory, or both."""
+    raw = pd.read_csv(path or dataset_path(), dtype=str, keep_default_na=False)
+    raw.columns = [str(c).strip() for c in raw.columns]
+    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
+    if missing:
+        raise ValueError(f"missing column(s) {', '.join(missing)} (the published_runs format "
+                         f"needs {', '.join(REQUIRED_COLUMNS)})")
+    for col in pd.read_csv(dataset_path(), nrows=0).columns:
+        if col not in raw.columns:
+            raw[col] = ""
+    if (raw["id"] == "").all():
+        raw["id"] = [str(i + 1) for i in range(len(raw))]
+    recs = []
+    for _, r in raw.iterrows():
+        run, skip = _row_to_run(r)
+        step, how = _measured_step(r)
+        if not skip and np.isnan(step) and np.isnan(_num(r["peak_mem_gib"])):
+            skip = "nothing measured (no step time, throughput or peak memory)"
+        recs.append({"id": r["id"], "source": r["source"], "family": _family(r["source"]),
+                     "is_moe": _is_moe(r["moe"]),
+                     "reliability": r["reliability"], "label": r["model"], "skip": skip,
+                     "measured_step_s": step, "measured_from": how,
+                     "measured_mem_gib": _num(r["peak_mem_gib"]), **run})
+    return pd.DataFrame(recs)
+
+
+def _impute(runs: pd.DataFrame) -> pd.DataFrame:
+    """Fill unstated micro-batch and recompute with the fastest predicted choice that fits,
+    the way the publisher would have tuned them (IMPUTATION). Uses no measured value."""
+    runs = runs.copy()
+    runs["imputed"] = ""
+    moe = runs["is_moe"] if "is_moe" in runs else pd.Series(False, index=runs.index)
+    if "moe_a2a_overlap" not in runs:
+        runs["moe_a2a_overlap"] = np.where(moe, None, False)
+    if "moe_dispatcher" not in runs:
+        runs["moe_dispatcher"] = np.where(moe, None, "alltoall")
+    runs["moe_dispatcher"] = runs["moe_dispatcher"].astype(object)
+    runs["moe_dispatcher"] = runs["moe_dispatcher"].where(runs["moe_dispatcher"].notna() | moe,
+                                                          "alltoall")
+    if "moe_recompute" not in runs:
+        runs["moe_recompute"] = "none"
+    todo = ((runs["micro_batch"] == 0) | (runs["recompute"] == "")
+            | runs["moe_a2a_overlap"].isna() | runs["moe_dispatcher"].isna())
+    if not todo.any():
+        return runs
+    sub = runs.loc[todo]
+    mbs_opts = [1, 2, 4, 8]
+    # (recompute, MoE recompute module): MoE modules only for MoE rows (the rules refuse them
+    # elsewhere), as selective modules on top of no layer recompute
+    rc_opts = [("none", "none"), ("selective", "none"), ("full", "none"),
+               ("none", "moe_act"), ("none", "moe")]
+    trials = []
+    for mb in mbs_opts:
+        for rc, moe_rc in rc_opts:
+            for a2a in (False, True):
+                for disp in ("alltoall", "flex"):
+                    t = sub.copy()
+                    t["micro_batch"] = np.where(sub["micro_batch"] == 0, mb, sub["micro_batch"])
+                    t["recompute"] = np.where(sub["recompute"] == "", rc, sub["recompute"])
+                    t["moe_recompute"] = np.where(sub["recompute"] == "", moe_rc,
+                                                  sub["moe_recompute"])
+                    t["moe_a2a_overlap"] = np.where(sub["moe_a2a_overlap"].isna(), a2a,
+                                                    sub["moe_a2a_overlap"]).astype(bool)
+                    t["moe_dispatcher"] = np.where(sub["moe_dispatcher"].isna(), disp,
+                                                   sub["moe_dispatcher"])
+                    _moe_overlap_flags(t)
+                    trials.append(t)
+    cand = pd.concat(trials)
+    pred = simulate_frame(cand.reset_index(drop=True))
+    cand = cand.assign(_t=np.where(pred["fits"] & pred["valid"], pred["step_time_s"], np.inf))
+    cand = cand.assign(_row=np.tile(np.arange(len(sub)), len(trials)))
+    best = cand.sort_values(["_row", "_t"]).groupby("_row").head(1).sort_values("_row")
+    for col in ("micro_batch", "recompute", "moe_a2a_overlap", "moe_dispatcher"):
+        was = sub[col].to_numpy()
+        runs.loc[todo, col] = best[col].to_numpy()
+        unstated = {"micro_batch": was == 0, "recompute": was == "",
+                    "moe_a2a_overlap": pd.isna(was), "moe_dispatcher": pd.isna(was)}[col]
+        runs.loc[sub.index[unstated], "imputed"] += f"{col} "
+    for col in ("moe_delay_wgrad", "moe_shared_expert_overlap", "moe_recompute"):
+        if col not in runs:
+            runs[col] = False
+        runs[col] = runs[col].astype(object)
+        runs.loc[todo, col] = best[col].to_numpy()
+    return runs
+
+
+def _moe_overlap_flags(t: pd.DataFrame) -> None:
+    """Delayed wgrad with the 1F1B EP overlap (Megatron-Bridge sets both together); shared-
+    expert overlap where the model has shared experts, the dispatcher is alltoall and the 1F1B
+    overlap is off (IMPUTATION['moe dispatch'])."""
+    a2a = t["moe_a2a_overlap"].astype(bool)
+    t["moe_delay_wgrad"] = a2a
+    shared = pd.Series([catalog.get_model(m).shared_experts > 0 if isinstance(m, str) and m
+                        else False for m in t.get("model", pd.Series("", index=t.index))],
+                       index=t.index)
+    t["moe_shared_expert_overlap"] = shared & (t["moe_dispatcher"] == "alltoall") & ~a2a
+
+
+def validate(data: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Simulate every usable row; per-row predicted vs measured step time and memory."""
+    data = load_published() if data is None else data
+    use = data[data["skip"] == ""].copy()
+    use = _impute(use)
+    pred = simulate_frame(use)
+    out = use[["id", "is_moe", "family", "framework", "source", "reliability", "label", "gpu", "num_gpus",
+               "seq_len", "precision",
+               "tp", "pp", "cp", "vpp", "micro_batch", "recompute", "zero",
+               "imputed", "measured_step_s", "measured_from", "measured_mem_gib"]].copy()
+    out["predicted_step_s"] = pred["step_time_s"]
+    out["step_error"] = out["predicted_step_s"] / out["measured_step_s"] - 1
+    out["predicted_mem_gib"] = pred["peak_reserved_gib"]  # torchtitan logs peak reserved
+    out["mem_error"] = out["predicted_mem_gib"] / out["measured_mem_gib"] - 1
+    out["fits"] = pred["fits"]
+    return out
+
+
+def validate_memory() -> pd.DataFrame:
+    """Peak memory vs measured: the dataset rows that report it (torchtitan, peak reserved of the
+    worst rank) and TorchSim's Llama 70B FSDP tables (data/torchsim_memory.csv; one micro-batch
+    per step; the global batch is micro_batch x dp)."""
+    pub = validate()
+    pub = pub[pub["measured_mem_gib"].notna()]
+    a = pub[["id", "source", "framework", "label", "measured_mem_gib",
+             "predicted_mem_gib"]].rename(
+        columns={"id": "case"})
+    ts = pd.read_csv(resources.files("sim_core").joinpath("data/torchsim_memory.csv"))
+    runs = ts.drop(columns=["source", "table", "measured_mem_gib"]).assign(
+        global_batch=lambda d: d["micro_batch"] * d["num_gpus"] // d["tp"],
+        framework="torchtitan")  # eager torchtitan (its profile's defaults)
+    pred = simulate_frame(runs)
+    b = pd.DataFrame({"case": ts["table"] + " s=" + ts["seq_len"].astype(str),
+                      "source": ts["source"], "framework": "torchtitan", "label": ts["model"],
+                      "measured_mem_gib": ts["measured_mem_gib"],
+                      "predicted_mem_gib": pred["peak_allocated_gib"]})
+    out = pd.concat([a, b], ignore_index=True)
+    out["mem_error"] = out["predicted_mem_gib"] / out["measured_mem_gib"] - 1
+    return out
+
+
+def summary(table: pd.DataFrame, by: str = "family") -> pd.DataFrame:
+    """Median / p90 absolute error, bias and count per group, plus an 'all' row."""
+    def agg(g):
+        e = g["step_error"].dropna()
+        me = g["mem_error"].dropna()
+        return pd.Series({
+            "rows": len(e), "median_abs_err": e.abs().median(), "p90_abs_err": e.abs().quantile(0.9),
+            "max_abs_err": e.abs().max(), "bias": e.median(),
+            "mem_rows": len(me), "mem_median_abs_err": me.abs().median() if len(me) else np.nan,
+        })
+    parts = [agg(g).rename(k) for k, g in table.groupby(by)]
+    parts.append(agg(table).rename("all"))
+    return pd.DataFrame(parts)
+
+
+def main() -> None:  # python -m sim_core.accuracy.validation
+    pd.set_option("display.width", 220)
+    pd.set_option("display.max_rows", 500)
+    t = validate()
+    cols = ["id", "family", "label", "gpu", "num_gpus", "precision", "tp", "pp", "cp", "vpp",
+            "micro_batch", "recompute", "zero", "measured_step_s", "predicted_step_s",
+            "step_error", "measured_mem_gib", "predicted_mem_gib", "mem_error"]
+    print(t[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print()
+    print(summary(t).to_string(float_format=lambda x: f"{x:.3f}"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""One configuration's prediction as `sweep simulate` shows it: its simulated row (with costs),
+the JSON report and the text table. Used by the CLI, the Python API and the step trace."""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import SweepError
+
+
+def plain_value(v):
+    """A JSON-safe Python scalar: numpy scalars unwrapped, NaN/inf as None."""
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def simulate_rows(cfg, simulate=None):
+    """One run configuration -> (its simulated row as a one-row DataFrame with costs, the
+    Space it came from); a one-line SweepError when the configuration is invalid."""
+    from ..engine.evaluate import evaluate
+    from ..results import add_costs, gpu_prices
+    from ..engine.space import Space
+
+    space = Space.from_config(cfg)
+    row_df = evaluate(space.frame(0, 1), simulate)
+    row_df = add_costs(row_df, gpu_prices(row_df["gpu"], space.price_per_hour))
+    if row_df["status"].iloc[0] == "invalid":
+        raise SweepError(f"{cfg_name(cfg)}: configuration is invalid: "
+                         f"{row_df['invalid_reason'].iloc[0]}")
+    return row_df, space
+
+
+def simulate_run(cfg, simulate=None) -> dict:
+    """One configuration -> the JSON-able report of `sweep simulate`."""
+    row_df, space = simulate_rows(cfg, simulate)
+    return report_of(row_df, space)
+
+
+def report_of(row_df, space) -> dict:
+    """The JSON-able report of `sweep simulate` for a one-row simulated frame."""
+    row = {k: plain_value(v) for k, v in row_df.iloc[0].to_dict().items()}
+    from sim_core.frameworks import profile_fields
+
+    config_keys = [c for c in row_df.columns
+                   if (c in space.fixed or c in profile_fields()) and c != "config_id"]
+    out = {k: row.get(k) for k in (
+        "status", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
+        "peak_reserved_gib", "peak_allocated_gib", "oom_risk", "fits", "dp", "num_microbatches",
+        "cost_per_step_usd", "cost_per_mtok_usd", "gpu_hours_per_step", "price_per_hour")}
+    out["fits"] = bool(out["fits"])
+    out["breakdown"] = {k[5:]: row[k] for k in row_df.columns if k.startswith("time_")}
+    out["memory"] = {k[4:]: row[k] for k in row_df.columns if k.startswith("mem_")}
+    out["config"] = {k: row[k] for k in config_keys}
+    return out
+
+
+def cfg_name(cfg) -> str:
+    return cfg.model if isinstance(cfg.model, str) else "inline model"
+
+
+def _simulate_text(rep: dict) -> str:
+    c = rep["config"]
+    lines = [f"{c.get('model')} on {c.get('num_gpus')} x {c.get('gpu')} ({c.get('framework')}): "
+             f"tp {c.get('tp')} pp {c.get('pp')} dp {_fmt(rep['dp'])} cp {c.get('cp')} "
+             f"ep {c.get('ep')} vpp {c.get('vpp')} mb {c.get('micro_batch')} "
+             f"recompute {c.get('recompute')} zero {c.get('zero')}",
+             ""]
+    rows = [("step time", f"{rep['step_time_s']:.3f} s"),
+            ("tokens/s per GPU", f"{rep['tokens_per_s_per_gpu']:,.0f}"),
+            ("MFU", f"{rep['mfu']:.1%}"),
+            ("HFU", f"{rep['hfu']:.1%}" if rep.get("hfu") is not None else "-"),
+            ("microbatches", _fmt(rep["num_microbatches"])),
+            ("peak memory", f"{rep['peak_memory_gib']:.1f} GiB"
+             + ("" if rep["fits"] else "  DOES NOT FIT (oom)")),
+            ("OOM risk", f"{rep['oom_risk']:.0%}" if rep.get("oom_risk") is not None else "-"),
+            ("cost", f"${rep['cost_per_step_usd']:.3f}/step, ${rep['cost_per_mtok_usd']:.3f}/Mtok"
+             if rep.get("cost_per_step_usd") is not None else "-")]
+    w = max(len(k) for k, _ in rows)
+    lines += [f"{k:<{w}}  {v}" for k, v in rows]
+    for title, d, unit in (("time breakdown", rep["breakdown"], "s"),
+                           ("memory", rep["memory"], "GiB")):
+        if not d:
+            continue
+        lines += ["", f"{title} ({unit}):"]
+        kw = max(len(k) for k in d)
+        for k, v in d.items():
+            lines.append(f"  {k:<{kw}}  {'-' if v is None else format(v, '.4f' if unit == 's' else '.2f')}")
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+

@@ -1,0 +1,65 @@
+"""`sweep recommend RUN_DIR`: the best configuration under constraints and its recipes
+(sweep/advice/recommend.py, sweep/advice/export.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..advice import export
+from ..advice.recommend import (OBJECTIVES, _default_objective, _jsonable, fit_chunks, load_fits,
+                                read_full, recommend_chunks, render, reprice, parse_prices,
+                                write_recipe, write_traces)
+from .args import constraint_args, constraints_from
+
+NAME = "recommend"
+HELP = ("best configuration under constraints, robust runner-ups, and Megatron-LM / torchtitan / "
+        "run-YAML recipes")
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="results folder of `sweep search` (results/<space-name>/)")
+    p.add_argument("--objective", choices=list(OBJECTIVES),
+                   help="what to optimize (default: the search's first objective, else step_time)")
+    constraint_args(p)
+    p.add_argument("--within", type=float, default=5.0,
+                   help="runner-ups: percent of the best objective value (default 5)")
+    p.add_argument("--runner-ups", type=int, default=3, help="how many runner-ups (default 3)")
+    p.add_argument("--format", choices=["table", "megatron", "torchtitan", "deepspeed",
+                                        "nanotron", "yaml", "json"],
+                   default="table", help="what to print (default: the table)")
+    p.add_argument("--out", help="where to write the recipe files (default RUN/recipe/)")
+    p.add_argument("--no-write", action="store_true", help="write no recipe files")
+    p.add_argument("--trace", metavar="DIR",
+                   help="write one simulated step of the best configuration (DIR/best.json) "
+                        "and of the rule of thumb (DIR/rule_of_thumb.json) as Chrome/Perfetto "
+                        "traces, to compare side by side")
+
+
+def run(args) -> int:
+    prices = parse_prices(args.price)
+    c = constraints_from(args)
+    chunks, meta = fit_chunks(args.run)
+    objective = args.objective or _default_objective(meta)
+    rec = recommend_chunks(chunks, objective, c, args.within / 100.0, args.runner_ups,
+                           run_name=str(meta.get("space", "")), prices=prices)
+    rec = read_full(args.run, rec, c.tokens, prices)
+    if not args.no_write and rec.found:
+        write_recipe(rec, args.out or Path(args.run) / "recipe")
+    if args.trace and rec.found:  # the rule of thumb is looked up among all the rows that fit
+        df = reprice(load_fits(args.run)[0], prices)
+        for path in write_traces(df, rec, args.trace):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.format == "table":
+        print(render(rec))
+    elif not rec.found:
+        print(render(rec))
+        return 1
+    elif args.format == "json":
+        print(json.dumps(_jsonable(rec.best), indent=1, default=str))
+    else:
+        print(export.export(rec.best, args.format), end="")
+    return 0 if rec.found else 1
+

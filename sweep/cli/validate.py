@@ -1,0 +1,87 @@
+"""`sweep validate [DATASET.csv]`: the simulator against published, measured runs
+(sim_core/accuracy/published.py)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from sim_core.accuracy.published import (SUBSETS, TABLE_COLUMNS, compare, held_out_medians,
+                                         load_dataset, loso_table, markdown_summary,
+                                         model_family, plot, summarize)
+
+NAME = "validate"
+HELP = "compare the simulator with published measured runs"
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", nargs="?", default=None,
+                   help="CSV in the published_runs format (default: the shipped dataset)")
+    p.add_argument("--out", default=None,
+                   help="folder for validation.csv and validation.png (default: print only)")
+    p.add_argument("--subset", choices=sorted(SUBSETS), default="all",
+                   help="dense: A100/H100 dense rows; moe: MoE rows; long-context: sequence "
+                        ">= 32k or context parallel; blackwell-dense: B200/GB200 dense rows "
+                        "(no constant fitted on them); all (default)")
+    p.add_argument("--dense-only", action="store_true", help="same as --subset dense")
+    p.add_argument("--loso", action="store_true",
+                   help="also refit the fitted constants leaving each source family out and "
+                        "print the held-out error (about 20 s)")
+    p.add_argument("--markdown", action="store_true",
+                   help="print only the accuracy summary as a Markdown table (for the README; "
+                        "with --loso it has the held-out column)")
+
+
+def run(args) -> int:
+    from sim_core.accuracy import fit, validation
+
+    data = load_dataset(args.dataset)
+    skipped = data[data["skip"] != ""]
+    table = compare(data)
+    if args.markdown:
+        print(markdown_summary(table, held_out_medians() if args.loso else None))
+        return 0
+    subset = "dense" if args.dense_only else args.subset
+    table = table[SUBSETS[subset](table)]
+    pd.set_option("display.width", 250)
+    shown = table[TABLE_COLUMNS].copy()
+    shown["label"] = shown["label"].str.slice(0, 22)
+    print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"\nskipped {len(skipped)} rows: "
+          + "; ".join(f"{r} ({n})" for r, n in skipped["skip"].value_counts().items()))
+    if args.dataset:  # a user's file: say why each row was skipped
+        for _, r in skipped.iterrows():
+            print(f"  row {r['id']} ({r['label']}): {r['skip']}")
+    mem = table[table["mem_error"].notna()]
+    if len(mem):
+        print(f"\npeak memory: {len(mem)} rows, median |error| {mem['mem_error'].abs().median():.1%}"
+              f", bias {mem['mem_error'].median():+.1%}")
+    print("\nby source family:")
+    print(summarize(table, "family").to_string(float_format=lambda x: f"{x:.3f}"))
+    print("\nby GPU:")
+    print(summarize(table, "gpu").to_string(float_format=lambda x: f"{x:.3f}"))
+    print("\nby model family:")
+    table = table.assign(model_family=table["label"].map(model_family))
+    print(summarize(table, "model_family").to_string(float_format=lambda x: f"{x:.3f}"))
+    if args.loso:
+        print("\nfitted constants, leave-one-source-out (refit without the family, error on it):")
+        print(loso_table().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        if subset == "moe":  # the MoE fit (sim_core.accuracy.fit --moe), held out model by model
+            print("\nMoE fitted constants, leave-one-model-out (H100 MoE rows):")
+            rows = fit.moe_rows()
+            print(fit.leave_one_source_out(rows.assign(model_id=rows["model"]), by="model_id",
+                                           params=fit.FITTED_MOE)
+                  .to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print("\nunstated fields were filled as follows:")
+    for field, rule in validation.IMPUTATION.items():
+        print(f"  {field}: {rule}")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "validation.csv", index=False)
+        plot(table, out / "validation.png")
+        print(f"\nwrote {out / 'validation.csv'} and {out / 'validation.png'}")
+    return 0
+

@@ -1,0 +1,202 @@
+"""Evaluating a frame of configurations: the framework's defaults, the rules, the bounds that
+spare simulation (prune.py), then the simulator. What every strategy and `sweep simulate` run,
+in Ray tasks or in the driver.
+
+The simulate function (default `sim_core.simulate_frame`) and the rule check (default
+`sim_core.check_rules`) are parameters, so tests can inject fakes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from sim_core.frameworks import resolve_frame
+
+from .prune import objective_bound, simulate_with_memory_bound, worse_than
+from .space import normalise, rule_reasons, sim_frame
+
+
+def default_simulate():
+    import sim_core
+
+    return sim_core.simulate_frame
+
+
+class ProfiledSimulate:
+    """`sim_core.simulate_frame` under a calibration profile (`--profile`).
+
+    Picklable for Ray tasks: it carries the packed profile and activates it in whichever
+    process evaluates (once per profile version there). `version` enters the resume
+    fingerprint, so results computed under different profiles never mix.
+    """
+
+    def __init__(self, name_or_path):
+        from sim_core import profiles
+
+        self.blob = profiles.pack(name_or_path)
+        self.version = profiles.load_manifest(profiles.profile_dir(name_or_path))["version"]
+
+    def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
+        import sim_core
+        from sim_core import profiles
+
+        profiles.activate_packed(self.blob)
+        return sim_core.simulate_frame(frame)
+
+
+def model_key(simulate) -> dict:
+    """Fingerprint entry for a calibrated simulator (none for the default model)."""
+    version = getattr(simulate, "version", None)
+    return {"profile": version} if version else {}
+
+
+def evaluate(frame: pd.DataFrame, simulate=None, check=None, prune=None) -> pd.DataFrame:
+    """Rules, then simulation of the valid rows; one output row per input row.
+
+    Adds the simulator's columns (NaN for invalid rows), `status` (ok | oom | invalid) and
+    `invalid_reason` ('' unless invalid). With `prune` (a `Bounds`, default simulator only),
+    valid rows that a bound proves out of memory or out of the top K are not simulated: status
+    pruned_memory or pruned_time (sweep/engine/prune.py).
+    """
+    # the framework's defaults are resolved here, so that results show the values simulated;
+    # no-op settings (sequence parallelism at tp 1, ...) are normalised, not invalid
+    out = normalise(resolve_frame(frame.reset_index(drop=True)))
+    n = len(out)
+    pruned = np.full(n, "", dtype=object)
+    if is_default(simulate, check):
+        reasons, pred = _rules_and_simulation(out, prune, pruned)
+    else:
+        reasons = rule_reasons(out, check)
+        pred = None
+    ok = reasons == ""
+    cols: dict[str, np.ndarray] = {}
+    if ok.any():
+        if pred is None and not is_default(simulate, check):
+            sim = simulate or default_simulate()
+            pred = sim(sim_frame(out.loc[ok]))
+        if pred is None:  # every valid row pruned by a bound: nothing simulated
+            pred = pd.DataFrame(index=pd.RangeIndex(0))
+        pos = pred.index.to_numpy()  # the rows simulated (all valid ones unless pruned)
+        for c in pred.columns:
+            if c in out.columns and c != "dp":
+                continue
+            v = pred[c].to_numpy()
+            if v.dtype == bool:
+                full = np.zeros(n, dtype=bool)
+            elif v.dtype.kind in "iuf":
+                full = np.full(n, np.nan)
+            else:
+                full = np.full(n, "" if c == "invalid_reason" else None, dtype=object)
+            full[pos] = v
+            cols[c] = full
+    valid = ok.copy()
+    if "valid" in cols:
+        simulated = np.zeros(n, dtype=bool)
+        simulated[pred.index.to_numpy()] = True
+        valid &= np.where(simulated, cols["valid"].astype(bool), True)
+    if "invalid_reason" in cols:
+        sim_reason = np.where(cols["invalid_reason"] == None, "", cols["invalid_reason"])  # noqa: E711
+        reasons = np.where(ok, sim_reason, reasons).astype(object)
+    cols["valid"] = valid
+    fits = cols["fits"].astype(bool) & valid if "fits" in cols else np.zeros(n, dtype=bool)
+    cols["fits"] = fits
+    cols["invalid_reason"] = np.where(valid, "", np.where(reasons == "", "invalid", reasons))
+    cols["status"] = np.where(~valid, "invalid", np.where(fits, "ok", "oom")).astype(object)
+    bound = valid & (pruned != "")
+    cols["status"][bound] = pruned[bound]
+    extra = pd.DataFrame(cols, index=out.index)
+    out = out.drop(columns=[c for c in extra.columns if c in out.columns])
+    return pd.concat([out, extra], axis=1)
+
+
+def is_default(simulate, check) -> bool:
+    import sim_core
+
+    return (simulate is None or simulate is sim_core.simulate_frame) and check is None
+
+
+def _rules_and_simulation(frame: pd.DataFrame, prune=None, pruned=None
+                          ) -> tuple[np.ndarray, pd.DataFrame]:
+    """The default rules and simulator on one Batch: the frame is turned into arrays once
+    (not once for the rules and again for the simulator) and only valid rows are simulated.
+    Same numbers as `rule_reasons` + `sim_core.simulate_frame`. With `prune` (a `Bounds`),
+    valid rows a bound excludes are not simulated; their status goes into `pruned`."""
+    from sim_core import rules
+    from sim_core.columns import Batch, frame_to_batch
+    from sim_core.simulate import simulate as core
+
+    reasons = np.full(len(frame), "", dtype=object)
+    if "global_batch_tokens" in frame.columns:
+        bad = (frame["global_batch_tokens"] % frame["seq_len"] != 0).to_numpy()
+        reasons[bad] = "global_batch_tokens % seq_len != 0"
+    todo = np.flatnonzero(reasons == "")
+    if not len(todo):
+        return reasons, None
+    sub = _with_model_shapes(sim_frame(frame.iloc[todo] if len(todo) < len(frame) else frame))
+    b = frame_to_batch(sub)
+    valid, why = rules.check(b)
+    reasons[todo] = why
+    keep = np.flatnonzero(valid)
+    if not len(keep):
+        return reasons, None
+    vb = b if len(keep) == len(b) else Batch({k: v[keep] for k, v in b.items()})
+    if prune is None:
+        return reasons, pd.DataFrame(core(vb), index=sub.index[keep])
+    rows = todo[keep]  # positions in the frame of the valid rows
+    late = prune.time_pruned(vb, rows)
+    pos, out, heavy = simulate_with_memory_bound(vb, prune.group[rows], core, skip=late)
+    pruned[rows[late]] = "pruned_time"
+    pruned[rows[heavy]] = "pruned_memory"
+    if out is None:
+        return reasons, None
+    return reasons, pd.DataFrame(out, index=sub.index[keep][pos])
+
+
+def _with_model_shapes(frame: pd.DataFrame) -> pd.DataFrame:
+    """The model's shape columns filled from the catalog, one array per column (what
+    frame_to_batch would do row group by row group, in pandas), so it skips that step."""
+    from sim_core import catalog
+    from sim_core.specs import MODEL_COLUMNS
+
+    shape_cols = [c for c in MODEL_COLUMNS if c != "model"]
+    if "model" not in frame.columns or any(c in frame.columns for c in shape_cols):
+        return frame
+    models = frame["model"].astype(str).to_numpy()
+    uniq, inv = np.unique(models, return_inverse=True)
+    specs = [catalog.get_model(m).columns() for m in uniq]
+    cols = {}
+    for c in shape_cols:
+        vals = [sp[c] for sp in specs]
+        arr = np.array(vals, dtype=object if isinstance(vals[0], str) else None)
+        # strings typed once by pandas, then taken (not converted row by row)
+        cols[c] = pd.Series(arr).array.take(inv) if arr.dtype == object else arr[inv]
+    return pd.concat([frame, pd.DataFrame(cols, index=frame.index)], axis=1)
+
+
+@dataclass
+class Bounds:
+    """What the pruning of one batch needs (sweep/engine/prune.py): each row's sub-space id (rows equal
+    but for micro_batch and recompute), and for the time bound the first objective, the K-th
+    best value the driver knew when it sent the batch (None: no time bound) and each row's
+    price per GPU-hour."""
+
+    group: np.ndarray
+    objective: str = "step_time"
+    threshold: float | None = None
+    price: np.ndarray | None = None
+    cost_unit: str = "mtok"
+
+    def time_pruned(self, b, rows: np.ndarray) -> np.ndarray:
+        """Valid rows (Batch `b`, at frame positions `rows`) whose bound is worse than the
+        K-th best: they cannot enter the top K."""
+        if self.threshold is None or not len(rows):
+            return np.zeros(len(rows), dtype=bool)
+        price = self.price[rows] if self.price is not None else np.full(len(rows), np.nan)
+        bound = objective_bound(b, self.objective, price, self.cost_unit)
+        return worse_than(bound, self.threshold, self.objective)
+
+
+

@@ -1,0 +1,336 @@
+"""Grid strategy: every candidate of the space, in vectorized batches, resumable.
+
+The product of the space is cut into batches of `batch_size` consecutive config ids. Each batch
+is one Ray task that builds its configurations, prunes them with the rules (vectorized), skips
+those a bound rules out (`search.prune`, prune.py: out of memory, or out of the top K given
+the K-th best the driver sends with the batch), simulates the survivors and writes them as its
+part; the driver records each part in the manifest (with its counters) and a re-run skips
+recorded batches. Tasks are retried when their worker dies (`max_retries`); the driver only
+ever records a batch id once, so nothing is lost or counted twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim_core.frameworks import resolve_frame
+
+from ..errors import Interrupted, SweepError
+from ..results import (
+    Leaderboard, ResultStore, add_costs, constant_columns, gpu_prices, objective_columns,
+    write_part_file, write_ranked_tables,
+)
+from .evaluate import Bounds, evaluate, is_default, model_key
+from .runtime import progress_bar, ray_session, remote, task_result
+from .space import Census, Space, normalise, require_valid
+from .strategy import Outcome, SearchJob, config_cols
+
+DEFAULT_GRID_BATCH = 20_000
+
+
+MAX_GRID_BATCH = 200_000
+
+
+def grid_batch_size(size: int) -> int:
+    return int(min(MAX_GRID_BATCH, max(DEFAULT_GRID_BATCH, size // 32)))
+
+
+
+
+@dataclass
+class GridJob:
+    """What every grid task needs besides its range: where and how to write its part, and what
+    to send back (counters, local top K, local Pareto set)."""
+
+    parts_dir: str
+    fingerprint: str
+    prices: dict
+    cost_unit: str
+    objectives: list
+    keep: int
+    constants: dict
+    prune: bool = True  # pruning by bounds (search.prune); the time bound: one objective only
+
+
+def part_counts(status: np.ndarray, duplicate: int = 0) -> dict:
+    ok, oom = int((status == "ok").sum()), int((status == "oom").sum())
+    memory, late = int((status == "pruned_memory").sum()), int((status == "pruned_time").sum())
+    n = len(status)
+    return {"total": n + duplicate, "invalid": n - ok - oom - memory - late, "oom": oom,
+            "simulated": ok + oom, "ok": ok, "duplicate": duplicate, "pruned": memory + late,
+            "pruned_memory": memory, "pruned_time": late}
+
+
+def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, job: GridJob,
+               threshold: float | None = None):
+    """One grid batch inside a Ray worker: evaluate, write the simulated rows as a part of the
+    results folder (a path every node sees), return only counters and local top K / Pareto.
+    threshold: the K-th best value of the (only) objective known when the batch was sent, for
+    the time bound."""
+    ids = np.arange(start, stop, dtype=np.int64)
+    cols = space.structural_columns(ids)
+    pre = np.full(len(ids), "", dtype=object)
+    if cols is not None:
+        dup = space.duplicates(cols)
+        if is_default(simulate, check):  # divisibility decided before any frame is built
+            pre = space.precheck(cols)
+    else:
+        dup = space.duplicates(space.frame_of_ids(ids))
+    keep = ~dup & (pre == "")
+    frame = space.frame_of_ids(ids[keep])
+    bounds = None
+    if job.prune and is_default(simulate, check):
+        single = len(job.objectives) == 1
+        bounds = Bounds(space.subspace_ids(ids[keep]), job.objectives[0],
+                        threshold if single else None,
+                        frame["gpu"].map(job.prices).to_numpy(dtype=np.float64)
+                        if "gpu" in frame.columns else None, job.cost_unit)
+    df = evaluate(frame, simulate, check, bounds)
+    status = df["status"].to_numpy()
+    bad = status == "invalid"
+    early = pre[~dup & (pre != "")]
+    status = np.concatenate([status, np.full(len(early), "invalid", dtype=object)])
+    reasons = pd.Series(np.concatenate([df["invalid_reason"].to_numpy()[bad], early])) \
+        .value_counts()
+    sim = df[df["status"].isin(("ok", "oom")).to_numpy()].reset_index(drop=True)
+    sim = add_costs(sim, job.prices, job.cost_unit)
+    top, pareto = Leaderboard(job.objectives, job.keep).local(sim)
+    name = f"g{bid:06d}"
+    info = {"start": start, "stop": stop, "counts": part_counts(status, int(dup.sum())),
+            "reasons": {str(k): int(v) for k, v in reasons.items()}}
+    path = Path(job.parts_dir) / f"{name}.parquet"
+    if not len(sim):  # nothing simulated: only the counters are recorded, no part file
+        return {"file": "", "rows": 0, "sha256": "", **info}, top.iloc[:0], pareto.iloc[:0]
+    try:
+        digest = write_part_file(path, sim, {"batch_id": name, "fingerprint": job.fingerprint,
+                                             "columns": list(sim.columns), **info}, job.constants)
+    except OSError as exc:  # full disk, ...: the driver stops with one line, keeping the rest
+        return {"error": str(path), "errno": exc.errno, "strerror": exc.strerror or str(exc)}, \
+            None, None
+    entry = {"file": f"{name}.parquet", "rows": int(len(sim)), "sha256": digest, **info}
+    return entry, top, pareto
+
+
+
+
+def grid_constants(space: Space) -> dict:
+    """Columns with one value across the whole space: stored once in the results metadata.
+
+    Input columns only (the simulator's outputs are never assumed constant): those of a probe
+    frame that varies every axis through all its values, one axis at a time, after the
+    framework defaults are resolved and no-op settings normalised. A grid part keeps only simulated rows, so `valid` and
+    `invalid_reason` are constant too. A worker checks every row against these."""
+    probe = [0]
+    for k, (_, values) in enumerate(space.axes):
+        stride = int(np.prod([len(v) for _, v in space.axes[k + 1:]], dtype=np.int64))
+        probe += [j * stride for j in range(1, len(values))]
+    frame = normalise(resolve_frame(space.frame_of_ids(sorted(set(probe)))))
+    axes = set(space.axis_names)
+    # a column derived from axes may look constant along each axis alone and still vary
+    # jointly (vpp normalised at pp 1, a framework default set only at tp > 1): never constant
+    from sim_core.frameworks import profile_fields
+
+    from .space import NOOPS
+
+    depends = {"num_gpus": {"nodes", "gpus_per_node"},
+               "global_batch": {"global_batch_tokens", "seq_len"},
+               **{f: {"framework", "tp"} for f in profile_fields()}}
+    for setting, size, _ in NOOPS:
+        depends[setting] = depends.get(setting, set()) | {size, setting}
+    consts = {c: v for c, v in constant_columns(frame, exclude=("config_id",)).items()
+              if c not in axes and not depends.get(c, set()) & axes}
+    return {**consts, "valid": True, "invalid_reason": ""}
+
+
+def run_grid(job: SearchJob) -> Outcome:
+    """The grid strategy (strategy.py's interface)."""
+    outcome = _run_grid(job.cfg, job.space, job.out, job.workers, job.address, job.simulate,
+                        job.check, job.progress, job.fresh, job.on_batch)
+    outcome.note = "\n".join(x for x in (job.chosen, outcome.note) if x)
+    return outcome
+
+
+def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
+    t0 = time.perf_counter()
+    s = cfg.search
+    bs = s.batch_size or grid_batch_size(space.size)
+    prune = bool(s.prune) and is_default(simulate, check)
+    # pruned rows are not stored, and the time bound depends on the objective and K
+    pruning = {"prune": [s.objectives[0] if len(s.objectives) == 1 else None,
+                         max(s.top, TOP_KEPT)]} if prune else {}
+    fp = space.fingerprint(strategy="grid", batch_size=bs, **model_key(simulate), **pruning)
+    store = ResultStore(out, fp, {"space": space.name, "strategy": "grid",
+                                  "batch_size": bs}).open(fresh)
+    batches = space.batches(bs)
+    keep = max(s.top, TOP_KEPT)
+    board = Leaderboard(s.objectives, keep)
+    constants = grid_constants(space)
+    prices = gpu_prices(dict(space.axes).get("gpu") or [space.fixed.get("gpu")],
+                        space.price_per_hour)
+    job = GridJob(str(store.parts_dir), fp, prices, s.cost_unit, s.objectives, keep, constants,
+                  prune)
+    # finished batches of an earlier run: their counters are in the manifest, their top K and
+    # Pareto set are read back from their part (one part at a time: bounded memory)
+    for bid, entry in sorted(store.batches.items()):
+        if "counts" not in entry:
+            continue
+        if not entry.get("file"):
+            board.add(pd.DataFrame(), pd.DataFrame(), entry["counts"], entry.get("reasons"))
+            continue
+        top, par = board.local(_read_part(store, bid, constants))
+        board.add(top, par, entry["counts"], entry.get("reasons"))
+    done = {b for b, e in store.batches.items() if "counts" in e}
+    todo = [b for b in batches if f"g{b[0]:06d}" not in done]
+    done_rows = sum(stop - start for i, start, stop in batches if f"g{i:06d}" in done)
+    evaluated = 0
+    columns = _part_columns(store, done)
+    if todo:
+        with ray_session(workers, address) as cap:
+            import ray
+
+            task = remote(_eval_part)
+            space_ref = ray.put(space)
+            job_ref = ray.put(job)
+            bar = progress_bar(space.size, done_rows, "cfg", progress)
+            pending: dict = {}
+            queue = list(todo)
+            try:
+                while queue or pending:
+                    # one task more than workers: the next starts while the driver merges
+                    while queue and len(pending) < cap + 1:
+                        bid, start, stop = queue.pop(0)
+                        ref = task.remote(space_ref, bid, start, stop, simulate, check, job_ref,
+                                          _kth_best(board, prune))
+                        pending[ref] = (bid, start, stop)
+                    ready, _ = ray.wait(list(pending), num_returns=1)
+                    for ref in ready:
+                        bid, start, stop = pending.pop(ref)
+                        entry, top, par = task_result(ref)
+                        if "error" in entry:
+                            _drain(pending, store, board)
+                            raise store._write_error(
+                                Path(entry["error"]), OSError(entry["errno"], entry["strerror"]))
+                        store.record_part(f"g{bid:06d}", entry)
+                        board.add(top, par, entry["counts"], entry["reasons"])
+                        if columns is None and len(top.columns):
+                            columns = list(top.columns)
+                        evaluated += stop - start
+                        bar.update(stop - start)
+                        if on_batch is not None:
+                            on_batch(bid, len(store.done))
+            except KeyboardInterrupt:
+                # no ray.cancel: force-cancelling a task that is completing can crash Ray's
+                # core worker ("Tried to complete task that was not pending"); a local Ray's
+                # shutdown stops the tasks, and on a cluster a task in flight only finishes
+                # its batch and writes its part atomically (a re-run records or redoes it)
+                bar.close()
+                raise Interrupted(len(store.done), len(batches), str(store.dir)) from None
+            except SweepError:
+                # the driver cannot record (full disk for the manifest): let the tasks in
+                # flight finish their atomic writes, so that no temp file is left behind
+                _drain(pending, store, board, record=False)
+                bar.close()
+                raise
+            bar.close()
+    if board.counts["simulated"] == 0:
+        c = board.counts
+        require_valid(Census(c["total"], 0, Counter(board.reasons)), space.name)
+    return _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated)
+
+
+def _kth_best(board: Leaderboard, prune: bool) -> float | None:
+    """The K-th best value of the only objective so far (the time bound's threshold); None
+    with several objectives, without pruning, or before K rows fit."""
+    if not prune or len(board.objectives) != 1 or len(board.top) < board.keep:
+        return None
+    col = objective_columns(board.objectives)[0][0]
+    return float(board.top[col].iloc[board.keep - 1])
+
+
+def _drain(pending: dict, store: ResultStore, board, record: bool = True) -> None:
+    """Let the tasks in flight finish after one failed to write its part, and record those
+    that wrote theirs (results arrive in any order: a batch finished before the failing one
+    must not be redone on resume). What cannot be recorded is redone by a re-run."""
+    import ray
+
+    for ref, (bid, _start, _stop) in list(pending.items()):
+        try:
+            entry, top, par = ray.get(ref)
+        except Exception:  # noqa: BLE001 - a task that died: a re-run redoes it
+            continue
+        if "error" in entry or not record:
+            continue
+        try:
+            store.record_part(f"g{bid:06d}", entry)
+        except (OSError, SweepError):  # the manifest cannot be written either
+            break
+        board.add(top, par, entry["counts"], entry["reasons"])
+    pending.clear()
+
+
+TOP_KEPT = 100  # ranked rows the driver keeps (at least search.top)
+
+
+def _read_part(store: ResultStore, bid: str, constants: dict) -> pd.DataFrame:
+    df = pd.read_parquet(store.parts_dir / store.batches[bid]["file"])
+    for c, v in constants.items():
+        if c not in df.columns:
+            df[c] = v
+    for c in df.columns:
+        if isinstance(df[c].dtype, pd.CategoricalDtype):
+            df[c] = df[c].astype(str)
+    return df
+
+
+def _part_columns(store: ResultStore, done) -> list | None:
+    """Column order of the parts (kept in each part's metadata), from a finished one."""
+    from ..results import read_metadata
+
+    for bid in sorted(done):
+        if not store.batches[bid].get("file"):
+            continue
+        cols = read_metadata(store.parts_dir / store.batches[bid]["file"]).get("columns")
+        if cols:
+            return list(cols)
+    return None
+
+
+def _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated) -> Outcome:
+    import pyarrow.dataset as pads
+
+    s = cfg.search
+    files = [str(store.parts_dir / store.batches[b]["file"]) for b in sorted(store.batches)
+             if store.batches[b].get("file")]
+    obj = [c for c, _ in objective_columns(s.objectives)]
+
+    def scan():
+        dataset = pads.dataset(files, format="parquet")
+        for batch in dataset.to_batches(columns=obj + ["config_id", "status"],
+                                        batch_size=1 << 20):
+            yield batch.to_pandas()
+
+    top, pareto = board.ranked(scan)
+    ranks = [[int(c), int(r)] for c, r in zip(top["config_id"], top["rank"])]
+    ranks += [[int(c), int(r)] for c, r in zip(pareto["config_id"], pareto["rank"])
+              if int(c) not in set(top["config_id"].astype(int))] if len(pareto) else []
+    columns = columns or list(top.columns)
+    columns = [c for c in columns if c not in ("rank", "pareto")]
+    store.finalize_parts({"space": space.name, "strategy": "grid", "objectives": s.objectives,
+                          "axes": space.axis_names, "columns": columns,
+                          "constants": constants, "counts": board.counts,
+                          "invalid_reasons": dict(sorted(board.reasons.items(),
+                                                         key=lambda kv: -kv[1])),
+                          "ranks": ranks,
+                          "pareto": [int(c) for c in pareto["config_id"]] if len(pareto) else []})
+    write_ranked_tables(top, pareto, store.dir, s.objectives, s.top)
+    return Outcome(store.dir, time.perf_counter() - t0, evaluated, s.objectives,
+                   config_cols(space), "grid", top=top,
+                   pareto=pareto if len(s.objectives) > 1 else pd.DataFrame(),
+                   counts=dict(board.counts), reasons=dict(board.reasons))
+
