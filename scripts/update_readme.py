@@ -1,6 +1,7 @@
-"""Regenerate the README's generated blocks after a change to the simulator:
-the accuracy table (`sweep validate --markdown --loso`) and the GPT-3 175B / 1024 A100 Megatron flags
-(`sweep recommend ... --format megatron` on the bundled space, simulated in-process).
+"""Regenerate the docs' generated blocks after a change to the simulator: the accuracy table
+in docs/accuracy.md (`sweep validate --markdown --loso`) and the GPT-3 175B / 1024 A100
+Megatron flags in docs/recipes.md (`sweep recommend ... --format megatron` on the bundled
+space, simulated in-process).
 
     python scripts/update_readme.py
 """
@@ -30,21 +31,19 @@ def gpt3_flags() -> str:
         return export.megatron_text(rec.best).strip()
 
 
-def replace(text: str, marker: str, body: str) -> str:
+def replace(path: Path, marker: str, body: str) -> None:
+    text = path.read_text()
     pattern = rf"(<!-- {marker}:begin -->\n)(.*?)(\n<!-- {marker}:end -->)"
     if not re.search(pattern, text, re.S):
-        raise SystemExit(f"README has no {marker} markers")
-    return re.sub(pattern, lambda m: m.group(1) + body + m.group(3), text, flags=re.S)
+        raise SystemExit(f"{path} has no {marker} markers")
+    path.write_text(re.sub(pattern, lambda m: m.group(1) + body + m.group(3), text, flags=re.S))
+    print(f"updated {path}")
 
 
 def main() -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
     table = markdown_summary(validation.validate(), held_out_medians())
-    text = replace(text, "accuracy", table.strip())
-    text = replace(text, "gpt3-flags", "```bash\n" + gpt3_flags() + "\n```")
-    readme.write_text(text)
-    print(f"updated {readme}")
+    replace(ROOT / "docs" / "accuracy.md", "accuracy", table.strip())
+    replace(ROOT / "docs" / "recipes.md", "gpt3-flags", "```bash\n" + gpt3_flags() + "\n```")
 
 
 if __name__ == "__main__":

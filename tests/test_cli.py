@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -148,10 +149,12 @@ def test_search_in_process(tmp_path, capsys):
     assert (tmp_path / "q" / "ranking.csv").exists()
 
 
-def test_console_script_quickstart(tmp_path):
-    """The README's first command, as a real process (Ray start included)."""
+@pytest.mark.parametrize("ray", ["0", "1"])
+def test_console_script_quickstart(tmp_path, ray):
+    """The README's first command, as a real process: in the driver (a small grid, the
+    default), and on a local Ray started for it (SWEEP_RAY=1, the path of large spaces)."""
     r = subprocess.run([SWEEP, "search", QUICK, "--out", tmp_path / "q"], capture_output=True,
-                       text=True, timeout=300, cwd=ROOT)
+                       text=True, timeout=300, cwd=ROOT, env={**os.environ, "SWEEP_RAY": ray})
     assert r.returncode == 0, r.stderr
     assert "top 10 by step_time" in r.stdout
     assert "Traceback" not in r.stderr
@@ -166,7 +169,13 @@ def test_console_script_bad_input(tmp_path):
 
 
 def test_ctrl_c_keeps_batches_and_rerun_resumes(tmp_path):
-    """A real SIGINT to `sweep search`: exit 130, finished batches kept, re-run resumes."""
+    """A real SIGINT to `sweep search`: exit 130, finished batches kept, re-run resumes.
+
+    The signal is sent only once the search is known to be mid-way (3 of its 87 batches
+    recorded, a state, never a time), and the batches are small on purpose, so that the
+    search cannot finish before the signal lands however fast or loaded the machine is.
+    (It once could: a signal sent after a time-out, while the search was still starting,
+    or after it had finished, exited 0.)"""
     import json
     import signal
     import time
@@ -178,14 +187,16 @@ def test_ctrl_c_keeps_batches_and_rerun_resumes(tmp_path):
     cmd = [SWEEP, "search", space, "--out", out, "--workers", "1", "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     manifest = out / "manifest.json"
-    deadline = time.time() + 120
-    while time.time() < deadline:
+
+    def recorded() -> int:
         try:
-            if len(json.loads(manifest.read_text())["batches"]) >= 3:
-                break
+            return len(json.loads(manifest.read_text())["batches"])
         except (OSError, ValueError, KeyError):
-            pass
-        time.sleep(0.05)
+            return 0
+
+    while recorded() < 3:
+        assert proc.poll() is None, f"the search ended before 3 batches: {proc.communicate()}"
+        time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr

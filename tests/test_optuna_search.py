@@ -207,14 +207,14 @@ def test_a_torn_journal_line_is_dropped_and_the_study_resumes(tmp_path):
 
 @pytest.mark.usefixtures("local_ray")
 def test_rounds_evaluated_in_the_driver_equal_those_on_ray(tmp_path, monkeypatch):
-    import sweep.engine.optuna_strategy as so
+    import sweep.engine.runtime as rt
     from sweep.results import read_results
 
     # a running Ray (the fixture's), a cluster address or a large budget: rounds go to Ray
-    assert not so.in_process(None, 10) and not so.in_process("auto", 10)
+    assert not rt.in_process(None, 10) and not rt.in_process("auto", 10)
     cfg = parse_space(doc(trials=40, batch_size=4, sampler="random", inner=["zero"]))
     on_ray = run_search(cfg, tmp_path / "ray", **FAKE)
-    monkeypatch.setattr(so, "in_process", lambda address, rows: True)
+    monkeypatch.setattr(rt, "in_process", lambda address, rows: True)
     local = run_search(cfg, tmp_path / "local", **FAKE)
     a = read_results(tmp_path / "ray")[0].sort_values("config_id").reset_index(drop=True)
     b = read_results(tmp_path / "local")[0].sort_values("config_id").reset_index(drop=True)

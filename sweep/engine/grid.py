@@ -27,7 +27,7 @@ from ..results import (
     write_part_file, write_ranked_tables,
 )
 from .evaluate import Bounds, evaluate, is_default, model_key
-from .runtime import progress_bar, ray_session, remote, task_result
+from .runtime import executor, progress_bar
 from .space import Census, Space, normalise, require_valid
 from .strategy import Outcome, SearchJob, config_cols
 
@@ -35,6 +35,13 @@ DEFAULT_GRID_BATCH = 20_000
 
 
 MAX_GRID_BATCH = 200_000
+
+
+# a grid this small runs in the driver (no --address, no Ray running): starting and stopping a
+# local Ray costs about 6 s, and at the grid's rate (execution.GRID_RATE_PER_CPU, about 20,000
+# candidates/s per CPU) a second CPU saves less than that below about 6 s x 20,000 x 2 =
+# 240,000 candidates (benchmarks/quick_path.py prints both ways)
+IN_PROCESS_CANDIDATES = 250_000
 
 
 def grid_batch_size(size: int) -> int:
@@ -191,29 +198,25 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     evaluated = 0
     columns = _part_columns(store, done)
     if todo:
-        with ray_session(workers, address) as cap:
-            import ray
-
-            task = remote(_eval_part)
-            space_ref = ray.put(space)
-            job_ref = ray.put(job)
+        with executor(workers, address, space.size, IN_PROCESS_CANDIDATES) as ex:
+            space_ref = ex.put(space)
+            job_ref = ex.put(job)
             bar = progress_bar(space.size, done_rows, "cfg", progress)
             pending: dict = {}
             queue = list(todo)
             try:
                 while queue or pending:
                     # one task more than workers: the next starts while the driver merges
-                    while queue and len(pending) < cap + 1:
+                    while queue and len(pending) < ex.cap + 1:
                         bid, start, stop = queue.pop(0)
-                        ref = task.remote(space_ref, bid, start, stop, simulate, check, job_ref,
-                                          _kth_best(board, prune))
+                        ref = ex.submit(_eval_part, space_ref, bid, start, stop, simulate, check,
+                                        job_ref, _kth_best(board, prune))
                         pending[ref] = (bid, start, stop)
-                    ready, _ = ray.wait(list(pending), num_returns=1)
-                    for ref in ready:
+                    for ref in ex.wait(pending):
                         bid, start, stop = pending.pop(ref)
-                        entry, top, par = task_result(ref)
+                        entry, top, par = ex.get(ref)
                         if "error" in entry:
-                            _drain(pending, store, board)
+                            _drain(ex, pending, store, board)
                             raise store._write_error(
                                 Path(entry["error"]), OSError(entry["errno"], entry["strerror"]))
                         store.record_part(f"g{bid:06d}", entry)
@@ -234,7 +237,7 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
             except SweepError:
                 # the driver cannot record (full disk for the manifest): let the tasks in
                 # flight finish their atomic writes, so that no temp file is left behind
-                _drain(pending, store, board, record=False)
+                _drain(ex, pending, store, board, record=False)
                 bar.close()
                 raise
             bar.close()
@@ -253,17 +256,12 @@ def _kth_best(board: Leaderboard, prune: bool) -> float | None:
     return float(board.top[col].iloc[board.keep - 1])
 
 
-def _drain(pending: dict, store: ResultStore, board, record: bool = True) -> None:
+def _drain(ex, pending: dict, store: ResultStore, board, record: bool = True) -> None:
     """Let the tasks in flight finish after one failed to write its part, and record those
     that wrote theirs (results arrive in any order: a batch finished before the failing one
     must not be redone on resume). What cannot be recorded is redone by a re-run."""
-    import ray
-
-    for ref, (bid, _start, _stop) in list(pending.items()):
-        try:
-            entry, top, par = ray.get(ref)
-        except Exception:  # noqa: BLE001 - a task that died: a re-run redoes it
-            continue
+    for ref, (entry, top, par) in ex.finished(pending):
+        bid = pending[ref][0]
         if "error" in entry or not record:
             continue
         try:

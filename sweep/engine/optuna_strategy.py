@@ -28,7 +28,6 @@ again is told its known result without simulating.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -51,8 +50,7 @@ from ..results import (
 )
 from .evaluate import evaluate, model_key
 from .nested import Nesting, split_axes
-from .runtime import (Deferred, in_process, local_session, progress_bar, ray_session, remote,
-                      task_result)
+from .runtime import executor, progress_bar
 from .samplers import default_sampler, make_sampler, round_proposer
 from .strategy import Outcome, SearchJob, config_cols
 
@@ -238,18 +236,11 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
     evaluated = 0
     stop = ""
     if stale or n_asked < budget:
-        local = in_process(address, budget * nest.rows_per_trial)
-        with (local_session() if local else ray_session(workers, address)) as cap:
+        with executor(workers, address, budget * nest.rows_per_trial) as ex:
+            cap = ex.cap
             if not s.batch_size:
                 batch = max(batch, 2 * cap)
-            if local:
-                submit, fetch = functools.partial(Deferred, _eval_layouts), Deferred.result
-                space_ref = (space, nest.offsets)
-            else:
-                import ray
-
-                submit, fetch = remote(_eval_layouts).remote, task_result
-                space_ref = ray.put((space, nest.offsets))
+            space_ref = ex.put((space, nest.offsets))
             writer = PartWriter(store)
             tell = _tell_fn()
             bar = progress_bar(budget, min(n_asked, budget), "trial", progress)
@@ -297,7 +288,8 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
                 # only when the round is large
                 new = np.asarray(list(first), dtype=np.int64)
                 pieces = max(1, -(-len(new) * nest.rows_per_trial // TASK_ROWS))
-                refs = [submit(space_ref, c, simulate, check, prices, s.cost_unit)
+                refs = [ex.submit(_eval_layouts, space_ref, c, simulate, check, prices,
+                                  s.cost_unit)
                         for c in np.array_split(new, pieces) if len(c)]
                 return asked, bases, first, refs
 
@@ -314,7 +306,7 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
                     if not pending:
                         break
                     asked, bases, first, refs = pending.pop(0)
-                    parts = [fetch(r) for r in refs]
+                    parts = [ex.get(r) for r in refs]
                     rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
                     if len(rows):
                         rows.insert(0, "trial", np.repeat(list(first.values()),

@@ -1,6 +1,9 @@
-"""Where work runs: a Ray session (a cluster, the Ray already running here, or a local one
-started for the run), task submission and results, and the progress bar. Strategies use these;
-this module knows nothing of any strategy.
+"""Where work runs: Ray tasks (a cluster, the Ray already running here, or a local one started
+for the run) or the driver itself, behind one small executor interface (put, submit, wait,
+get); and the progress bar. Strategies use these; this module knows nothing of any strategy.
+
+A local run whose work is small (`in_process`) evaluates in the driver: starting and
+stopping a local Ray costs more than the second core saves. `SWEEP_RAY=1` forces Ray.
 """
 
 from __future__ import annotations
@@ -85,28 +88,22 @@ def task_result(ref):
 # ---------------------------------------------------------------------------------------------
 # In the driver: where starting a local Ray would cost more than the second core saves
 # ---------------------------------------------------------------------------------------------
-# Below this many rows a local run evaluates in the driver: starting and stopping a local Ray
-# costs 5-7 s, more than a second core saves on the simulation of so few rows
-# (benchmarks/search_strategies.py: 2,000 trials x 288 rows of the 12-axis space simulate in
-# about 4 s of one CPU).
+# Below this many rows (candidates of a grid, trial budget x rows per trial of Optuna) a local
+# run evaluates in the driver: starting and stopping a local Ray costs 5-7 s, more than a
+# second core saves on the simulation of so few rows (benchmarks/search_strategies.py: 2,000
+# trials x 288 rows of the 12-axis space simulate in about 4 s of one CPU).
 IN_PROCESS_ROWS = 1_000_000
 
 
-def in_process(address: str | None, rows: int) -> bool:
+def in_process(address: str | None, rows: int, limit: int = IN_PROCESS_ROWS) -> bool:
     """Evaluate in the driver: no cluster given, no Ray already running here (a caller that
-    started one wants it used), and a budget small enough (IN_PROCESS_ROWS)."""
+    started one wants it used), and at most `limit` rows of work."""
     if address or os.environ.get("SWEEP_RAY") == "1":
         return False
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         return False
-    return rows <= IN_PROCESS_ROWS
-
-
-@contextmanager
-def local_session():
-    """The in-process stand-in for `ray_session`: one round in flight."""
-    yield 1
+    return rows <= limit
 
 
 class Deferred:
@@ -123,4 +120,76 @@ class Deferred:
             raise
         except ValueError as exc:  # e.g. a CatalogError raised inside the simulator, as on Ray
             raise SweepError(str(exc).strip().splitlines()[0]) from None
+
+
+class DriverExecutor:
+    """Work run in the driver, one piece when its result is asked for (the in-process
+    stand-in for RayExecutor: same calls, one task in flight)."""
+
+    cap = 1
+
+    def put(self, obj):
+        return obj
+
+    def submit(self, fn, *args) -> Deferred:
+        return Deferred(fn, *args)
+
+    def wait(self, handles) -> list:
+        return [next(iter(handles))]
+
+    def get(self, handle):
+        return handle.result()
+
+    def finished(self, handles):
+        """(handle, result) of the pieces already run: none (each runs when asked for)."""
+        return iter(())
+
+
+class RayExecutor:
+    """Work run as Ray tasks (retried when their worker dies), `cap` of them in flight."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self._remote: dict = {}
+
+    def put(self, obj):
+        import ray
+
+        return ray.put(obj)
+
+    def submit(self, fn, *args):
+        if fn not in self._remote:
+            self._remote[fn] = remote(fn)
+        return self._remote[fn].remote(*args)
+
+    def wait(self, handles) -> list:
+        import ray
+
+        ready, _ = ray.wait(list(handles), num_returns=1)
+        return ready
+
+    def get(self, handle):
+        return task_result(handle)
+
+    def finished(self, handles):
+        """(handle, result) of the tasks in flight once they end; a task that died is left
+        out (a re-run redoes it)."""
+        import ray
+
+        for h in list(handles):
+            try:
+                yield h, ray.get(h)
+            except Exception:  # noqa: BLE001 - a task that died
+                continue
+
+
+@contextmanager
+def executor(workers: int | None, address: str | None, rows: int, limit: int = IN_PROCESS_ROWS):
+    """The executor for `rows` of work: in the driver when `in_process` says so (at most
+    `limit` rows), else Ray."""
+    if in_process(address, rows, limit):
+        yield DriverExecutor()
+        return
+    with ray_session(workers, address) as cap:
+        yield RayExecutor(cap)
 
