@@ -200,3 +200,84 @@ def test_bad_space_axis_is_a_one_line_error():
     with pytest.raises(ConfigError) as ei:
         parse_space(doc)
     assert "space.storage_gbs: expected a list of positive numbers" in str(ei.value)
+
+
+def test_step_trace_marks_the_amortized_cost_of_failures_off_the_critical_path():
+    from sweep.advice import trace
+
+    given = {**LLAMA3, "storage_gbs": 2000.0}
+    row = pd.concat([pd.Series(given), sim(storage_gbs=2000.0)])  # as a results row holds both
+    tr = trace.build(row)
+    extra = [e for e in tr["traceEvents"] if e.get("ph") == "X"
+             and e["cat"] in ("checkpoint", "failures")]
+    assert {e["cat"] for e in extra} == {"checkpoint", "failures"}
+    assert not any(e["args"]["critical_path"] for e in extra)
+    ckpt = next(e for e in extra if e["cat"] == "checkpoint")["args"]["seconds"]
+    assert ckpt == pytest.approx(row["ckpt_block_s"] / row["ckpt_every_steps"])
+    total = sum(e["args"]["seconds"] for e in extra)
+    # together: the wall time per step beyond the step time, step / goodput - step
+    assert total == pytest.approx(row["step_time_s"] * (1 / row["goodput"] - 1))
+    crit = sum(e["args"]["seconds"] for e in tr["traceEvents"] if e.get("ph") == "X"
+               and e["pid"] == 1 and e["args"].get("critical_path"))
+    assert crit == pytest.approx(row["step_time_s"])
+
+
+# ---- recommend -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def goodput_run(tmp_path_factory):
+    from .results_fixture import ROOT, make_results
+
+    return make_results(ROOT / "search_spaces" / "llama3.1-405b-goodput.yaml",
+                        tmp_path_factory.mktemp("goodput") / "r")
+
+
+def _rec(run_dir, objective, failures, **kw):
+    from sweep.advice import recommend as R
+
+    c = R.Constraints(tokens=15e12, failures=failures, **kw)
+    chunks, _ = R.fit_chunks(run_dir)
+    return R.read_full(run_dir, R.recommend_chunks(chunks, objective, c), c.tokens)
+
+
+def test_recommend_divides_days_and_cost_by_the_goodput(goodput_run):
+    w, wo = _rec(goodput_run, "days", True), _rec(goodput_run, "days", False)
+    assert w.best["config_id"] == wo.best["config_id"]  # the same pick in this space
+    g = w.best["goodput"]
+    assert 0.9 < g < 1.0
+    assert w.best["days"] == pytest.approx(wo.best["days"] / g)
+    assert w.best["total_cost_usd"] == pytest.approx(wo.best["total_cost_usd"] / g)
+    assert w.best["interruptions"] == pytest.approx(w.best["interruptions_per_day"]
+                                                    * w.best["days"])
+    # a deadline between the two: met without failures, missed with them
+    deadline = (w.best["days"] + wo.best["days"]) / 2
+    assert _rec(goodput_run, "days", False, deadline=deadline).found
+    assert not _rec(goodput_run, "days", True, deadline=deadline).found
+    # cost ranks by the cost per useful token
+    cw = _rec(goodput_run, "cost", True)
+    assert cw.best["cost_per_mtok_goodput_usd"] == pytest.approx(
+        cw.best["cost_per_mtok_usd"] / cw.best["goodput"])
+
+
+def test_recommend_cli_prints_goodput_and_the_flag_turns_it_off(goodput_run, capsys):
+    from sweep.cli.main import main
+
+    main(["recommend", str(goodput_run), "--objective", "days", "--tokens", "15T",
+          "--no-write"])
+    text = capsys.readouterr().out
+    for what in ("goodput", "intr/day", "interruptions", "checkpoint every", "restart"):
+        assert what in text
+    main(["recommend", str(goodput_run), "--objective", "days", "--tokens", "15T",
+          "--no-write", "--no-failures"])
+    text = capsys.readouterr().out
+    assert "failure-free (--no-failures)" in text and "intr/day" not in text
+
+
+def test_results_without_goodput_fall_back_to_failure_free_and_say_so(goodput_run):
+    from sweep.advice import recommend as R
+
+    df, _ = R.load_run(goodput_run)
+    old = df.drop(columns=[c for c in df.columns if c in ("goodput", "interruptions_per_day")])
+    rec = R.recommend(old, "days", R.Constraints(tokens=15e12))
+    free = R.recommend(df, "days", R.Constraints(tokens=15e12, failures=False))
+    assert rec.best["days"] == pytest.approx(free.best["days"])
+    assert "carry no goodput" in R.render(rec)
