@@ -11,8 +11,9 @@ Constraints (all optional):
   --gpu ID, --num-gpus N             restrict to these GPU types / cluster sizes (repeatable)
 Objectives: step_time (default), cost (USD per million tokens), throughput (tokens/s per GPU),
 days (time to train on --tokens). Days and cost count failures, checkpoints and restarts (the
-goodput of sim_core/goodput.py: useful time / wall time) unless --no-failures. Runner-ups: configurations within --within percent (default 5)
-of the best objective value that leave more memory headroom, most headroom first.
+goodput of sim_core/goodput.py: useful time / wall time) unless --no-failures. Runner-ups:
+configurations within --within percent (default 5) of the best objective value that leave more
+memory headroom, most headroom first.
 Recipes are written to RESULTS_DIR/recipe/ (recommendation.txt/json, megatron_args.sh,
 torchtitan.toml, run.yaml, and deepspeed_config.json or nanotron.yaml for a run of that
 framework) unless --no-write.

@@ -720,7 +720,7 @@ def render_html(r: dict) -> str:
     from .recommend import render as rec_text
 
     rec_rows = pd.concat([rec.best.to_frame().T, rec.runner_ups])
-    rec_rows = derive(rec_rows.reset_index(drop=True).infer_objects(), c.tokens)
+    rec_rows = derive(rec_rows.reset_index(drop=True).infer_objects(), c.tokens, c.failures)
     labels = ["best"] + [f"robust {i + 1}" for i in range(len(rec.runner_ups))]
     th, tr = top_rows(rec_rows, labels, c.tokens)
     fh, fr = frontier_rows(r["front"], c.tokens)
@@ -767,7 +767,7 @@ def render_html(r: dict) -> str:
 def render_md(r: dict, plot_dir: str | None) -> str:
     rec, c = r["rec"], r["constraints"]
     rec_rows = derive(pd.concat([rec.best.to_frame().T, rec.runner_ups]).reset_index(drop=True)
-                      .infer_objects(), c.tokens)
+                      .infer_objects(), c.tokens, c.failures)
     labels = ["best"] + [f"robust {i + 1}" for i in range(len(rec.runner_ups))]
     cnt = r["counts"]
     out = [f"# sweep report: {r['run']}", "",
