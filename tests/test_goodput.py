@@ -281,3 +281,34 @@ def test_results_without_goodput_fall_back_to_failure_free_and_say_so(goodput_ru
     free = R.recommend(df, "days", R.Constraints(tokens=15e12, failures=False))
     assert rec.best["days"] == pytest.approx(free.best["days"])
     assert "carry no goodput" in R.render(rec)
+
+
+def test_report_shows_where_adding_gpus_stops_paying(goodput_run):
+    from sweep.advice import recommend as R
+    from sweep.advice.frontier import failure_frontier
+    from sweep.advice.report import REPORT_COLUMNS, scaling_table
+
+    df, _ = R.load_run(goodput_run, columns=REPORT_COLUMNS, filters={"status": "ok"})
+    d = R.derive(df, 15e12)
+    heads, rows = scaling_table(d, 15e12)
+    assert [int(r[1].replace(",", "")) for r in rows] == [1024, 2048, 4096, 8192, 16384]
+    good = [float(r[heads.index("goodput")].rstrip("%")) for r in rows]
+    assert good == sorted(good, reverse=True)  # the bigger the job, the more it loses
+    free = [float(r[2].replace(",", "")) for r in rows]
+    fail = [float(r[3].replace(",", "")) for r in rows]
+    assert all(f < g for f, g in zip(fail, free))
+    front = failure_frontier(d)
+    assert len(front) and (front["tokens_per_s_goodput"] < front["tokens_per_s"]).all()
+    assert not len(failure_frontier(d.drop(columns="goodput")))
+    assert scaling_table(d.drop(columns="goodput"), 15e12) == ([], [])
+
+
+def test_bad_cluster_field_exits_2_with_one_line(tmp_path, capsys):
+    from sweep.cli.main import main
+
+    f = tmp_path / "run.yaml"
+    f.write_text("model: llama3-8b\nseq_len: 4096\nglobal_batch: 256\n"
+                 "cluster: {gpu: h100-sxm, num_gpus: 64, storage_gbs: -5}\n")
+    assert main(["simulate", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cluster.storage_gbs: expected a positive number" in err[0]
