@@ -133,6 +133,21 @@ def memory_arrays(framework_code: np.ndarray, zero: np.ndarray) -> dict[str, np.
             "bucket_elems": t["bucket_elems"][code, z]}
 
 
+@functools.lru_cache(maxsize=1)
+def _checkpoint_table() -> dict[str, np.ndarray]:
+    rows = [p["checkpoint"] for p in profiles().values()]
+    return {k: np.array([r[k] for r in rows], dtype=np.float64 if "bytes" in k else bool)
+            for k in ("weights_bytes", "optimizer_bytes", "dedup", "async", "async_supported")}
+
+
+def checkpoint_arrays(framework_code: np.ndarray) -> dict[str, np.ndarray]:
+    """What each configuration's framework saves per parameter and how (frameworks.yaml
+    `checkpoint`): weights_bytes, optimizer_bytes, dedup, async, async_supported."""
+    t = _checkpoint_table()
+    code = np.asarray(framework_code, dtype=np.int64)
+    return {k: v[code] for k, v in t.items()}
+
+
 # ---------------------------------------------------------------------------------------------
 # Settings a framework does not have
 # ---------------------------------------------------------------------------------------------
@@ -187,6 +202,8 @@ def rules(b) -> list[tuple[str, np.ndarray]]:
         ("expert parallelism (ep > 1)", ~s["ep"][fw] & (b.ep > 1)),
         ("TP communication overlap", ~s["tp_comm_overlap"][fw] & b.tp_comm_overlap & (b.tp > 1)),
         ("FP8 training", ~s["fp8"][fw] & (b.precision == 1)),
+        ("asynchronous checkpointing", ~_checkpoint_table()["async_supported"][fw]
+         & (np.asarray(b["ckpt_async"]) == 1 if "ckpt_async" in b else False)),
     ]
     out = []
     for what, bad in checks:
@@ -242,6 +259,15 @@ def markdown() -> str:
                     f"FP8 {'yes' if s['fp8'] else 'no'}"]
         lines += ["Offers: " + "; ".join(o.replace("'", "") for o in offered)
                   + f". From: {s['source']}.", ""]
+        c = p["checkpoint"]
+        lines += [f"Checkpoint: {c['weights_bytes']} B/parameter of weights + "
+                  f"{c['optimizer_bytes']} B/parameter of optimizer state; "
+                  + ("replicated tensors written once, spread over the data-parallel ranks"
+                     if c["dedup"] else "replicated tensors not spread (some ranks write more)")
+                  + "; save " + ("asynchronous by default" if c["async"] else
+                                 "synchronous by default" if c["async_supported"] else
+                                 "synchronous only")
+                  + f" ({c['flag']}). From: {c['source']}.", ""]
     return "\n".join(lines)
 
 

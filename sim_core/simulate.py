@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import frameworks, memory, risk, rules, step, workload
+from . import frameworks, goodput, memory, risk, rules, step, workload
 from .columns import Batch, frame_to_batch
 
 # fields replaced by 1 in invalid rows so that the arithmetic stays finite
@@ -61,6 +61,8 @@ def simulate(b: Batch, profile=None) -> dict:
         # probability that the real peak exceeds HBM, from the memory model's measured error
         "oom_risk": risk.oom_risk(mem["peak_memory_gib"], s.hbm_gib,
                                   frameworks.column(s, "framework")),
+        # failures, checkpoints and restarts (goodput.py)
+        **goodput.estimate(s, wl, step_t),
         "params_per_gpu": wl.params_stage,
         "moe_load_factor": wl.moe_load,
     }

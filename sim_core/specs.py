@@ -205,7 +205,19 @@ PARALLEL_COLUMNS = {
     "moe_recompute": "none",  # MOE_RECOMPUTE; with recompute none (selective modules moe_act/moe)
 }
 
-ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS}
+# Failures, checkpoints and restarts (sim_core/goodput.py, catalogs/reliability.yaml).
+# 0 (or -1 for ckpt_async) = the default: the GPU generation's published rate, 1 GB/s of
+# storage per server, a 10-minute restart, the Young/Daly interval, the framework's own save
+RELIABILITY_COLUMNS = {
+    "mtbf_node_hours": 0.0,  # mean server-hours between job-interrupting failures
+    "storage_gbs": 0.0,  # checkpoint write/read bandwidth the job gets, GB/s (aggregate)
+    "restart_min": 0.0,  # detection + rescheduling + process start, minutes (without the load)
+    "ckpt_interval_steps": 0,  # optimizer steps between checkpoints
+    "ckpt_async": -1,  # 1 asynchronous save, 0 synchronous, -1 the framework's default
+}
+
+ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS,
+               **RELIABILITY_COLUMNS}
 
 CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
                "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM,

@@ -164,7 +164,7 @@ def open_results(path: str | Path) -> "Results":
 
 
 CONSTRAINTS = ("headroom", "max_oom_risk", "max_gpus", "budget", "deadline", "tokens", "gpus",
-               "num_gpus")
+               "num_gpus", "failures")
 
 
 class Results:
@@ -248,8 +248,9 @@ class Results:
         runner-ups (a recommend.Recommendation; `str()` of it is the CLI's table).
 
         Constraints are the CLI's: headroom ("8GiB", "10%"), max_oom_risk, max_gpus, budget,
-        deadline (days), tokens ("300B" or a number), gpus, num_gpus (lists). With `out`, the
-        recipes are written there as the CLI writes RUN/recipe/.
+        deadline (days), tokens ("300B" or a number), gpus, num_gpus (lists), failures (False:
+        the failure-free days and cost, as --no-failures). With `out`, the recipes are written
+        there as the CLI writes RUN/recipe/.
         """
         from .advice.recommend import (Constraints, _default_objective, parse_headroom, parse_tokens,
                                 recommend, write_recipe)

@@ -559,11 +559,21 @@ def run_dict(row) -> dict:
         cluster["nic_bw_gbs"] = float(d["nic_bw_gbs"])
     if d.get("price_per_hour") is not None and _price_overridden(d):
         cluster["price_per_hour"] = float(d["price_per_hour"])
+    for k in ("mtbf_node_hours", "storage_gbs", "restart_min"):  # set by the run (0 = default)
+        if d.get(k):
+            cluster[k] = float(d[k])
     parallel = {k: d[k] for k in _run_parallel_fields() if d.get(k) is not None}
     out = {"model": model, "seq_len": d["seq_len"], "global_batch": d["global_batch"],
            "precision": d.get("precision", "bf16"),
            "framework": d.get("framework") or "megatron-core", "cluster": cluster,
            "parallel": parallel}
+    checkpoint = {}
+    if d.get("ckpt_async") in (0, 1):
+        checkpoint["async_save"] = bool(d["ckpt_async"])
+    if d.get("ckpt_interval_steps"):
+        checkpoint["interval_steps"] = int(d["ckpt_interval_steps"])
+    if checkpoint:
+        out["checkpoint"] = checkpoint
     out["description"] = f"exported by sweep: {describe(d)}"
     return out
 

@@ -51,3 +51,18 @@ def frontier(df: pd.DataFrame) -> pd.DataFrame:
     mask = pareto_front(df["cost_per_mtok_usd"].to_numpy(float), df["tokens_per_s"].to_numpy(float))
     return df[mask].sort_values(["tokens_per_s", "cost_per_mtok_usd"])
 
+
+
+def failure_frontier(df: pd.DataFrame) -> pd.DataFrame:
+    """The same frontier with failures, checkpoints and restarts counted: cost and throughput
+    divided and multiplied by each configuration's goodput (empty without a goodput column).
+    Where the two frontiers part, adding GPUs pays less than the failure-free one says."""
+    if "goodput" not in df.columns:
+        return df.iloc[:0]
+    good = df["goodput"].to_numpy(float)
+    cost = df["cost_per_mtok_usd"].to_numpy(float) / good
+    thr = df["tokens_per_s"].to_numpy(float) * good
+    out = df[pareto_front(cost, thr)].copy()
+    out["cost_per_mtok_goodput_usd"] = out["cost_per_mtok_usd"] / out["goodput"]
+    out["tokens_per_s_goodput"] = out["tokens_per_s"] * out["goodput"]
+    return out.sort_values(["tokens_per_s_goodput", "cost_per_mtok_goodput_usd"])

@@ -10,8 +10,10 @@ Constraints (all optional):
   --deadline DAYS                    wall-clock days to train on --tokens
   --gpu ID, --num-gpus N             restrict to these GPU types / cluster sizes (repeatable)
 Objectives: step_time (default), cost (USD per million tokens), throughput (tokens/s per GPU),
-days (time to train on --tokens). Runner-ups: configurations within --within percent (default 5)
-of the best objective value that leave more memory headroom, most headroom first.
+days (time to train on --tokens). Days and cost count failures, checkpoints and restarts (the
+goodput of sim_core/goodput.py: useful time / wall time) unless --no-failures. Runner-ups:
+configurations within --within percent (default 5) of the best objective value that leave more
+memory headroom, most headroom first.
 Recipes are written to RESULTS_DIR/recipe/ (recommendation.txt/json, megatron_args.sh,
 torchtitan.toml, run.yaml, and deepspeed_config.json or nanotron.yaml for a run of that
 framework) unless --no-write.
@@ -36,7 +38,7 @@ from ..errors import SweepError
 
 OBJECTIVES = {  # name -> (column, ascending, header)
     "step_time": ("step_time_s", True),
-    "cost": ("cost_per_mtok_usd", True),
+    "cost": ("cost_per_mtok_usd", True),  # cost_per_mtok_goodput_usd when failures count
     "throughput": ("tokens_per_s_per_gpu", False),
     "days": ("days", True),
 }
@@ -63,7 +65,7 @@ def load_run(run_dir: str | Path, columns: list[str] | None = None,
 SELECT_COLUMNS = ["config_id", "status", "model", "seq_len", "global_batch", "step_time_s",
                   "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "oom_risk", "price_per_hour",
                   "gpu_hours_per_step", "cost_per_step_usd", "cost_per_mtok_usd", "cost_usd",
-                  *CONFIG_COLS]
+                  "goodput", "interruptions_per_day", *CONFIG_COLS]
 
 
 def load_fits(run_dir: str | Path, c: "Constraints | None" = None,
@@ -106,10 +108,12 @@ def _results_file(run_dir: str | Path) -> Path:
     return path
 
 
-def read_rows(run_dir: str | Path, ids, tokens=None, prices: dict | None = None) -> pd.DataFrame:
+def read_rows(run_dir: str | Path, ids, tokens=None, prices: dict | None = None,
+              failures: bool = True) -> pd.DataFrame:
     """The rows of `ids` with every column, repriced and derived, indexed by config_id."""
     full, _ = load_run(run_dir, filters={"config_id": sorted({int(i) for i in ids})})
-    return derive(reprice(full, prices or {}), tokens).set_index("config_id", drop=False)
+    return derive(reprice(full, prices or {}), tokens, failures).set_index("config_id",
+                                                                            drop=False)
 
 
 def rec_ids(rec: "Recommendation") -> list[int]:
@@ -124,7 +128,8 @@ def read_full(run_dir: str | Path, rec: "Recommendation", tokens=None,
     if not rec.found:
         return rec
     ids = rec_ids(rec)
-    full = read_rows(run_dir, ids, tokens, prices) if rows is None else rows
+    full = read_rows(run_dir, ids, tokens, prices, rec.constraints.failures) if rows is None \
+        else rows
     best = full.loc[ids[0]]
     ups = full.loc[ids[1:]].reset_index(drop=True) if len(ids) > 1 else full.iloc[:0]
     for name in rec.best.index:  # derived columns (days, ...) as the selection computed them
@@ -173,13 +178,24 @@ def capacity_gib(gpus: pd.Series) -> pd.Series:
     return gpus.map(caps).astype(float)
 
 
-def derive(df: pd.DataFrame, tokens: float | None = None) -> pd.DataFrame:
-    """Add capacity_gib, headroom_gib, headroom_frac, tokens_per_s (cluster) and, with a
-    token budget, days and total_cost_usd."""
+DERIVED = ("capacity_gib", "headroom_gib", "headroom_frac", "tokens_per_s", "days",
+           "total_cost_usd", "cost_per_mtok_goodput_usd", "interruptions")
+
+
+def has_goodput(df: pd.DataFrame) -> bool:
+    """Whether the rows carry the simulator's goodput (results written before it do not)."""
+    return "goodput" in df.columns and bool(df["goodput"].notna().any())
+
+
+def derive(df: pd.DataFrame, tokens: float | None = None, failures: bool = True) -> pd.DataFrame:
+    """Add capacity_gib, headroom_gib, headroom_frac, tokens_per_s (cluster),
+    cost_per_mtok_goodput_usd and, with a token budget, days, total_cost_usd and the expected
+    interruptions. With `failures` (and rows that carry it) time and cost are divided by the
+    goodput: a job interrupted, checkpointing and restarting takes longer to train the same
+    tokens; without, the failure-free figures."""
     df = df.copy()
     if not len(df):
-        for c in ("capacity_gib", "headroom_gib", "headroom_frac", "tokens_per_s", "days",
-                  "total_cost_usd"):
+        for c in DERIVED:
             df[c] = pd.Series(dtype=float)
         return df
     df["capacity_gib"] = capacity_gib(df["gpu"])
@@ -187,12 +203,18 @@ def derive(df: pd.DataFrame, tokens: float | None = None) -> pd.DataFrame:
     df["headroom_frac"] = df["headroom_gib"] / df["capacity_gib"]
     tok_step = df["global_batch"].astype(float) * df["seq_len"].astype(float)
     df["tokens_per_s"] = tok_step / df["step_time_s"]
+    good = df["goodput"].astype(float) if failures and "goodput" in df.columns else 1.0
+    cost = df["cost_per_mtok_usd"] if "cost_per_mtok_usd" in df.columns else np.nan
+    df["cost_per_mtok_goodput_usd"] = cost / good
     if tokens:
-        df["days"] = tokens / df["tokens_per_s"] / 86400.0
-        df["total_cost_usd"] = df["cost_per_mtok_usd"] * tokens / 1e6
+        df["days"] = tokens / (df["tokens_per_s"] * good) / 86400.0
+        df["total_cost_usd"] = df["cost_per_mtok_goodput_usd"] * tokens / 1e6
+        df["interruptions"] = (df["interruptions_per_day"] * df["days"]
+                               if "interruptions_per_day" in df.columns else np.nan)
     else:
         df["days"] = np.nan
         df["total_cost_usd"] = np.nan
+        df["interruptions"] = np.nan
     return df
 
 
@@ -246,6 +268,8 @@ class Constraints:
     tokens: float | None = None
     gpus: list = field(default_factory=list)
     num_gpus: list = field(default_factory=list)
+    # count failures, checkpoints and restarts in days and cost (False: --no-failures)
+    failures: bool = True
 
     def check(self) -> None:
         if (self.budget is not None or self.deadline is not None) and not self.tokens:
@@ -276,6 +300,8 @@ class Constraints:
             out.append(f"total cost <= ${self.budget:,.0f}")
         if self.deadline is not None:
             out.append(f"time to train <= {self.deadline:g} days")
+        if not self.failures:
+            out.append("failure-free (--no-failures)")
         return out
 
 
@@ -359,14 +385,14 @@ def recommend_chunks(chunks, objective: str = "step_time",
         raise SweepError(f"--objective: expected one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if objective == "days" and not c.tokens:
         raise SweepError("--objective days needs --tokens")
-    col, asc = OBJECTIVES[objective]
+    col, asc = objective_column(objective, c.failures)
     order = ([col, "headroom_gib", "num_gpus", "config_id"], [asc, False, True, True])
 
     def candidates(near=None):
         """(derived piece, its feasible rows with an objective value, what each constraint
         dropped, rows that fit) for every piece."""
         for piece in chunks(near):
-            d = derive(reprice(piece, prices or {}), c.tokens)
+            d = derive(reprice(piece, prices or {}), c.tokens, c.failures)
             mask, dropped = feasible(d, c)
             fit = int(((d["status"] == "ok") & d["step_time_s"].notna()).sum())
             yield d, d[mask & d[col].notna()], dropped, fit
@@ -404,6 +430,15 @@ def recommend_chunks(chunks, objective: str = "step_time",
                           dropped, run_name)
 
 
+def objective_column(objective: str, failures: bool = True) -> tuple[str, bool]:
+    """(column, ascending) an objective ranks by: cost per million tokens is divided by the
+    goodput when failures count (derive), days always come from derive."""
+    col, asc = OBJECTIVES[objective]
+    if objective == "cost" and failures:
+        col = "cost_per_mtok_goodput_usd"
+    return col, asc
+
+
 # ---------------------------------------------------------------------------------------------
 # Text
 # ---------------------------------------------------------------------------------------------
@@ -412,7 +447,9 @@ def _cell(col, v) -> str:
         return "-"
     fmt = {"step_time_s": "{:.3f}", "tokens_per_s_per_gpu": "{:,.0f}", "mfu": "{:.1%}",
            "peak_memory_gib": "{:.1f}", "oom_risk": "{:.0%}", "headroom_gib": "{:.1f}",
-           "cost_per_mtok_usd": "{:.3f}", "days": "{:.1f}", "total_cost_usd": "{:,.0f}", "vs_best": "{:+.1%}"}.get(col)
+           "cost_per_mtok_usd": "{:.3f}", "cost_per_mtok_goodput_usd": "{:.3f}",
+           "goodput": "{:.1%}", "interruptions_per_day": "{:.2f}", "interruptions": "{:,.0f}",
+           "days": "{:.1f}", "total_cost_usd": "{:,.0f}", "vs_best": "{:+.1%}"}.get(col)
     if fmt:
         return fmt.format(v)
     if isinstance(v, (bool, np.bool_)):
@@ -425,20 +462,24 @@ def _cell(col, v) -> str:
 HEADS = {"step_time_s": "step s", "tokens_per_s_per_gpu": "tok/s/gpu", "mfu": "MFU",
          "peak_memory_gib": "mem GiB", "oom_risk": "OOM risk", "headroom_gib": "free GiB", "cost_per_mtok_usd": "$/Mtok",
          "days": "days", "total_cost_usd": "total $", "vs_best": "vs best",
+         "goodput": "goodput", "interruptions_per_day": "intr/day",
+         "cost_per_mtok_goodput_usd": "$/Mtok eff", "interruptions": "interruptions",
          "sequence_parallel": "sp", "micro_batch": "mb", "recompute": "recompute",
          "num_gpus": "gpus"}
 
 
 def table_rows(rows: pd.DataFrame, roles: list[str], objective_col: str, best_val: float,
-               with_tokens: bool) -> str:
+               with_tokens: bool, failures: bool = False) -> str:
     rows = rows.copy()
     rows["vs_best"] = rows[objective_col] / best_val - 1 if best_val else np.nan
     cols = [c for c in CONFIG_COLS if c in rows.columns]
     cols += ["step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "oom_risk",
              "headroom_gib", "cost_per_mtok_usd"]
+    if failures:
+        cols += ["cost_per_mtok_goodput_usd", "goodput", "interruptions_per_day"]
     cols = [c for c in cols if c in rows.columns or c == "vs_best"]
     if with_tokens:
-        cols += ["days", "total_cost_usd"]
+        cols += ["days", "total_cost_usd"] + (["interruptions"] if failures else [])
     cols += ["vs_best"]
     heads = ["role"] + [HEADS.get(c, c) for c in cols]
     body = [[r] + [_cell(c, row[c]) for c in cols] for r, (_, row) in zip(roles, rows.iterrows())]
@@ -449,7 +490,7 @@ def table_rows(rows: pd.DataFrame, roles: list[str], objective_col: str, best_va
 
 def render(rec: Recommendation) -> str:
     c = rec.constraints
-    col, _ = OBJECTIVES[rec.objective]
+    col, _ = objective_column(rec.objective, c.failures)
     lines = [f"recommendation{' for ' + rec.run_name if rec.run_name else ''} "
              f"(objective: {rec.objective}"
              + (", " + "; ".join(c.describe()) if c.describe() else "") + ")"]
@@ -461,7 +502,8 @@ def render(rec: Recommendation) -> str:
         return "\n".join(lines)
     rows = pd.concat([rec.best.to_frame().T, rec.runner_ups])
     roles = ["best"] + [f"robust {i + 1}" for i in range(len(rec.runner_ups))]
-    lines.append(table_rows(rows, roles, col, float(rec.best[col]), bool(c.tokens)))
+    failures = c.failures and has_goodput(rows)
+    lines.append(table_rows(rows, roles, col, float(rec.best[col]), bool(c.tokens), failures))
     if not len(rec.runner_ups):
         lines.append(f"(no configuration within {rec.within:.0%} of the best leaves more memory "
                      "headroom)")
@@ -470,7 +512,23 @@ def render(rec: Recommendation) -> str:
                      "more memory headroom, most headroom first")
     lines.append(f"{rec.candidates:,} of {rec.fits:,} configurations that fit meet the constraints")
     lines.append(f"best: {export.describe(export.config_of(rec.best))}")
+    lines += failure_summary(rec.best, c)
     return "\n".join(lines)
+
+
+def failure_summary(best: pd.Series, c: Constraints) -> list[str]:
+    """Lines on what failures, checkpoints and restarts cost the best configuration."""
+    from .simulation import GOODPUT_KEYS, failure_lines
+
+    f = {k: (float(best[k]) if k in best.index and pd.notna(best[k]) else None)
+         for k in GOODPUT_KEYS}
+    if f.get("goodput") is None:
+        return ["(these results carry no goodput: re-run the search to count failures, "
+                "checkpoints and restarts)"] if c.failures else []
+    rows = [r for r in failure_lines(f) if None not in r]
+    head = "failures, checkpoints, restarts of the best" + (
+        "" if c.failures else " (not counted in days and cost: --no-failures)")
+    return [head + ":"] + [f"  {k}: {v}" for k, v in rows]
 
 
 # ---------------------------------------------------------------------------------------------

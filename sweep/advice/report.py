@@ -35,13 +35,13 @@ import pandas as pd
 from ..errors import SweepError
 from . import export
 from .baseline import rule_of_thumb, short
-from .frontier import frontier
-from .recommend import (OBJECTIVES, SELECT_COLUMNS, Constraints, derive, feasible, load_run,
-                        recommend, reprice)
+from .frontier import failure_frontier, frontier
+from .recommend import (SELECT_COLUMNS, Constraints, derive, feasible, has_goodput, load_run,
+                        objective_column, recommend, reprice)
 
 # What the report reads of every row that fits (choice, frontier, heatmap, rule of thumb, the
 # points' sample); the rows it shows are read again with every column
-REPORT_COLUMNS = [*SELECT_COLUMNS, "gpus_per_node"]
+REPORT_COLUMNS = [*SELECT_COLUMNS, "gpus_per_node", "ckpt_interval_min"]
 
 TIME_PARTS = [  # column, label, colour
     ("time_compute", "compute", "#4c78a8"),
@@ -95,7 +95,8 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def plot_frontier(fits: pd.DataFrame, front: pd.DataFrame, tokens: float | None) -> bytes:
+def plot_frontier(fits: pd.DataFrame, front: pd.DataFrame, tokens: float | None,
+                  front_fail: pd.DataFrame | None = None) -> bytes:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9.5, 5.6))
     gpus = sorted(fits["gpu"].unique())
@@ -116,6 +117,13 @@ def plot_frontier(fits: pd.DataFrame, front: pd.DataFrame, tokens: float | None)
     for k, (_, r) in enumerate(f.iterrows(), start=1):
         ax.annotate(str(k), (r["tokens_per_s"], r["cost_per_mtok_usd"]), xytext=(4, 4),
                     textcoords="offset points", fontsize=8, fontweight="bold", zorder=5)
+    failing = front_fail is not None and len(front_fail)
+    if failing:  # the same frontier once failures, checkpoints and restarts are counted
+        ff = front_fail.sort_values("tokens_per_s_goodput")
+        ax.plot(ff["tokens_per_s_goodput"], ff["cost_per_mtok_goodput_usd"], "--",
+                color="#d62728", lw=1.2, zorder=3, drawstyle="steps-post")
+        ax.scatter(ff["tokens_per_s_goodput"], ff["cost_per_mtok_goodput_usd"], s=22,
+                   color="#d62728", zorder=4)
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=GPU_COLOURS[i % len(GPU_COLOURS)], marker="o", ls="",
@@ -123,6 +131,9 @@ def plot_frontier(fits: pd.DataFrame, front: pd.DataFrame, tokens: float | None)
     handles += [Line2D([], [], color="grey", marker=MARKERS[i % len(MARKERS)], ls="",
                        label=f"{n} GPUs") for i, n in enumerate(sizes)]
     handles.append(Line2D([], [], color="black", marker="o", mfc="white", label="frontier"))
+    if failing:
+        handles.append(Line2D([], [], color="#d62728", marker="o", ls="--",
+                              label="frontier with failures (goodput)"))
     ax.legend(handles=handles, fontsize=8, loc="upper left", ncol=2, frameon=False)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -331,6 +342,33 @@ def frontier_rows(front: pd.DataFrame, tokens: float | None) -> tuple[list[str],
     for k, (_, r) in enumerate(front.iterrows(), start=1):
         rows.append([str(k), str(r["gpu"]), str(int(r["num_gpus"])), short(export.config_of(r))]
                     + [_fmt(c, r.get(c)) for c in cols])
+    return heads, rows
+
+
+def scaling_table(fits: pd.DataFrame, tokens: float | None) -> tuple[list[str], list[list[str]]]:
+    """Per GPU type and cluster size: the fastest configuration without failures and the
+    fastest with them (throughput x goodput), side by side: where the with-failures column
+    stops growing, adding GPUs stops paying. Empty without goodput."""
+    if not has_goodput(fits):
+        return [], []
+    d = fits.assign(eff=fits["tokens_per_s"] * fits["goodput"])
+    heads = ["GPU", "GPUs", "tok/s failure-free", "tok/s with failures", "goodput",
+             "intr/day", "ckpt every (min)", "$/Mtok failure-free", "$/Mtok with failures"]
+    if tokens:
+        heads += ["days failure-free", "days with failures"]
+    rows = []
+    for (g, n), grp in d.groupby(["gpu", "num_gpus"], sort=True):
+        free = grp.loc[grp["tokens_per_s"].idxmax()]
+        fail = grp.loc[grp["eff"].idxmax()]
+        row = [str(g), f"{int(n):,}", f"{free['tokens_per_s']:,.0f}", f"{fail['eff']:,.0f}",
+               f"{fail['goodput']:.1%}", f"{fail['interruptions_per_day']:.2f}",
+               f"{fail['ckpt_interval_min']:.1f}" if "ckpt_interval_min" in fail.index else "-",
+               f"{free['cost_per_mtok_usd']:.3f}",
+               f"{fail['cost_per_mtok_usd'] / fail['goodput']:.3f}"]
+        if tokens:
+            row += [f"{tokens / free['tokens_per_s'] / 86400:.1f}",
+                    f"{tokens / fail['eff'] / 86400:.1f}"]
+        rows.append(row)
     return heads, rows
 
 
@@ -588,7 +626,7 @@ def build(run_dir: str | Path, *, objective: str | None = None,
 
     obj = objective or _default_objective(meta)
     rec = recommend(df, obj, c, run_name=str(meta.get("space", "")))
-    d = derive(df, c.tokens)
+    d = derive(df, c.tokens, c.failures)
     del df
     mask, _ = feasible(d, c)
     fits = d[mask & d["cost_per_mtok_usd"].notna() & d["tokens_per_s"].notna()]
@@ -596,17 +634,19 @@ def build(run_dir: str | Path, *, objective: str | None = None,
         raise SweepError(f"{run_dir}: no configuration fits in memory and meets the constraints; "
                          "nothing to report")
     front = frontier(fits)
+    front_fail = failure_frontier(fits) if c.failures and has_goodput(fits) else fits.iloc[:0]
     best = d.loc[d["config_id"] == rec.best["config_id"]].iloc[0]
-    col, asc = OBJECTIVES[obj]
+    col, asc = objective_column(obj, c.failures)
     topn = fits.sort_values([col, "config_id"], ascending=[asc, True]).head(top)
     rot, rule = rule_of_thumb(d, best)
     heat = heatmap_table(d, best)
     points = shown_points(fits, front)
     ids = {int(best["config_id"])} | set(topn["config_id"].astype(int)) \
-        | set(front["config_id"].astype(int)) | set(points["config_id"].astype(int))
+        | set(front["config_id"].astype(int)) | set(points["config_id"].astype(int)) \
+        | set(front_fail["config_id"].astype(int))
     if rot is not None:
         ids.add(int(rot["config_id"]))
-    full = read_rows(run_dir, ids | set(rec_ids(rec)), c.tokens, prices)
+    full = read_rows(run_dir, ids | set(rec_ids(rec)), c.tokens, prices, c.failures)
 
     def whole(rows: pd.DataFrame) -> pd.DataFrame:
         return full.loc[rows["config_id"].astype(int)].reset_index(drop=True)
@@ -645,7 +685,8 @@ def build(run_dir: str | Path, *, objective: str | None = None,
         "fits": fits, "top": topn, "rot": rot, "rule": rule, "why": why(best, rot, rule),
         "model": str(best.get("model")), "gpus": sorted(d["gpu"].unique()),
         "sizes": sorted(int(x) for x in d["num_gpus"].unique()), "price_rows": price_rows,
-        "png": {"frontier": plot_frontier(fits, front, c.tokens),
+        "scaling": scaling_table(fits, c.tokens) if c.failures else ([], []),
+        "png": {"frontier": plot_frontier(fits, front, c.tokens, front_fail),
                 "breakdown": plot_breakdown(bars, labels),
                 "heatmap": plot_heatmap(heat, best),
                 "memory": plot_memory(best, cap, rot, "rule of thumb")},
@@ -659,12 +700,27 @@ def _img(png: bytes, alt: str) -> str:
             f'{base64.b64encode(png).decode()}">')
 
 
+SCALING_NOTE = ("The fastest configuration of each cluster size without failures and with them "
+                "counted (throughput x goodput: interruptions by the GPU generation's published "
+                "rate, Young/Daly checkpoints, restarts; sim_core/goodput.py). Where the "
+                "with-failures throughput stops growing, adding GPUs stops paying. The frontier "
+                "plot draws both (dashed: with failures).")
+
+
+def _scaling_html(r: dict) -> list[str]:
+    heads, rows = r.get("scaling") or ([], [])
+    if not heads:
+        return []
+    return ["<h2>Failures, checkpoints and restarts: adding GPUs</h2>",
+            f"<p class=muted>{E(SCALING_NOTE)}</p>", html_table(heads, rows)]
+
+
 def render_html(r: dict) -> str:
     cnt, rec, c = r["counts"], r["rec"], r["constraints"]
     from .recommend import render as rec_text
 
     rec_rows = pd.concat([rec.best.to_frame().T, rec.runner_ups])
-    rec_rows = derive(rec_rows.reset_index(drop=True).infer_objects(), c.tokens)
+    rec_rows = derive(rec_rows.reset_index(drop=True).infer_objects(), c.tokens, c.failures)
     labels = ["best"] + [f"robust {i + 1}" for i in range(len(rec.runner_ups))]
     th, tr = top_rows(rec_rows, labels, c.tokens)
     fh, fr = frontier_rows(r["front"], c.tokens)
@@ -691,6 +747,7 @@ def render_html(r: dict) -> str:
            "and cluster size; " if ia["shown"] < len(r["fits"]) else "")
         + "the legend or the boxes toggle GPU types and cluster sizes.</p>",
         ia["controls"], ia["frontier"], html_table(fh, fr),
+        *_scaling_html(r),
         "<h2>Configurations: step time vs memory</h2>", ia["scatter"], ia["panel"],
         "<h2>Step-time breakdown of the top configurations</h2>",
         _img(r["png"]["breakdown"], "step time breakdown"),
@@ -710,7 +767,7 @@ def render_html(r: dict) -> str:
 def render_md(r: dict, plot_dir: str | None) -> str:
     rec, c = r["rec"], r["constraints"]
     rec_rows = derive(pd.concat([rec.best.to_frame().T, rec.runner_ups]).reset_index(drop=True)
-                      .infer_objects(), c.tokens)
+                      .infer_objects(), c.tokens, c.failures)
     labels = ["best"] + [f"robust {i + 1}" for i in range(len(rec.runner_ups))]
     cnt = r["counts"]
     out = [f"# sweep report: {r['run']}", "",
@@ -723,6 +780,9 @@ def render_md(r: dict, plot_dir: str | None) -> str:
     if plot_dir:
         out += [f"![frontier]({plot_dir}/frontier.png)", ""]
     out += [md_table(*frontier_rows(r["front"], c.tokens)), ""]
+    if r.get("scaling") and r["scaling"][0]:
+        out += ["## Failures, checkpoints and restarts: adding GPUs", "", SCALING_NOTE, "",
+                md_table(*r["scaling"]), ""]
     if plot_dir:
         out += ["## Step-time breakdown", "", f"![breakdown]({plot_dir}/breakdown.png)", "",
                 "## TP x PP heatmap", "", f"![heatmap]({plot_dir}/heatmap.png)", "",

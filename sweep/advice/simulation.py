@@ -51,10 +51,39 @@ def report_of(row_df, space) -> dict:
         "peak_reserved_gib", "peak_allocated_gib", "oom_risk", "fits", "dp", "num_microbatches",
         "cost_per_step_usd", "cost_per_mtok_usd", "gpu_hours_per_step", "price_per_hour")}
     out["fits"] = bool(out["fits"])
+    out["failures"] = {k: row.get(k) for k in GOODPUT_KEYS}
     out["breakdown"] = {k[5:]: row[k] for k in row_df.columns if k.startswith("time_")}
     out["memory"] = {k[4:]: row[k] for k in row_df.columns if k.startswith("mem_")}
     out["config"] = {k: row[k] for k in config_keys}
     return out
+
+
+# sim_core/goodput.py's columns, as `sweep simulate --json` reports them under "failures"
+GOODPUT_KEYS = ("goodput", "interruptions_per_day", "job_mtbf_h", "ckpt_total_gb", "ckpt_rank_gb",
+                "ckpt_write_s", "ckpt_block_s", "ckpt_is_async", "ckpt_every_steps",
+                "ckpt_interval_min", "restart_s")
+
+
+def failure_lines(f: dict) -> list[tuple[str, str]]:
+    """What failures, checkpoints and restarts cost, as (label, value) rows of text."""
+    if not f or f.get("goodput") is None:
+        return []
+    mode = "async" if f.get("ckpt_is_async") else "sync"
+    return [
+        ("goodput", f"{f['goodput']:.1%} of wall time is useful training"),
+        ("interruptions", f"{f['interruptions_per_day']:.2f}/day (job MTBF "
+                          f"{f['job_mtbf_h']:.1f} h)"),
+        ("checkpoint", f"{_size(f['ckpt_total_gb'])} ({_size(f['ckpt_rank_gb'])} on the "
+                       f"busiest rank), written in {f['ckpt_write_s']:.1f} s, blocks "
+                       f"{f['ckpt_block_s']:.1f} s ({mode})"),
+        ("checkpoint every", f"{_fmt(f['ckpt_every_steps'])} steps = "
+                             f"{f['ckpt_interval_min']:.1f} min"),
+        ("restart", f"{f['restart_s'] / 60:.1f} min (incl. checkpoint load)"),
+    ]
+
+
+def _size(gb: float) -> str:
+    return f"{gb / 1000:.2f} TB" if gb >= 1000 else f"{gb:.1f} GB"
 
 
 def cfg_name(cfg) -> str:
@@ -78,6 +107,7 @@ def _simulate_text(rep: dict) -> str:
             ("OOM risk", f"{rep['oom_risk']:.0%}" if rep.get("oom_risk") is not None else "-"),
             ("cost", f"${rep['cost_per_step_usd']:.3f}/step, ${rep['cost_per_mtok_usd']:.3f}/Mtok"
              if rep.get("cost_per_step_usd") is not None else "-")]
+    rows += failure_lines(rep.get("failures") or {})
     w = max(len(k) for k, _ in rows)
     lines += [f"{k:<{w}}  {v}" for k, v in rows]
     for title, d, unit in (("time breakdown", rep["breakdown"], "s"),

@@ -5,7 +5,10 @@ can be read as a timeline. The numbers are the simulator's breakdown (`time_*` c
 simulated row), laid out on tracks; nothing is re-estimated here.
 
 Layout (open the file in https://ui.perfetto.dev or chrome://tracing):
-- process "step breakdown": the breakdown's parts end to end (they add up to the step time);
+- process "step breakdown": the breakdown's parts end to end (they add up to the step time),
+  and on a second thread, after the step, what failures cost per step on average: the
+  checkpoint's blocking time over its interval and the rest of 1/goodput - 1 (lost work and
+  restarts; sim_core/goodput.py), off the critical path;
 - one process per pipeline stage, with threads (streams):
   - "compute (critical path)": forward, recompute, backward of each micro-batch in 1F1B order
     (all forwards, then all backwards, under pp_schedule afab), the communication that the
@@ -144,6 +147,19 @@ def build(row: pd.Series, label: str = "") -> dict:
     for col, name, cat in BREAKDOWN:
         span(BREAKDOWN_PID, 0, name, cat, now, t[col], column=col, critical_path=True)
         now += t[col]
+
+    # ---- failures, amortized per step (sim_core/goodput.py), after the step -----------------
+    good, every = _num(row, "goodput"), _num(row, "ckpt_every_steps")
+    if np.isfinite(good) and 0 < good <= 1 and np.isfinite(every) and every > 0:
+        meta(BREAKDOWN_PID, 1, "thread_name", f"failures, amortized per step "
+                                             f"(goodput {good:.1%}; not in the step time)")
+        ckpt = _num(row, "ckpt_block_s") / every
+        rest = max(step_s * (1.0 / good - 1.0) - ckpt, 0.0)
+        span(BREAKDOWN_PID, 1, "checkpoint (amortized)", "checkpoint", step_s, ckpt,
+             critical_path=False, every_steps=every)
+        span(BREAKDOWN_PID, 1, "lost work + restarts (amortized)", "failures", step_s + ckpt,
+             rest, critical_path=False,
+             interruptions_per_day=plain_value(row.get("interruptions_per_day")))
 
     # ---- per stage ------------------------------------------------------------------------------
     f_mb = t["time_compute"] * share / m

@@ -23,6 +23,9 @@ def constraint_args(p: argparse.ArgumentParser) -> None:
                    help="only this cluster size (repeatable)")
     p.add_argument("--price", action="append", default=[], metavar="GPU=USD",
                    help="override a GPU's price per GPU-hour (repeatable)")
+    p.add_argument("--no-failures", action="store_true",
+                   help="days and cost as if no job were ever interrupted (default: divided by "
+                        "the goodput, which counts failures, checkpoints and restarts)")
 
 
 def constraints_from(args) -> Constraints:
@@ -32,7 +35,8 @@ def constraints_from(args) -> Constraints:
                        max_gpus=args.max_gpus, budget=args.budget,
                        deadline=args.deadline,
                        tokens=parse_tokens(args.tokens) if args.tokens else None,
-                       gpus=list(args.gpu), num_gpus=list(args.num_gpus))
+                       gpus=list(args.gpu), num_gpus=list(args.num_gpus),
+                       failures=not getattr(args, "no_failures", False))
 
 
 def positive_int(text: str) -> int:

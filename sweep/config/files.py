@@ -73,6 +73,15 @@ EXPECT: dict[str, tuple[str, str]] = {
     "zero": ("an integer 0-3 (3 = FSDP)", "integers 0-3"),
     "nic_bw_gbs": ("a positive number", "positive numbers"),
     "price_per_hour": ("a positive number", "positive numbers"),
+    "mtbf_node_hours": ("a positive number of server-hours between job-interrupting failures",
+                        "positive numbers"),
+    "storage_gbs": ("a positive number (checkpoint storage bandwidth of the job, GB/s)",
+                    "positive numbers"),
+    "restart_min": ("a positive number of minutes (detection + rescheduling + start)",
+                    "positive numbers"),
+    "async_save": ("true or false (asynchronous checkpoint save)", "booleans (true/false)"),
+    "interval_steps": ("a positive integer (optimizer steps between checkpoints)",
+                       "positive integers"),
     # the enumerated fields (specs.CATEGORICAL): recompute, precision, activation, ...
     **{k: ("one of " + ", ".join(v), "values among " + ", ".join(v))
        for k, v in CATEGORICAL.items()},
@@ -97,6 +106,18 @@ class ClusterConfig(_Strict):
     nics_per_node: PosInt | None = None  # default from the catalog
     nic_bw_gbs: PosFloat | None = None  # default from the catalog
     price_per_hour: PosFloat | None = None  # USD per GPU-hour; default from the GPU catalog
+    # failures, checkpoints, restarts (sim_core/goodput.py); defaults in catalogs/reliability.yaml
+    mtbf_node_hours: PosFloat | None = None  # server-hours between interruptions; default by GPU
+    storage_gbs: PosFloat | None = None  # checkpoint write/read GB/s; default 1 GB/s per server
+    restart_min: PosFloat | None = None  # detection + rescheduling + start; default 10 min
+
+
+class CheckpointConfig(_Strict):
+    """How the run checkpoints: the framework's own save unless async_save is given, the
+    Young/Daly interval unless interval_steps is."""
+
+    async_save: StrictBool | None = None
+    interval_steps: PosInt | None = None
 
 
 class ParallelConfig(_Strict):
@@ -178,6 +199,7 @@ class RunConfig(_Strict):
     framework: Literal[FRAMEWORK] = "megatron-core"  # type: ignore[valid-type]
     cluster: ClusterConfig
     parallel: ParallelConfig = ParallelConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
     description: str = ""
 
 
@@ -193,7 +215,9 @@ _INT_AXES = {"seq_len", "global_batch", "global_batch_tokens", "num_gpus", "node
 _BOOL_AXES = {k for k, v in PARALLEL_COLUMNS.items() if isinstance(v, bool)}
 # every enumerated field but the model's activation (set through `model`)
 _ENUM_AXES = {k: v for k, v in CATEGORICAL.items() if k != "activation"}
-_FLOAT_AXES = {"nic_bw_gbs": 0.0, "capacity_factor": 1.0, "expert_skew": 0.0}  # name: minimum
+_FLOAT_AXES = {"nic_bw_gbs": 0.0, "capacity_factor": 1.0, "expert_skew": 0.0,  # name: minimum
+               "mtbf_node_hours": 0.0, "storage_gbs": 0.0, "restart_min": 0.0}
+_POSITIVE_AXES = {"nic_bw_gbs", "mtbf_node_hours", "storage_gbs", "restart_min"}  # > minimum
 AXES = sorted(_INT_AXES | _BOOL_AXES | set(_ENUM_AXES) | set(_FLOAT_AXES)
               | {"etp", "zero", "gpu", "model"})
 
@@ -530,7 +554,7 @@ def _check_value(name: str, v, where: str):
             f = float(v)
         except OverflowError:
             raise ConfigError(bad) from None
-        if not math.isfinite(f) or f < low or (name == "nic_bw_gbs" and f <= 0):
+        if not math.isfinite(f) or f < low or (name in _POSITIVE_AXES and f <= 0):
             raise ConfigError(bad)
         return f
     if name in _ENUM_AXES:
@@ -598,6 +622,14 @@ def fixed_columns(cfg: RunConfig) -> dict:
         row["nics_per_node"] = c.nics_per_node
     if c.nic_bw_gbs is not None:
         row["nic_bw_gbs"] = c.nic_bw_gbs
+    for k in ("mtbf_node_hours", "storage_gbs", "restart_min"):
+        if getattr(c, k) is not None:
+            row[k] = float(getattr(c, k))
+    ck = cfg.checkpoint
+    if ck.async_save is not None:
+        row["ckpt_async"] = 1 if ck.async_save else 0
+    if ck.interval_steps is not None:
+        row["ckpt_interval_steps"] = ck.interval_steps
     # fields whose default comes from the framework stay unset here: frameworks.resolve_frame
     # fills them per configuration (a space may vary the framework)
     from sim_core.frameworks import profile_fields
