@@ -117,6 +117,27 @@ def attention_curve(tiles, seq, emax, seq_half, tiles_half):
     return emax * seq / (seq + seq_half) * tiles / (tiles + tiles_half)
 
 
+def head_dim_factor(head_dim, hd_half):
+    """Attention efficiency at head dimension d relative to d = 128 (where the kernels' maxima
+    were measured): d/(d + hd_half) / (128/(128 + hd_half)); a narrow head does less matmul
+    work per loaded K/V tile. hd_half from the FlashAttention-2/3 papers' tables
+    (data/kernels/published, `python -m sim_core.accuracy.fit --kernels`); 0 turns it off."""
+    d = np.maximum(np.asarray(head_dim, dtype=np.float64), 1.0)
+    return d / (d + hd_half) * (128.0 + hd_half) / 128.0
+
+
+def attention_head_dim(b: Batch) -> np.ndarray:
+    """The head dimension the attention kernel runs: q.k width (MLA: nope + rope), else the
+    model's head_dim or hidden / heads; 128 where a batch carries no model shape (kernel
+    tables, learned models)."""
+    if "hidden" not in b:
+        return np.full(np.shape(b.sm_arch), 128.0)
+    hd = np.where(b.head_dim > 0, b.head_dim, b.hidden / np.maximum(b.heads, 1))
+    if "kv_lora_rank" in b:
+        hd = np.where(b.kv_lora_rank > 0, b.qk_nope_head_dim + b.qk_rope_head_dim, hd)
+    return hd
+
+
 def attention_efficiency(b: Batch, direction: str) -> np.ndarray:
     """Fraction of the bf16 peak causal flash attention reaches, forward or backward: the
     kernel family's maximum x s/(s + seq_half) (short rows do little work per loaded tile) x
@@ -132,7 +153,8 @@ def attention_efficiency(b: Batch, direction: str) -> np.ndarray:
              * np.ceil(np.maximum(b.seq_len / b.cp, 1.0) / ATTN_TILE))
     return attention_curve(tiles, b.seq_len, pick(f"attn_{direction}"),
                            pick(f"attn_seq_half_{direction}"),
-                           pick(f"attn_tiles_half_{direction}"))
+                           pick(f"attn_tiles_half_{direction}")) * head_dim_factor(
+                               attention_head_dim(b), pick("attn_head_dim_half"))
 
 
 def stage_times(b: Batch, wl: Workload) -> dict:
