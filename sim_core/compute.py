@@ -157,6 +157,28 @@ def attention_efficiency(b: Batch, direction: str) -> np.ndarray:
                                attention_head_dim(b), pick("attn_head_dim_half"))
 
 
+def power_clock_scale(b: Batch) -> np.ndarray:
+    """Sustained tensor-core clock under a board power limit, relative to the GPU's rated power
+    (1 where no limit is set or the limit is at or above the rating: no gain is assumed).
+
+    No published table of H100 GEMM throughput against nvidia-smi power limit was found, so
+    this is the physical model, stated: dynamic power P ~ C f V^2 with the voltage following
+    the clock along the DVFS curve (V ~ f) gives P ~ f^3, i.e. f = f_rated (P / P_rated)^(1/3).
+    It is checked against NVIDIA's own spec clocks of one die at two power ratings (dense BF16
+    / (132 SMs x 4096 FLOP/clk)): H100 SXM 700 W 1.83 GHz -> at 400 W the model gives
+    1.52 GHz, the H100 NVL datasheet's 400 W part runs 1.545 GHz (835.5 TFLOP/s): the model is
+    1.7% conservative. Memory bandwidth and launch gaps are not scaled (HBM keeps its clock).
+    Where the catalog's peak is already the power-limited part's (h100-96gb at 500 W) a limit
+    equal to its tdp_w changes nothing."""
+    cap = b.get("power_limit_w")
+    tdp = b.get("tdp_w")
+    if cap is None or tdp is None:
+        return np.ones(np.shape(b.sm_arch))
+    rated = np.maximum(np.asarray(tdp, dtype=np.float64), 1.0)
+    ratio = np.where(cap > 0, np.minimum(np.asarray(cap, dtype=np.float64) / rated, 1.0), 1.0)
+    return np.cbrt(np.maximum(ratio, 1e-3))
+
+
 def stage_times(b: Batch, wl: Workload) -> dict:
     """Seconds per micro-batch on one GPU: forward, backward, recompute, by stage part.
 
@@ -164,8 +186,9 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     the first stage (embedding) and of the last stage (LM head + loss).
     """
     fp8 = (b.precision == 1) & (b.has_fp8 > 0)
-    peak_bf16 = b.peak_bf16 * 1e12
-    peak_gemm = np.where(fp8, b.peak_fp8, b.peak_bf16) * 1e12
+    clock = power_clock_scale(b)  # a board power limit lowers the tensor clock
+    peak_bf16 = b.peak_bf16 * 1e12 * clock
+    peak_gemm = np.where(fp8, b.peak_fp8, b.peak_bf16) * 1e12 * clock
     hbm = b.hbm_bw_gbs * 1e9 * _by_arch(b.sm_arch, "elementwise")
     # eager (unfused) elementwise ops move more bytes per useful byte
     hbm_elem = hbm / np.where(b.fused_elementwise, 1.0, _by_arch(b.sm_arch, "unfused_elementwise"))

@@ -155,6 +155,9 @@ CLUSTER_COLUMNS = {
     "gpus_per_node": 8,
     "nics_per_node": 0,  # 0 = from the cluster/GPU defaults
     "nic_bw_gbs": 0.0,  # 0 = from defaults
+    # board power limit (nvidia-smi -pl), W; 0 = the GPU's rated power (gpus.yaml tdp_w).
+    # Sets the sustained tensor clock (compute.power_clock_scale); never above the rating
+    "power_limit_w": 0.0,
 }
 
 PARALLEL_COLUMNS = {

@@ -557,6 +557,8 @@ def run_dict(row) -> dict:
         cluster["nics_per_node"] = d["nics_per_node"]
     if d.get("nic_bw_gbs"):
         cluster["nic_bw_gbs"] = float(d["nic_bw_gbs"])
+    if d.get("power_limit_w"):
+        cluster["power_limit_w"] = float(d["power_limit_w"])
     if d.get("price_per_hour") is not None and _price_overridden(d):
         cluster["price_per_hour"] = float(d["price_per_hour"])
     parallel = {k: d[k] for k in _run_parallel_fields() if d.get(k) is not None}

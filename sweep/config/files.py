@@ -72,6 +72,7 @@ EXPECT: dict[str, tuple[str, str]] = {
     "expert_skew": ("a number >= 0 (Zipf exponent; 0 = balanced)", "numbers >= 0"),
     "zero": ("an integer 0-3 (3 = FSDP)", "integers 0-3"),
     "nic_bw_gbs": ("a positive number", "positive numbers"),
+    "power_limit_w": ("a positive number of watts (board power limit)", "positive numbers"),
     "price_per_hour": ("a positive number", "positive numbers"),
     # the enumerated fields (specs.CATEGORICAL): recompute, precision, activation, ...
     **{k: ("one of " + ", ".join(v), "values among " + ", ".join(v))
@@ -96,6 +97,7 @@ class ClusterConfig(_Strict):
     gpus_per_node: PosInt = 8
     nics_per_node: PosInt | None = None  # default from the catalog
     nic_bw_gbs: PosFloat | None = None  # default from the catalog
+    power_limit_w: PosFloat | None = None  # board power limit, W; default the GPU's tdp_w
     price_per_hour: PosFloat | None = None  # USD per GPU-hour; default from the GPU catalog
 
 
@@ -193,7 +195,8 @@ _INT_AXES = {"seq_len", "global_batch", "global_batch_tokens", "num_gpus", "node
 _BOOL_AXES = {k for k, v in PARALLEL_COLUMNS.items() if isinstance(v, bool)}
 # every enumerated field but the model's activation (set through `model`)
 _ENUM_AXES = {k: v for k, v in CATEGORICAL.items() if k != "activation"}
-_FLOAT_AXES = {"nic_bw_gbs": 0.0, "capacity_factor": 1.0, "expert_skew": 0.0}  # name: minimum
+_FLOAT_AXES = {"nic_bw_gbs": 0.0, "capacity_factor": 1.0, "expert_skew": 0.0,
+               "power_limit_w": 0.0}  # name: minimum
 AXES = sorted(_INT_AXES | _BOOL_AXES | set(_ENUM_AXES) | set(_FLOAT_AXES)
               | {"etp", "zero", "gpu", "model"})
 
@@ -530,7 +533,8 @@ def _check_value(name: str, v, where: str):
             f = float(v)
         except OverflowError:
             raise ConfigError(bad) from None
-        if not math.isfinite(f) or f < low or (name == "nic_bw_gbs" and f <= 0):
+        if not math.isfinite(f) or f < low or (name in ("nic_bw_gbs", "power_limit_w")
+                                                  and f <= 0):
             raise ConfigError(bad)
         return f
     if name in _ENUM_AXES:
@@ -598,6 +602,8 @@ def fixed_columns(cfg: RunConfig) -> dict:
         row["nics_per_node"] = c.nics_per_node
     if c.nic_bw_gbs is not None:
         row["nic_bw_gbs"] = c.nic_bw_gbs
+    if c.power_limit_w is not None:
+        row["power_limit_w"] = c.power_limit_w
     # fields whose default comes from the framework stay unset here: frameworks.resolve_frame
     # fills them per configuration (a space may vary the framework)
     from sim_core.frameworks import profile_fields
