@@ -157,6 +157,52 @@ def attention_efficiency(b: Batch, direction: str) -> np.ndarray:
                                attention_head_dim(b), pick("attn_head_dim_half"))
 
 
+@functools.lru_cache(maxsize=1)
+def fp8_recipe_table() -> dict:
+    """catalogs/efficiency.yaml `fp8_recipes`: per recipe, the quantisation bytes beyond
+    delayed scaling's cast, whether wgrad runs in FP8, and which amax all-reduce it issues."""
+    text = resources.files("sim_core").joinpath("catalogs/efficiency.yaml").read_text()
+    return yaml.safe_load(text)["fp8_recipes"]
+
+
+def fp8_recipe_arrays(b: Batch) -> dict:
+    """The recipe table's fields per configuration (delayed where a batch has no fp8_recipe)."""
+    from .specs import FP8_RECIPE
+
+    table = fp8_recipe_table()
+    code = np.asarray(b.get("fp8_recipe", np.zeros(np.shape(b.sm_arch))), dtype=np.int64)
+    pick = lambda key, typ: np.array([typ(table[r][key]) for r in FP8_RECIPE])[code]  # noqa: E731
+    return {"extra_cast_bytes": pick("extra_cast_bytes", float),
+            "wgrad_fp8": pick("wgrad_fp8", bool), "amax_reduce": pick("amax_reduce", str)}
+
+
+def _allreduce_latency_s(b: Batch, group) -> np.ndarray:
+    """A one-float all-reduce is latency-bound: ~2 log2(n) steps (NCCL's tree / LL) of the
+    intra-node latency, the inter-node one where the group spans nodes."""
+    group = np.maximum(np.asarray(group, dtype=np.float64), 1.0)
+    intra = np.asarray(b.get("intra_latency_us", 2.0), dtype=np.float64)
+    inter = np.asarray(b.get("inter_latency_us", 5.0), dtype=np.float64)
+    lat = np.where(group > b.get("gpus_per_node", 8), inter, intra) * 1e-6
+    return np.where(group > 1, 2.0 * np.ceil(np.log2(group)) * lat, 0.0)
+
+
+def fp8_scale_sync_s(b: Batch, recipe: dict, fp8, layers) -> np.ndarray:
+    """Seconds per micro-batch (forward; the same again in backward) of the amax all-reduces an
+    FP8 recipe issues on a stage of `layers` layers. `step`: delayed scaling's one all-reduce of
+    every amax of the autocast region per forward and per backward, over tp x dp x cp
+    (TE quantization.py reduce_and_update_fp8_tensors; Megatron-Core's amax reduction group).
+    `tp_tensor`: current scaling's per-tensor all-reduce of the input of each column-parallel
+    Linear and the output gradient of each row-parallel Linear under sequence parallelism
+    (TE module/linear.py with_amax_reduction): 2 per layer per pass over tp. `none`: local
+    scales (rowwise, blockwise, mxfp8)."""
+    dp = np.where(b.dp > 0, b.dp, b.num_gpus / np.maximum(b.tp * b.pp * b.cp, 1))
+    step = _allreduce_latency_s(b, b.tp * dp * b.cp)
+    tp_tensor = 2.0 * layers * _allreduce_latency_s(b, b.tp) * (b.tp > 1) * b.sequence_parallel
+    kind = recipe["amax_reduce"]
+    return np.where(fp8, np.where(kind == "step", step,
+                                  np.where(kind == "tp_tensor", tp_tensor, 0.0)), 0.0)
+
+
 def power_clock_scale(b: Batch) -> np.ndarray:
     """Sustained tensor-core clock under a board power limit, relative to the GPU's rated power
     (1 where no limit is set or the limit is at or above the rating: no gain is assumed).
@@ -213,8 +259,11 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     moe_fwd_over = moe_frac * moe_launch["fwd"] * wl.layers_per_stage
     moe_bwd_over = moe_frac * moe_launch["bwd"] * wl.layers_per_stage
 
-    # per-architecture constants of the GEMM loop, looked up once
-    cast_bytes = _by_arch(b.sm_arch, "fp8_cast_bytes")
+    # per-architecture constants of the GEMM loop, looked up once; the FP8 recipe adds its
+    # own quantisation traffic and decides whether the weight-gradient GEMM runs in FP8
+    recipe = fp8_recipe_arrays(b)
+    cast_bytes = _by_arch(b.sm_arch, "fp8_cast_bytes") + recipe["extra_cast_bytes"]
+    wgrad_hp = fp8 & ~recipe["wgrad_fp8"]
     grouped = {True: _by_arch(b.sm_arch, "grouped_gemm", "fp8"),
                False: _by_arch(b.sm_arch, "grouped_gemm", "bf16")}
     parts = {w: {"fwd": 0.0, "bwd": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,
@@ -240,7 +289,17 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             # casts the output gradient too
             cast = np.where(is_fp8, cast_bytes / (2 * n) / hbm, 0.0)
             fwd = fwd + op.fwd_flops * cast
-            bwd = bwd + op.bwd_flops * cast
+            hp = is_fp8 & wgrad_hp
+            if hp.any():  # rowwise_with_gw_hp: the weight gradient in bf16, uncast
+                wfrac = op.bwd_wgrad_flops / np.maximum(op.bwd_flops, 1e-30)
+                eff_hp = gemm_efficiency(b, m, n, k, np.zeros_like(is_fp8))
+                if op.name.startswith("expert_"):
+                    eff_hp = eff_hp * grouped[False]
+                sec_hp = np.maximum(1.0 / (peak_bf16 * eff_hp), bytes_per_flop / hbm)
+                bwd = np.where(hp, op.bwd_flops * ((1 - wfrac) * (sec_per_flop + cast)
+                                                   + wfrac * sec_hp), bwd + op.bwd_flops * cast)
+            else:
+                bwd = bwd + op.bwd_flops * cast
             parts[op.where]["gemm_fwd"] = parts[op.where]["gemm_fwd"] + fwd
         elif op.op_class == "attention":
             fwd = op.fwd_flops / attn_f
@@ -262,8 +321,9 @@ def stage_times(b: Batch, wl: Workload) -> dict:
                 p["shared_fwd"] = p["shared_fwd"] + fwd
                 p["shared_bwd"] = p["shared_bwd"] + bwd
     lay = parts["layer"]
-    lay["fwd"] = lay["fwd"] + overhead + moe_fwd_over
-    lay["bwd"] = lay["bwd"] + 2 * overhead + moe_bwd_over
+    sync = fp8_scale_sync_s(b, recipe, fp8, wl.layers_per_stage)
+    lay["fwd"] = lay["fwd"] + overhead + moe_fwd_over + sync
+    lay["bwd"] = lay["bwd"] + 2 * overhead + moe_bwd_over + sync
     lay["moe_mlp_fwd"] = lay["moe_mlp_fwd"] + moe_fwd_over
     lay["moe_mlp_bwd"] = lay["moe_mlp_bwd"] + moe_bwd_over
     rc = b.recompute

@@ -63,6 +63,10 @@ IMPUTATION = {
     "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
                        "compared with peak_reserved_gib; TorchSim tracks live tensors, so its "
                        "tables compare with peak_allocated_gib",
+    "fp8 recipe": "what the precision column states (FP8-CS / current scaling -> tensorwise, "
+                  "FP8-MX -> mxfp8, FP8-SS / blockwise -> blockwise, FP8-DS / delayed -> delayed, "
+                  "rowwise); otherwise the framework profile's default (Megatron-Core/NeMo "
+                  "delayed, torchtitan tensorwise)",
     "activation": "swiglu for Llama/Qwen/Mixtral/DeepSeek/GPT-OSS, relu2 for Nemotron, "
                   "else gelu",
     "measured step time": "step_time_s, else derived_step_time_s, else from reported "
@@ -217,6 +221,7 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
             text = str(r[col]).strip()
             return {}, (f"{field} '{text}' is not a number" if text else f"{field} not stated")
     prec = "fp8" if re.search(r"fp8|float8", str(r["precision"]), re.I) else "bf16"
+    recipe = _fp8_recipe(str(r["precision"])) if prec == "fp8" else ""
     mbs_text = str(r["mbs"])
     mbs = _num(mbs_text, 0.0)  # 0 = unstated
     vpp = _num(r["vp"], 1.0)
@@ -257,6 +262,8 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         etp=1 if moe_id else 0,
         nics_per_node=8 if nic else 0, nic_bw_gbs=nic,
     )
+    if recipe:  # IMPUTATION["fp8 recipe"]: what the row states, else the framework's default
+        run["fp8_recipe"] = recipe
     # what the row states beyond its framework's defaults (frameworks.yaml): torch.compile fuses
     # the elementwise ops and, from 2025 on, the loss (the Dec-2024 benchmark kept it eager)
     if framework == "torchtitan" and re.search(r"compile", fw, re.I):
@@ -274,6 +281,21 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     if zero == 3 and pp > 1:
         run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
     return run, ""
+
+
+_FP8_RECIPES = [(r"\bCS\b|current", "tensorwise"), (r"\bMX|mxfp8", "mxfp8"),
+                (r"\bSS\b|sub.?channel|blockwise", "blockwise"), (r"\bDS\b|delayed", "delayed"),
+                (r"rowwise.?with.?gw", "rowwise_with_gw_hp"), (r"rowwise", "rowwise"),
+                (r"tensorwise", "tensorwise")]
+
+
+def _fp8_recipe(text: str) -> str:
+    """The FP8 recipe a precision column states ('FP8-CS', 'per-tensor current scaling',
+    'FP8-MX', ...), first match wins; '' = the framework's default."""
+    for pat, recipe in _FP8_RECIPES:
+        if re.search(pat, text, re.I):
+            return recipe
+    return ""
 
 
 def _framework(fw: str) -> str:

@@ -37,8 +37,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from sim_core.specs import (ATTENTION_KERNEL, CATEGORICAL, CP_COMM, FRAMEWORK, LOSS_IMPL,
-                            MOE_DISPATCHER, MOE_RECOMPUTE, PARALLEL_COLUMNS, PP_SCHEDULE)
+from sim_core.specs import (ATTENTION_KERNEL, CATEGORICAL, CP_COMM, FP8_RECIPE, FRAMEWORK,
+                            LOSS_IMPL, MOE_DISPATCHER, MOE_RECOMPUTE, PARALLEL_COLUMNS, PP_SCHEDULE)
 
 from ..errors import ConfigError
 
@@ -127,6 +127,7 @@ class ParallelConfig(_Strict):
     cp_comm: Literal[CP_COMM] | None = None  # type: ignore[valid-type]
     loss_impl: Literal[LOSS_IMPL] | None = None  # type: ignore[valid-type]
     fp8_param_gather: StrictBool | None = None
+    fp8_recipe: Literal[FP8_RECIPE] | None = None  # type: ignore[valid-type]
     moe_dropless: StrictBool | None = None
     capacity_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
     expert_skew: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
