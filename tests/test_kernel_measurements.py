@@ -234,3 +234,14 @@ def test_head_dim_factor_is_one_at_128_and_slows_narrow_heads():
     f = compute.head_dim_factor(np.array([64.0, 128.0, 256.0]), 22.0)
     assert f[1] == 1.0 and f[0] < 0.9 and 1.0 < f[2] < 1.1
     assert (compute.head_dim_factor(np.array([64.0, 256.0]), 0.0) == 1.0).all()
+
+
+def test_the_gemm_curve_holds_on_the_measured_small_shapes():
+    """Short K (512-1k: high-TP projections) and few output tiles (m x n < 16M) stay within 5%
+    (bf16) and 8% (fp8) median on the H100/H200 tables; long K within 2.5%."""
+    df = fit.kernel_tables()
+    small = fit.small_shape_errors(df, fit.fit_kernel_curves(df)).set_index(
+        ["dtype", "by", "bucket"])["median_abs_err"]
+    assert small[("bf16", "K", "K<1k")] < 0.05 and small[("bf16", "m x n", "mn<16M")] < 0.05
+    assert small[("fp8", "K", "K<1k")] < 0.08 and small[("fp8", "m x n", "mn<16M")] < 0.06
+    assert small[("bf16", "K", "K>=4k")] < 0.025

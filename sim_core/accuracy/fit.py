@@ -256,6 +256,26 @@ def fit_kernel_curves(df: pd.DataFrame) -> dict:
     return out
 
 
+def small_shape_errors(df: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """The fitted GEMM curve's median |error| and count by K bucket and by m x n bucket: the
+    small shapes (short K, few output tiles) of small models and high TP."""
+    out = []
+    for dt in ("bf16", "fp8"):
+        if ("gemm", dt, "") not in params:
+            continue
+        g = _dense_gemms(df, dt)
+        err = (g["eff"] / gemm_curve(g["m"], g["n"], g["k"], *params[("gemm", dt, "")]) - 1).abs()
+        kb = pd.cut(g["k"], [0, 1024, 2048, 4096, np.inf], right=False,
+                    labels=["K<1k", "1k-2k", "2k-4k", "K>=4k"])
+        mn = pd.cut(g["m"] * g["n"], [0, 2**24, 2**26, np.inf], right=False,
+                    labels=["mn<16M", "16M-64M", "mn>=64M"])
+        for name, key in (("K", kb), ("m x n", mn)):
+            for b, e in err.groupby(key, observed=True):
+                out.append({"dtype": dt, "by": name, "bucket": str(b), "n": len(e),
+                            "median_abs_err": e.median()})
+    return pd.DataFrame(out)
+
+
 def kernel_curve_errors(df: pd.DataFrame, params: dict) -> dict:
     """Median |time error| of each fitted curve on a table."""
     out = {}
@@ -412,6 +432,11 @@ def main_kernels() -> None:
         vals = ", ".join(f"{n} {v:.3g}" for n, v in zip(names[what], p))
         loo = "; ".join(f"held-out {g} {h[key]:.3f}" for g, h in held.items() if key in h)
         print(f"  {what} {sub} {d}: {vals}  | in-sample median |err| {err[key]:.3f}; {loo}")
+    small = small_shape_errors(df, params)
+    if len(small):
+        print("the GEMM curve on small shapes (median |time error| by reduction depth K and by "
+              "output size m x n, in-sample):")
+        print(small.to_string(float_format=lambda x: f"{x:.3f}"))
     ratio = grouped_over_dense(df, params)
     if len(ratio):
         print("MoE expert GEMMs, measured / dense curve at one expert's shape (median per "
