@@ -17,7 +17,7 @@ from .specs import ALL_COLUMNS, CATEGORICAL, MODEL_COLUMNS
 GPU_FIELDS = (
     "peak_bf16", "peak_fp8", "has_fp8", "hbm_gib", "hbm_bw_gbs", "sm_count", "sm_arch",
     "nvlink_bw_gbs",
-    "nvls", "price_per_hour",
+    "nvls", "price_per_hour", "tdp_w",
 )
 # Network defaults that a row may override (0 = use the GPU's default cluster).
 NET_DEFAULTS = ("nics_per_node", "nic_bw_gbs", "intra_latency_us", "inter_latency_us")

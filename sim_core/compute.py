@@ -117,6 +117,27 @@ def attention_curve(tiles, seq, emax, seq_half, tiles_half):
     return emax * seq / (seq + seq_half) * tiles / (tiles + tiles_half)
 
 
+def head_dim_factor(head_dim, hd_half):
+    """Attention efficiency at head dimension d relative to d = 128 (where the kernels' maxima
+    were measured): d/(d + hd_half) / (128/(128 + hd_half)); a narrow head does less matmul
+    work per loaded K/V tile. hd_half from the FlashAttention-2/3 papers' tables
+    (data/kernels/published, `python -m sim_core.accuracy.fit --kernels`); 0 turns it off."""
+    d = np.maximum(np.asarray(head_dim, dtype=np.float64), 1.0)
+    return d / (d + hd_half) * (128.0 + hd_half) / 128.0
+
+
+def attention_head_dim(b: Batch) -> np.ndarray:
+    """The head dimension the attention kernel runs: q.k width (MLA: nope + rope), else the
+    model's head_dim or hidden / heads; 128 where a batch carries no model shape (kernel
+    tables, learned models)."""
+    if "hidden" not in b:
+        return np.full(np.shape(b.sm_arch), 128.0)
+    hd = np.where(b.head_dim > 0, b.head_dim, b.hidden / np.maximum(b.heads, 1))
+    if "kv_lora_rank" in b:
+        hd = np.where(b.kv_lora_rank > 0, b.qk_nope_head_dim + b.qk_rope_head_dim, hd)
+    return hd
+
+
 def attention_efficiency(b: Batch, direction: str) -> np.ndarray:
     """Fraction of the bf16 peak causal flash attention reaches, forward or backward: the
     kernel family's maximum x s/(s + seq_half) (short rows do little work per loaded tile) x
@@ -132,7 +153,76 @@ def attention_efficiency(b: Batch, direction: str) -> np.ndarray:
              * np.ceil(np.maximum(b.seq_len / b.cp, 1.0) / ATTN_TILE))
     return attention_curve(tiles, b.seq_len, pick(f"attn_{direction}"),
                            pick(f"attn_seq_half_{direction}"),
-                           pick(f"attn_tiles_half_{direction}"))
+                           pick(f"attn_tiles_half_{direction}")) * head_dim_factor(
+                               attention_head_dim(b), pick("attn_head_dim_half"))
+
+
+@functools.lru_cache(maxsize=1)
+def fp8_recipe_table() -> dict:
+    """catalogs/efficiency.yaml `fp8_recipes`: per recipe, the quantisation bytes beyond
+    delayed scaling's cast, whether wgrad runs in FP8, and which amax all-reduce it issues."""
+    text = resources.files("sim_core").joinpath("catalogs/efficiency.yaml").read_text()
+    return yaml.safe_load(text)["fp8_recipes"]
+
+
+def fp8_recipe_arrays(b: Batch) -> dict:
+    """The recipe table's fields per configuration (delayed where a batch has no fp8_recipe)."""
+    from .specs import FP8_RECIPE
+
+    table = fp8_recipe_table()
+    code = np.asarray(b.get("fp8_recipe", np.zeros(np.shape(b.sm_arch))), dtype=np.int64)
+    pick = lambda key, typ: np.array([typ(table[r][key]) for r in FP8_RECIPE])[code]  # noqa: E731
+    return {"extra_cast_bytes": pick("extra_cast_bytes", float),
+            "wgrad_fp8": pick("wgrad_fp8", bool), "amax_reduce": pick("amax_reduce", str)}
+
+
+def _allreduce_latency_s(b: Batch, group) -> np.ndarray:
+    """A one-float all-reduce is latency-bound: ~2 log2(n) steps (NCCL's tree / LL) of the
+    intra-node latency, the inter-node one where the group spans nodes."""
+    group = np.maximum(np.asarray(group, dtype=np.float64), 1.0)
+    intra = np.asarray(b.get("intra_latency_us", 2.0), dtype=np.float64)
+    inter = np.asarray(b.get("inter_latency_us", 5.0), dtype=np.float64)
+    lat = np.where(group > b.get("gpus_per_node", 8), inter, intra) * 1e-6
+    return np.where(group > 1, 2.0 * np.ceil(np.log2(group)) * lat, 0.0)
+
+
+def fp8_scale_sync_s(b: Batch, recipe: dict, fp8, layers) -> np.ndarray:
+    """Seconds per micro-batch (forward; the same again in backward) of the amax all-reduces an
+    FP8 recipe issues on a stage of `layers` layers. `step`: delayed scaling's one all-reduce of
+    every amax of the autocast region per forward and per backward, over tp x dp x cp
+    (TE quantization.py reduce_and_update_fp8_tensors; Megatron-Core's amax reduction group).
+    `tp_tensor`: current scaling's per-tensor all-reduce of the input of each column-parallel
+    Linear and the output gradient of each row-parallel Linear under sequence parallelism
+    (TE module/linear.py with_amax_reduction): 2 per layer per pass over tp. `none`: local
+    scales (rowwise, blockwise, mxfp8)."""
+    dp = np.where(b.dp > 0, b.dp, b.num_gpus / np.maximum(b.tp * b.pp * b.cp, 1))
+    step = _allreduce_latency_s(b, b.tp * dp * b.cp)
+    tp_tensor = 2.0 * layers * _allreduce_latency_s(b, b.tp) * (b.tp > 1) * b.sequence_parallel
+    kind = recipe["amax_reduce"]
+    return np.where(fp8, np.where(kind == "step", step,
+                                  np.where(kind == "tp_tensor", tp_tensor, 0.0)), 0.0)
+
+
+def power_clock_scale(b: Batch) -> np.ndarray:
+    """Sustained tensor-core clock under a board power limit, relative to the GPU's rated power
+    (1 where no limit is set or the limit is at or above the rating: no gain is assumed).
+
+    No published table of H100 GEMM throughput against nvidia-smi power limit was found, so
+    this is the physical model, stated: dynamic power P ~ C f V^2 with the voltage following
+    the clock along the DVFS curve (V ~ f) gives P ~ f^3, i.e. f = f_rated (P / P_rated)^(1/3).
+    It is checked against NVIDIA's own spec clocks of one die at two power ratings (dense BF16
+    / (132 SMs x 4096 FLOP/clk)): H100 SXM 700 W 1.83 GHz -> at 400 W the model gives
+    1.52 GHz, the H100 NVL datasheet's 400 W part runs 1.545 GHz (835.5 TFLOP/s): the model is
+    1.7% conservative. Memory bandwidth and launch gaps are not scaled (HBM keeps its clock).
+    Where the catalog's peak is already the power-limited part's (h100-96gb at 500 W) a limit
+    equal to its tdp_w changes nothing."""
+    cap = b.get("power_limit_w")
+    tdp = b.get("tdp_w")
+    if cap is None or tdp is None:
+        return np.ones(np.shape(b.sm_arch))
+    rated = np.maximum(np.asarray(tdp, dtype=np.float64), 1.0)
+    ratio = np.where(cap > 0, np.minimum(np.asarray(cap, dtype=np.float64) / rated, 1.0), 1.0)
+    return np.cbrt(np.maximum(ratio, 1e-3))
 
 
 def stage_times(b: Batch, wl: Workload) -> dict:
@@ -142,8 +232,9 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     the first stage (embedding) and of the last stage (LM head + loss).
     """
     fp8 = (b.precision == 1) & (b.has_fp8 > 0)
-    peak_bf16 = b.peak_bf16 * 1e12
-    peak_gemm = np.where(fp8, b.peak_fp8, b.peak_bf16) * 1e12
+    clock = power_clock_scale(b)  # a board power limit lowers the tensor clock
+    peak_bf16 = b.peak_bf16 * 1e12 * clock
+    peak_gemm = np.where(fp8, b.peak_fp8, b.peak_bf16) * 1e12 * clock
     hbm = b.hbm_bw_gbs * 1e9 * _by_arch(b.sm_arch, "elementwise")
     # eager (unfused) elementwise ops move more bytes per useful byte
     hbm_elem = hbm / np.where(b.fused_elementwise, 1.0, _by_arch(b.sm_arch, "unfused_elementwise"))
@@ -168,8 +259,11 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     moe_fwd_over = moe_frac * moe_launch["fwd"] * wl.layers_per_stage
     moe_bwd_over = moe_frac * moe_launch["bwd"] * wl.layers_per_stage
 
-    # per-architecture constants of the GEMM loop, looked up once
-    cast_bytes = _by_arch(b.sm_arch, "fp8_cast_bytes")
+    # per-architecture constants of the GEMM loop, looked up once; the FP8 recipe adds its
+    # own quantisation traffic and decides whether the weight-gradient GEMM runs in FP8
+    recipe = fp8_recipe_arrays(b)
+    cast_bytes = _by_arch(b.sm_arch, "fp8_cast_bytes") + recipe["extra_cast_bytes"]
+    wgrad_hp = fp8 & ~recipe["wgrad_fp8"]
     grouped = {True: _by_arch(b.sm_arch, "grouped_gemm", "fp8"),
                False: _by_arch(b.sm_arch, "grouped_gemm", "bf16")}
     parts = {w: {"fwd": 0.0, "bwd": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,
@@ -195,7 +289,17 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             # casts the output gradient too
             cast = np.where(is_fp8, cast_bytes / (2 * n) / hbm, 0.0)
             fwd = fwd + op.fwd_flops * cast
-            bwd = bwd + op.bwd_flops * cast
+            hp = is_fp8 & wgrad_hp
+            if hp.any():  # rowwise_with_gw_hp: the weight gradient in bf16, uncast
+                wfrac = op.bwd_wgrad_flops / np.maximum(op.bwd_flops, 1e-30)
+                eff_hp = gemm_efficiency(b, m, n, k, np.zeros_like(is_fp8))
+                if op.name.startswith("expert_"):
+                    eff_hp = eff_hp * grouped[False]
+                sec_hp = np.maximum(1.0 / (peak_bf16 * eff_hp), bytes_per_flop / hbm)
+                bwd = np.where(hp, op.bwd_flops * ((1 - wfrac) * (sec_per_flop + cast)
+                                                   + wfrac * sec_hp), bwd + op.bwd_flops * cast)
+            else:
+                bwd = bwd + op.bwd_flops * cast
             parts[op.where]["gemm_fwd"] = parts[op.where]["gemm_fwd"] + fwd
         elif op.op_class == "attention":
             fwd = op.fwd_flops / attn_f
@@ -217,8 +321,9 @@ def stage_times(b: Batch, wl: Workload) -> dict:
                 p["shared_fwd"] = p["shared_fwd"] + fwd
                 p["shared_bwd"] = p["shared_bwd"] + bwd
     lay = parts["layer"]
-    lay["fwd"] = lay["fwd"] + overhead + moe_fwd_over
-    lay["bwd"] = lay["bwd"] + 2 * overhead + moe_bwd_over
+    sync = fp8_scale_sync_s(b, recipe, fp8, wl.layers_per_stage)
+    lay["fwd"] = lay["fwd"] + overhead + moe_fwd_over + sync
+    lay["bwd"] = lay["bwd"] + 2 * overhead + moe_bwd_over + sync
     lay["moe_mlp_fwd"] = lay["moe_mlp_fwd"] + moe_fwd_over
     lay["moe_mlp_bwd"] = lay["moe_mlp_bwd"] + moe_bwd_over
     rc = b.recompute

@@ -164,6 +164,7 @@ def _support_table() -> dict[str, np.ndarray]:
         "pp_schedule": allowed("pp_schedule"),
         "cp_comm": allowed("cp_comm"),
         "recompute": allowed("recompute"),
+        "fp8_recipe": allowed("fp8_recipe", "fp8_recipes"),
         **{k: np.array([bool(s[k]) for s in sup])
            for k in ("pp", "vpp", "cp", "ep", "tp_comm_overlap", "fp8")},
         "pp_zero_max": np.array([s.get("pp_zero_max", 3) for s in sup], dtype=np.float64),
@@ -194,6 +195,10 @@ def rules(b) -> list[tuple[str, np.ndarray]]:
                 & (b.cp > 1)) for i, v in enumerate(CATEGORICAL["cp_comm"])]
     checks += [(f"{v} recompute", ~s["recompute"][fw, i] & (b.recompute == i))
                for i, v in enumerate(CATEGORICAL["recompute"])]
+    if "fp8_recipe" in b:
+        checks += [(f"{v} FP8 recipe", ~s["fp8_recipe"][fw, i] & s["fp8"][fw]
+                    & (b.fp8_recipe == i) & (b.precision == 1))
+                   for i, v in enumerate(CATEGORICAL["fp8_recipe"])]
     checks += [
         ("pipeline parallelism (pp > 1)", ~s["pp"][fw] & (b.pp > 1)),
         ("interleaved pipeline schedule (vpp > 1)", ~s["vpp"][fw] & (b.vpp > 1)),
@@ -256,7 +261,7 @@ def markdown() -> str:
         offered += [f"CP {s['cp_comm'] if s['cp'] else 'none'}",
                     f"EP {'yes' if s['ep'] else 'no'}",
                     f"TP comm overlap {'yes' if s['tp_comm_overlap'] else 'no'}",
-                    f"FP8 {'yes' if s['fp8'] else 'no'}"]
+                    f"FP8 {'recipes ' + str(s['fp8_recipes']) if s['fp8'] else 'no'}"]
         lines += ["Offers: " + "; ".join(o.replace("'", "") for o in offered)
                   + f". From: {s['source']}.", ""]
         c = p["checkpoint"]

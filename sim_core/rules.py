@@ -23,7 +23,18 @@ def rules(b: Batch) -> list[tuple[str, np.ndarray]]:
         ("zero must be 0, 1, 2 or 3", ~np.isin(b.zero, (0, 1, 2, 3))),
         *moe_rules(b, np.where(b.etp > 0, b.etp, b.tp)),
         *frameworks.rules(b),
+        *fp8_rules(b),
     ]
+
+
+def fp8_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
+    """MXFP8 runs on Blackwell's block-scaled tensor cores (TE MXFP8BlockScaling; Megatron
+    --fp8-recipe: "'mxfp8' for Blackwell architecture only"). The GPU is read only where an
+    FP8 configuration asks for mxfp8, so that a space's count can factor the GPU out otherwise."""
+    mx = (b.precision == 1) & (b.get("fp8_recipe", 0 * b.tp) == 5)
+    if not mx.any():
+        return []
+    return [("fp8_recipe mxfp8 needs a Blackwell GPU (sm_arch >= 100)", mx & (b.sm_arch < 100))]
 
 
 # The fields structural_rules reads: the parallel sizes, batch and model shape. A search can

@@ -21,6 +21,12 @@ ATTENTION = ("mha", "mla")  # mha covers MHA/GQA/MQA through kv_heads
 # (FlashAttention-3 / cuDNN fused attention, what Transformer Engine uses on Hopper+)
 ATTENTION_KERNEL = ("fa3", "fa2")
 CP_COMM = ("ring", "allgather")
+# FP8 scaling recipe (compute.fp8_recipe_table prices each from the code that implements it):
+# delayed (TE DelayedScaling: amax history), tensorwise (TE Float8CurrentScaling / torchao
+# tensorwise: amax of the current tensor), rowwise and rowwise_with_gw_hp (torchao axiswise
+# scales; the latter keeps the weight-gradient GEMM in bf16), blockwise (TE Float8BlockScaling,
+# DeepSeek-V3's 1x128 / 128x128 blocks), mxfp8 (TE MXFP8BlockScaling / torchao mx, Blackwell)
+FP8_RECIPE = ("delayed", "tensorwise", "rowwise", "rowwise_with_gw_hp", "blockwise", "mxfp8")
 # Cross-entropy implementation, which sets the bytes held per logit around the loss (memory.py):
 # fused (Megatron-LM's vocab-parallel CE, in place), compiled (torch.compile'd CE), eager
 # (PyTorch F.cross_entropy on an fp32 upcast), eager_parallel (PyTorch DTensor loss_parallel)
@@ -155,6 +161,9 @@ CLUSTER_COLUMNS = {
     "gpus_per_node": 8,
     "nics_per_node": 0,  # 0 = from the cluster/GPU defaults
     "nic_bw_gbs": 0.0,  # 0 = from defaults
+    # board power limit (nvidia-smi -pl), W; 0 = the GPU's rated power (gpus.yaml tdp_w).
+    # Sets the sustained tensor clock (compute.power_clock_scale); never above the rating
+    "power_limit_w": 0.0,
 }
 
 PARALLEL_COLUMNS = {
@@ -192,6 +201,7 @@ PARALLEL_COLUMNS = {
     "loss_impl": "fused",
     # FP8 primary weights: parameters stored and all-gathered in FP8 (TE fp8_model_params)
     "fp8_param_gather": False,
+    "fp8_recipe": "delayed",  # FP8_RECIPE; the framework profile sets it (frameworks.yaml)
     "moe_dropless": True,
     "capacity_factor": 1.0,
     "expert_skew": 0.0,
@@ -222,4 +232,5 @@ ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COL
 CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
                "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM,
                "loss_impl": LOSS_IMPL, "framework": FRAMEWORK, "pp_schedule": PP_SCHEDULE,
-               "moe_dispatcher": MOE_DISPATCHER, "moe_recompute": MOE_RECOMPUTE}
+               "moe_dispatcher": MOE_DISPATCHER, "moe_recompute": MOE_RECOMPUTE,
+               "fp8_recipe": FP8_RECIPE}

@@ -82,3 +82,58 @@ def test_user_file_with_nothing_usable_says_why_per_row(tmp_path, capsys):
     pd.read_csv(path, dtype=str).drop(columns=["gpu"]).to_csv(nogpu, index=False)
     assert main(["validate", str(nogpu)]) == 2
     assert "missing column(s) gpu" in capsys.readouterr().err
+
+
+def test_unparseable_shape_fields_take_the_catalog_value_or_skip_with_the_reason(tmp_path):
+    """A vocabulary written as text ('~50k ... (padded)', as MLPerf-style tables write it) on a
+    catalog model takes the catalog's value and says so in `imputed`; on a model the catalog
+    does not know the row is skipped naming the field; no compared row is NaN without a reason."""
+    from sim_core.accuracy import validation
+
+    raw = pd.read_csv(validation.dataset_path(), dtype=str, keep_default_na=False)
+    mine = raw[raw["id"].isin(["22", "192", "55"])].copy()
+    mine.loc[mine["id"] == "22", "vocab"] = "~50k (GPT-2 BPE) (padded)"
+    mine.loc[mine["id"] == "192", "vocab"] = "~50k ... (padded)"
+    mine.loc[mine["id"] == "55", ["model", "hidden"]] = ["my-model", "about 4k"]
+    path = tmp_path / "mine.csv"
+    mine.to_csv(path, index=False)
+    data = validation.load_published(path).set_index("id")
+    assert data.loc["55", "skip"] == ("hidden 'about 4k' is not a number and model 'my-model' "
+                                      "is not in the catalog to take it from")
+    assert data.loc["22", "vocab"] == 51200 and data.loc["192", "vocab"] == 50368
+    table = validation.validate(validation.load_published(path)).set_index("id")
+    assert "vocab=51200 from catalog gpt3-175b (stated '~50k (GPT-2 BPE) (padded)')" in \
+        table.loc["22", "imputed"]
+    assert "vocab=50368 from catalog mpt-70b" in table.loc["192", "imputed"]
+    assert table["step_error"].notna().all() and (table["no_error_because"] == "").all()
+    # the same rows as shipped give the same prediction: the catalog's vocab is what they state
+    shipped = validation.validate().set_index("id")
+    for i in ("22", "192"):
+        assert abs(table.loc[i, "predicted_step_s"] / shipped.loc[i, "predicted_step_s"] - 1) < 1e-9
+
+
+def test_a_row_without_a_step_error_says_why(tmp_path):
+    path = _user_rows(tmp_path, ["55", "56"])
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    raw.loc[raw["id"] == "56", ["step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+                                "derived_step_time_s"]] = ""
+    raw.to_csv(path, index=False)
+    from sim_core.accuracy import validation
+
+    table = validation.validate(validation.load_published(path)).set_index("id")
+    assert table.loc["56", "no_error_because"].startswith("no step time measured")
+    assert table.loc["55", "no_error_because"] == ""
+
+
+def test_validate_prints_signed_median_by_sequence_and_model_size(capsys):
+    from sim_core.accuracy import published, validation
+
+    assert main(["validate"]) == 0
+    out = capsys.readouterr().out
+    assert "by sequence length (signed median" in out and "by model size" in out
+    table = validation.validate()
+    b = published.bucket_medians(table)
+    seq = b["sequence length"].set_index("bucket")
+    sel = table[(table["seq_len"] >= 1536) & (table["seq_len"] < 3072)]["step_error"]
+    assert seq.loc["2k", "n"] == len(sel) and seq.loc["2k", "signed_median"] == sel.median()
+    assert b["model size (total parameters)"]["n"].sum() == table["step_error"].notna().sum()

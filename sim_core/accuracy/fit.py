@@ -256,6 +256,26 @@ def fit_kernel_curves(df: pd.DataFrame) -> dict:
     return out
 
 
+def small_shape_errors(df: pd.DataFrame, params: dict) -> pd.DataFrame:
+    """The fitted GEMM curve's median |error| and count by K bucket and by m x n bucket: the
+    small shapes (short K, few output tiles) of small models and high TP."""
+    out = []
+    for dt in ("bf16", "fp8"):
+        if ("gemm", dt, "") not in params:
+            continue
+        g = _dense_gemms(df, dt)
+        err = (g["eff"] / gemm_curve(g["m"], g["n"], g["k"], *params[("gemm", dt, "")]) - 1).abs()
+        kb = pd.cut(g["k"], [0, 1024, 2048, 4096, np.inf], right=False,
+                    labels=["K<1k", "1k-2k", "2k-4k", "K>=4k"])
+        mn = pd.cut(g["m"] * g["n"], [0, 2**24, 2**26, np.inf], right=False,
+                    labels=["mn<16M", "16M-64M", "mn>=64M"])
+        for name, key in (("K", kb), ("m x n", mn)):
+            for b, e in err.groupby(key, observed=True):
+                out.append({"dtype": dt, "by": name, "bucket": str(b), "n": len(e),
+                            "median_abs_err": e.median()})
+    return pd.DataFrame(out)
+
+
 def kernel_curve_errors(df: pd.DataFrame, params: dict) -> dict:
     """Median |time error| of each fitted curve on a table."""
     out = {}
@@ -298,7 +318,104 @@ def layer_errors(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
+# Published attention tables (data/kernels/published: the FlashAttention-2 and -3 papers'
+# benchmark figures, A100 and H100): the curve s/(s + seq_half) x head_dim_factor(d, hd_half)
+# per (GPU, kernel, direction), on causal rows (what training runs) and, for contrast, on
+# non-causal ones. Ampere's attention shape and every family's hd_half come from here.
+PAPER_SERIES = [  # (gpu, kernel in the table, direction, compute.py family it sets or "")
+    ("a100-80gb", "flash", "fwd_bwd", "80 (fa2 and fa3: Ampere runs FA2) seq_half, hd_half, max"),
+    ("a100-80gb", "flash_triton", "fwd_bwd", ""),
+    ("a100-80gb", "xformers", "fwd_bwd", ""),
+    ("h100-sxm", "flash", "fwd_bwd", "90/fa2 hd_half"),
+    ("h100-sxm", "flash", "fwd", ""),
+    ("h100-sxm", "fa3", "fwd", ""),
+    ("h100-sxm", "cudnn", "fwd", "90/fa3 hd_half (cuDNN: the fa3 family's measured kernel)"),
+    ("h100-sxm", "triton_tutorial", "fwd", ""),
+]
+
+
+def published_attention() -> pd.DataFrame:
+    """The papers' attention table with efficiency = published TFLOP/s / the GPU's bf16 peak."""
+    from importlib import resources
+
+    from .. import catalog
+
+    path = resources.files("sim_core").joinpath("data/kernels/published/attention-papers.csv")
+    df = pd.read_csv(path, comment="#")
+    df["eff"] = df["tflops"] / np.array([catalog.peak_tflops(g, "bf16") for g in df["gpu"]])
+    return df
+
+
+def paper_curve(seq, hd, emax, seq_half, hd_half):
+    """The attention curve on a papers' row: many query blocks (16k tokens x 16-32 heads), so
+    the occupancy term is ~1 and only the sequence and head-dimension terms remain."""
+    return emax * seq / (seq + seq_half) * compute.head_dim_factor(hd, hd_half)
+
+
+def _paper_rows(df, gpu, kernel, direction, causal=1):
+    return df[(df["gpu"] == gpu) & (df["kernel"] == kernel) & (df["direction"] == direction)
+              & (df["causal"] == causal)]
+
+
+def fit_paper_series(rows: pd.DataFrame):
+    """(emax at hd 128, seq_half, hd_half) of one series; hd_half 0 where it has one head dim."""
+    s, hd = rows["seq"].to_numpy(float), rows["head_dim"].to_numpy(float)
+    y = np.log(rows["eff"].to_numpy())
+    if len(np.unique(hd)) < 2:
+        e, sh = _fit_log(lambda p: paper_curve(s, hd, p[0], p[1], 0.0), [0.6, 300], y)
+        return e, sh, 0.0
+    return tuple(_fit_log(lambda p: paper_curve(s, hd, *p), [0.6, 300, 30], y))
+
+
+def paper_errors(rows: pd.DataFrame, p) -> float:
+    pred = paper_curve(rows["seq"], rows["head_dim"], *p)
+    return float(np.median(np.abs(rows["eff"] / pred - 1)))
+
+
+def paper_held_out(df: pd.DataFrame, kernel: str, direction: str) -> dict:
+    """Leave one GPU out for a series both GPUs have: the shape (seq_half, hd_half) fitted on the
+    other GPU, the level set by the held-out GPU's one longest causal hd-128 point only; median
+    |error| on the held-out GPU's other causal rows."""
+    out = {}
+    gpus = sorted(df.loc[(df["kernel"] == kernel) & (df["direction"] == direction), "gpu"].unique())
+    for g in gpus:
+        others = [o for o in gpus if o != g]
+        if not others:
+            continue
+        train = pd.concat([_paper_rows(df, o, kernel, direction) for o in others])
+        _, sh, hh = fit_paper_series(train)
+        test = _paper_rows(df, g, kernel, direction)
+        anchor = test[test["head_dim"] == 128].sort_values("seq").iloc[-1]
+        emax = anchor["eff"] / paper_curve(anchor["seq"], 128.0, 1.0, sh, hh)
+        rest = test.drop(anchor.name)
+        out[g] = paper_errors(rest, (emax, sh, hh))
+    return out
+
+
+def main_paper_attention() -> None:
+    df = published_attention()
+    print(f"\npublished attention tables (FlashAttention-2/3 papers, {len(df)} rows, "
+          "data/kernels/published): eff = max x s/(s + seq_half) x hd/(hd + hd_half) "
+          "normalised at hd 128")
+    for gpu, kern, d, sets in PAPER_SERIES:
+        for causal in (1, 0):
+            rows = _paper_rows(df, gpu, kern, d, causal)
+            if len(rows) < 3:
+                continue
+            p = fit_paper_series(rows)
+            print(f"  {gpu} {kern} {d} {'causal    ' if causal else 'non-causal'}: max {p[0]:.3f}"
+                  f", seq_half {p[1]:.0f}, hd_half {p[2]:.1f} | in-sample median |err| "
+                  f"{paper_errors(rows, p):.3f} over {len(rows)}"
+                  + (f"  -> efficiency.yaml {sets}" if sets and causal else ""))
+    for kern, d in (("flash", "fwd_bwd"),):
+        held = paper_held_out(df, kern, d)
+        print(f"  leave-one-GPU-out, {kern} {d} causal (shape from the other GPU, level from the "
+              "held-out GPU's 16k hd-128 point): "
+              + "; ".join(f"held-out {g} {e:.3f}" for g, e in held.items()))
+
+
 def main_kernels() -> None:
+    main_paper_attention()
     df = kernel_tables()
     gpus = sorted(df["gpu"].unique())
     print(f"fitting the kernel-curve shapes on {len(df)} measured kernels of data/kernels "
@@ -315,6 +432,11 @@ def main_kernels() -> None:
         vals = ", ".join(f"{n} {v:.3g}" for n, v in zip(names[what], p))
         loo = "; ".join(f"held-out {g} {h[key]:.3f}" for g, h in held.items() if key in h)
         print(f"  {what} {sub} {d}: {vals}  | in-sample median |err| {err[key]:.3f}; {loo}")
+    small = small_shape_errors(df, params)
+    if len(small):
+        print("the GEMM curve on small shapes (median |time error| by reduction depth K and by "
+              "output size m x n, in-sample):")
+        print(small.to_string(float_format=lambda x: f"{x:.3f}"))
     ratio = grouped_over_dense(df, params)
     if len(ratio):
         print("MoE expert GEMMs, measured / dense curve at one expert's shape (median per "

@@ -46,6 +46,39 @@ SUBSETS = {
 }
 
 
+SEQ_BUCKETS = [(0, 768, "512"), (768, 1536, "1k"), (1536, 3072, "2k"), (3072, 6144, "4k"),
+               (6144, 12288, "8k"), (12288, 24576, "16k"), (24576, 49152, "32k"),
+               (49152, 98304, "64k"), (98304, np.inf, "128k+")]
+SIZE_BUCKETS = [(0, 1, "<1B"), (1, 3, "1-3B"), (3, 10, "3-10B"), (10, 30, "10-30B"),
+                (30, 100, "30-100B"), (100, 300, "100-300B"), (300, np.inf, "300B+")]
+
+
+def _bucket(values: pd.Series, buckets) -> pd.Series:
+    out = pd.Series("unknown", index=values.index, dtype=object)
+    for lo, hi, name in buckets:
+        out[(values >= lo) & (values < hi)] = name
+    return out
+
+
+def bucket_medians(table: pd.DataFrame) -> dict:
+    """{'sequence length': frame, 'model size': frame}: signed median step-time error
+    (predicted / measured - 1; + = predicted too slow), median |error| and n per bucket, in
+    bucket order; the buckets users sweep, where a bias at the edges shows."""
+    t = table[table["step_error"].notna()]
+    out = {}
+    for title, col, buckets in (("sequence length", "seq_len", SEQ_BUCKETS),
+                                ("model size (total parameters)", "params_b", SIZE_BUCKETS)):
+        key = _bucket(t[col].astype(float), buckets)
+        rows = []
+        for _, _, name in list(buckets) + [(0, 0, "unknown")]:
+            e = t.loc[key == name, "step_error"]
+            if len(e):
+                rows.append({"bucket": name, "n": len(e), "signed_median": e.median(),
+                             "median_abs_err": e.abs().median()})
+        out[title] = pd.DataFrame(rows)
+    return out
+
+
 def spearman(a: pd.Series, b: pd.Series) -> float:
     """Rank correlation (ties averaged); NaN for fewer than three points."""
     if len(a) < 3:

@@ -34,6 +34,10 @@ IMPUTATION = {
     "tp_comm_overlap": "on for NeMo/Megatron-Bridge/Megatron-Core rows with tp > 1 (their "
                        "H100 recipes enable it) and torchtitan AsyncTP rows",
     "ffn": "4 x hidden when not stated (GPT family)",
+    "model shape": "a shape field (layers, hidden, heads, kv_heads, ffn, vocab) written as text "
+                   "that is not a number (e.g. '~50k ... (padded)') or left empty takes the "
+                   "catalog model's value when the row names a catalog model (said in the row's "
+                   "`imputed`); otherwise the row is skipped naming the field",
     "etp": "1 for MoE rows (Megatron-Bridge MoE recipes set expert_tensor_parallel_size=1)",
     "moe": "MoE rows use the catalog model (experts, MLA, dense layers); 'tokendrop' rows drop "
            "tokens at capacity factor 1, others are dropless; routing is force-balanced; "
@@ -59,6 +63,10 @@ IMPUTATION = {
     "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
                        "compared with peak_reserved_gib; TorchSim tracks live tensors, so its "
                        "tables compare with peak_allocated_gib",
+    "fp8 recipe": "what the precision column states (FP8-CS / current scaling -> tensorwise, "
+                  "FP8-MX -> mxfp8, FP8-SS / blockwise -> blockwise, FP8-DS / delayed -> delayed, "
+                  "rowwise); otherwise the framework profile's default (Megatron-Core/NeMo "
+                  "delayed, torchtitan tensorwise)",
     "activation": "swiglu for Llama/Qwen/Mixtral/DeepSeek/GPT-OSS, relu2 for Nemotron, "
                   "else gelu",
     "measured step time": "step_time_s, else derived_step_time_s, else from reported "
@@ -69,7 +77,8 @@ IMPUTATION = {
 
 _GPU_RULES = [
     (r"GB200", "gb200"), (r"GB300", "gb300"), (r"B200", "b200"), (r"H200", "h200"),
-    (r"H800", "h800"), (r"H100 9[56]GB", "h100-96gb"), (r"H100", "h100-sxm"),
+    (r"H20(?!0)", "h20"), (r"H800", "h800"), (r"H100 9[56]GB", "h100-96gb"),
+    (r"H100[\s-]*PCIe", "h100-pcie"), (r"H100[\s-]*NVL", "h100-nvl"), (r"H100", "h100-sxm"),
     (r"A100 40GB", "a100-40gb"), (r"A100", "a100-80gb"),
 ]
 
@@ -110,12 +119,54 @@ def _activation(name: str) -> str:
 
 
 def _catalog_model(name: str) -> str:
-    """Catalog id for a row that gives no shape (e.g. 'GPT3-5B' -> gpt3-5b), or ''."""
-    guess = re.sub(r"[\s_]+", "-", name.strip().lower())
-    try:
-        return catalog.get_model(guess).name
-    except catalog.CatalogError:
-        return ""
+    """Catalog id for a row's model name (e.g. 'GPT3-5B' -> gpt3-5b, 'GPT-3 175B' ->
+    gpt3-175b, 'Llama 3.1 8B' -> llama3.1-8b), or ''."""
+    base = re.sub(r"\(.*?\)", "", name.strip().lower()).strip()
+    guesses = [re.sub(r"[\s_]+", "-", base)]
+    # 'gpt-3 175b' / 'llama 3.1 8b': the family and its version written apart
+    guesses.append(re.sub(r"^([a-z]+)[\s_-]+(\d[\d.]*)[\s_-]+", r"\1\2-", base))
+    for guess in guesses:
+        try:
+            return catalog.get_model(re.sub(r"[\s_]+", "-", guess)).name
+        except catalog.CatalogError:
+            continue
+    return ""
+
+
+# shape fields of a dense row: (column, ModelSpec field); kv_heads and ffn have stated defaults
+_SHAPE_FIELDS = (("layers", "layers"), ("hidden", "hidden"), ("heads", "heads"),
+                 ("kv_heads", "kv_heads"), ("ffn", "ffn"), ("vocab", "vocab"))
+
+
+def _dense_shape(r: pd.Series) -> tuple[dict, str, str]:
+    """The dense row's shape -> (fields, imputed note, skip reason). A field written as text
+    that is not a number ('~50k ... (padded)') or left empty takes the catalog model's value
+    when the row names a catalog model (said in the note); otherwise the row is skipped with
+    the field named. Empty kv_heads = heads, empty ffn = 4 x hidden (IMPUTATION['ffn'])."""
+    vals = {col: _num(r[col]) for col, _ in _SHAPE_FIELDS}
+    texts = {col: str(r[col]).strip() for col, _ in _SHAPE_FIELDS}
+    defaulted = {"kv_heads", "ffn"}
+    bad = [c for c, _ in _SHAPE_FIELDS
+           if np.isnan(vals[c]) and (texts[c] or c not in defaulted)]
+    notes = []
+    if bad:
+        mid = _catalog_model(str(r["model"]))
+        if not mid:
+            c = bad[0]
+            what = f"'{texts[c]}' is not a number" if texts[c] else "is not stated"
+            return {}, "", (f"{c} {what} and model '{r['model']}' is not in the catalog "
+                            "to take it from")
+        spec = catalog.get_model(mid)
+        for c in bad:
+            vals[c] = float(getattr(spec, dict(_SHAPE_FIELDS)[c]) or
+                            (spec.heads if c == "kv_heads" else np.nan))
+            notes.append(f"{c}={vals[c]:g} from catalog {mid}"
+                         + (f" (stated '{texts[c]}')" if texts[c] else ""))
+    if np.isnan(vals["kv_heads"]):
+        vals["kv_heads"] = vals["heads"]
+    if np.isnan(vals["ffn"]):
+        vals["ffn"] = 4 * vals["hidden"]
+    return vals, "; ".join(notes), ""
 
 
 _MOE_MODELS = [(r"deepseek.?v3", "deepseek-v3"), (r"qwen3.?30b", "qwen3-30b-a3b"),
@@ -158,12 +209,19 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
             return {}, "model shape not stated and not in the catalog"
         run["model"] = mid
     else:
-        h = _num(r["hidden"])
-        heads = _num(r["heads"])
-        run.update(layers=_num(r["layers"]), hidden=h, heads=heads,
-                   kv_heads=_num(r["kv_heads"], heads), ffn=_num(r["ffn"], 4 * h),
-                   vocab=_num(r["vocab"]), activation=_activation(str(r["model"])))
+        shape, note, skip = _dense_shape(r)
+        if skip:
+            return {}, skip
+        run.update(shape, activation=_activation(str(r["model"])))
+        if note:
+            run["imputed_note"] = note
+    for col, field in (("seq_len", "seq_len"), ("gbs_seqs", "global batch"),
+                       ("num_gpus", "num_gpus")):
+        if np.isnan(_num(r[col])):
+            text = str(r[col]).strip()
+            return {}, (f"{field} '{text}' is not a number" if text else f"{field} not stated")
     prec = "fp8" if re.search(r"fp8|float8", str(r["precision"]), re.I) else "bf16"
+    recipe = _fp8_recipe(str(r["precision"])) if prec == "fp8" else ""
     mbs_text = str(r["mbs"])
     mbs = _num(mbs_text, 0.0)  # 0 = unstated
     vpp = _num(r["vp"], 1.0)
@@ -204,6 +262,8 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         etp=1 if moe_id else 0,
         nics_per_node=8 if nic else 0, nic_bw_gbs=nic,
     )
+    if recipe:  # IMPUTATION["fp8 recipe"]: what the row states, else the framework's default
+        run["fp8_recipe"] = recipe
     # what the row states beyond its framework's defaults (frameworks.yaml): torch.compile fuses
     # the elementwise ops and, from 2025 on, the loss (the Dec-2024 benchmark kept it eager)
     if framework == "torchtitan" and re.search(r"compile", fw, re.I):
@@ -221,6 +281,21 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     if zero == 3 and pp > 1:
         run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
     return run, ""
+
+
+_FP8_RECIPES = [(r"\bCS\b|current", "tensorwise"), (r"\bMX|mxfp8", "mxfp8"),
+                (r"\bSS\b|sub.?channel|blockwise", "blockwise"), (r"\bDS\b|delayed", "delayed"),
+                (r"rowwise.?with.?gw", "rowwise_with_gw_hp"), (r"rowwise", "rowwise"),
+                (r"tensorwise", "tensorwise")]
+
+
+def _fp8_recipe(text: str) -> str:
+    """The FP8 recipe a precision column states ('FP8-CS', 'per-tensor current scaling',
+    'FP8-MX', ...), first match wins; '' = the framework's default."""
+    for pat, recipe in _FP8_RECIPES:
+        if re.search(pat, text, re.I):
+            return recipe
+    return ""
 
 
 def _framework(fw: str) -> str:
@@ -318,7 +393,9 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
     """Fill unstated micro-batch and recompute with the fastest predicted choice that fits,
     the way the publisher would have tuned them (IMPUTATION). Uses no measured value."""
     runs = runs.copy()
-    runs["imputed"] = ""
+    # fields taken from the catalog while reading the row (_dense_shape) come first
+    runs["imputed"] = (runs["imputed_note"].fillna("").astype(str)
+                       .map(lambda x: f"{x}; " if x else "") if "imputed_note" in runs else "")
     moe = runs["is_moe"] if "is_moe" in runs else pd.Series(False, index=runs.index)
     if "moe_a2a_overlap" not in runs:
         runs["moe_a2a_overlap"] = np.where(moe, None, False)
@@ -401,7 +478,35 @@ def validate(data: pd.DataFrame | None = None) -> pd.DataFrame:
     out["predicted_mem_gib"] = pred["peak_reserved_gib"]  # torchtitan logs peak reserved
     out["mem_error"] = out["predicted_mem_gib"] / out["measured_mem_gib"] - 1
     out["fits"] = pred["fits"]
+    out["no_error_because"] = _why_no_error(out)
+    out["params_b"] = [_params_b(r) for _, r in use.iterrows()]
     return out
+
+
+def _params_b(r: pd.Series) -> float:
+    """The row's total parameters in billions (catalog.param_count of its catalog model or
+    stated shape), for the model-size buckets."""
+    m = r.get("model")
+    if isinstance(m, str) and m:
+        return catalog.param_count(m) / 1e9
+    spec = {k: r[k] for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab",
+                              "activation")}
+    try:
+        return catalog.param_count(spec) / 1e9
+    except (catalog.CatalogError, TypeError, ValueError):
+        return np.nan
+
+
+def _why_no_error(out: pd.DataFrame) -> pd.Series:
+    """Why a compared row has no step-time error ('' where it has one): nothing is NaN
+    without a reason."""
+    why = pd.Series("", index=out.index, dtype=object)
+    pred, meas = out["predicted_step_s"], out["measured_step_s"]
+    why[meas.isna()] = "no step time measured (compared on memory only)"
+    bad = meas.notna() & ~np.isfinite(pred.astype(float))
+    why[bad & ~out["fits"].astype(bool)] = "the simulator finds the layout does not fit memory"
+    why[bad & out["fits"].astype(bool)] = "the simulator returned no step time for this layout"
+    return why
 
 
 def validate_memory() -> pd.DataFrame:

@@ -224,6 +224,7 @@ def megatron_args(row) -> list[str]:
     opt("--bf16")
     if d.get("precision") == "fp8":
         opt("--fp8-format", "hybrid")
+        opt("--fp8-recipe", d.get("fp8_recipe") or "delayed")  # tensorwise|delayed|mxfp8|blockwise
     opt("--attention-backend", "flash" if d.get("attention_kernel") == "fa2" else "fused")
     # model shape
     opt("--num-layers", m["layers"])
@@ -347,8 +348,10 @@ def torchtitan_config(row) -> dict:
     dp, zero = d["dp"], d.get("zero", 1)
     name, flavor = TORCHTITAN_FLAVORS.get(str(d.get("model")), (None, None))
     model = {"name": name or str(d.get("model")), "flavor": flavor or "custom"}
-    if d.get("precision") == "fp8":
-        model["converters"] = ["quantize.linear.float8"]
+    recipe = d.get("fp8_recipe") or "tensorwise"
+    if d.get("precision") == "fp8":  # MXFP8 is torchtitan's mx converter, the rest float8's
+        model["converters"] = ["quantize.linear.mx" if recipe == "mxfp8"
+                               else "quantize.linear.float8"]
     if d["pp"] > 1:  # one optimizer step = one pipeline schedule over all microbatches
         local = d["global_batch"] // dp
     else:  # gradient accumulation over micro-batches
@@ -385,11 +388,18 @@ def torchtitan_config(row) -> dict:
     out = {"job": {"description": f"{d.get('model')}: {describe(d)} (exported by sweep)"},
            "model": model, "training": training, "parallelism": par,
            "activation_checkpoint": ac, "compile": compile_}
-    if d.get("precision") == "fp8":
+    if d.get("precision") == "fp8" and recipe == "mxfp8":
+        out["quantize.linear.mx"] = {"filter_fqns": ["output"]}
+    elif d.get("precision") == "fp8":
+        # the float8 all-gather of FSDP weights exists for tensorwise scales only (torchao
+        # float8 fsdp_utils); rowwise recipes communicate in bf16
+        tensorwise = recipe not in ("rowwise", "rowwise_with_gw_hp")
         out["quantize.linear.float8"] = {
-            "enable_fsdp_float8_all_gather": zero == 3,
-            "precompute_float8_dynamic_scale_for_fsdp": zero == 3,
+            "enable_fsdp_float8_all_gather": zero == 3 and tensorwise,
+            "precompute_float8_dynamic_scale_for_fsdp": zero == 3 and tensorwise,
             "filter_fqns": ["output"]}
+        if not tensorwise:  # unset = tensorwise (torchtitan e347b1e)
+            out["quantize.linear.float8"]["recipe_name"] = recipe
     return out
 
 
@@ -557,6 +567,8 @@ def run_dict(row) -> dict:
         cluster["nics_per_node"] = d["nics_per_node"]
     if d.get("nic_bw_gbs"):
         cluster["nic_bw_gbs"] = float(d["nic_bw_gbs"])
+    if d.get("power_limit_w"):
+        cluster["power_limit_w"] = float(d["power_limit_w"])
     if d.get("price_per_hour") is not None and _price_overridden(d):
         cluster["price_per_hour"] = float(d["price_per_hour"])
     for k in ("mtbf_node_hours", "storage_gbs", "restart_min"):  # set by the run (0 = default)

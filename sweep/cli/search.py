@@ -34,8 +34,8 @@ precision, cluster, parallel) plus
   inner_max: 1024 rows; inner: [..] sets them). patience: N stops after N trials that did not
   improve the best by more than improvement (default 0.001 = 0.1%).
 Varying fields: model, seq_len, global_batch(_tokens), precision, gpu, num_gpus, nodes,
-gpus_per_node, nics_per_node, nic_bw_gbs, tp, pp, cp, ep, etp, vpp, micro_batch, recompute,
-sequence_parallel, zero (3 = FSDP), and the overlap switches. dp is derived as
+gpus_per_node, nics_per_node, nic_bw_gbs, power_limit_w, tp, pp, cp, ep, etp, vpp,
+micro_batch, recompute, sequence_parallel, zero (3 = FSDP), and the overlap switches. dp is derived as
 num_gpus / (tp*pp*cp); the global batch is kept fixed, so a configuration whose global batch
 does not divide into dp*micro_batch is invalid (the reason is recorded).
 Statuses: ok (fits), oom (does not fit; kept with its memory figure), invalid (breaks a

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim_core.accuracy.published import (SUBSETS, TABLE_COLUMNS, compare, held_out_medians,
-                                         load_dataset, loso_table, markdown_summary,
-                                         model_family, plot, summarize)
+from sim_core.accuracy.published import (SUBSETS, TABLE_COLUMNS, bucket_medians, compare,
+                                         held_out_medians, load_dataset, loso_table,
+                                         markdown_summary, model_family, plot, summarize)
 
 NAME = "validate"
 HELP = "compare the simulator with published measured runs"
@@ -54,6 +54,9 @@ def run(args) -> int:
     if args.dataset:  # a user's file: say why each row was skipped
         for _, r in skipped.iterrows():
             print(f"  row {r['id']} ({r['label']}): {r['skip']}")
+    unexplained = table[table["no_error_because"] != ""]
+    for _, r in unexplained.iterrows():
+        print(f"  row {r['id']} ({r['label']}): no step-time error: {r['no_error_because']}")
     mem = table[table["mem_error"].notna()]
     if len(mem):
         print(f"\npeak memory: {len(mem)} rows, median |error| {mem['mem_error'].abs().median():.1%}"
@@ -65,6 +68,10 @@ def run(args) -> int:
     print("\nby model family:")
     table = table.assign(model_family=table["label"].map(model_family))
     print(summarize(table, "model_family").to_string(float_format=lambda x: f"{x:.3f}"))
+    for title, frame in bucket_medians(table).items():
+        print(f"\nby {title} (signed median: predicted / measured - 1, + = predicted too slow):")
+        print(frame.to_string(index=False, formatters={
+            "signed_median": "{:+.3f}".format, "median_abs_err": "{:.3f}".format}))
     if args.loso:
         print("\nfitted constants, leave-one-source-out (refit without the family, error on it):")
         print(loso_table().to_string(index=False, float_format=lambda x: f"{x:.3f}"))

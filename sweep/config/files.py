@@ -37,8 +37,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from sim_core.specs import (ATTENTION_KERNEL, CATEGORICAL, CP_COMM, FRAMEWORK, LOSS_IMPL,
-                            MOE_DISPATCHER, MOE_RECOMPUTE, PARALLEL_COLUMNS, PP_SCHEDULE)
+from sim_core.specs import (ATTENTION_KERNEL, CATEGORICAL, CP_COMM, FP8_RECIPE, FRAMEWORK,
+                            LOSS_IMPL, MOE_DISPATCHER, MOE_RECOMPUTE, PARALLEL_COLUMNS, PP_SCHEDULE)
 
 from ..errors import ConfigError
 
@@ -72,6 +72,7 @@ EXPECT: dict[str, tuple[str, str]] = {
     "expert_skew": ("a number >= 0 (Zipf exponent; 0 = balanced)", "numbers >= 0"),
     "zero": ("an integer 0-3 (3 = FSDP)", "integers 0-3"),
     "nic_bw_gbs": ("a positive number", "positive numbers"),
+    "power_limit_w": ("a positive number of watts (board power limit)", "positive numbers"),
     "price_per_hour": ("a positive number", "positive numbers"),
     "mtbf_node_hours": ("a positive number of server-hours between job-interrupting failures",
                         "positive numbers"),
@@ -105,6 +106,7 @@ class ClusterConfig(_Strict):
     gpus_per_node: PosInt = 8
     nics_per_node: PosInt | None = None  # default from the catalog
     nic_bw_gbs: PosFloat | None = None  # default from the catalog
+    power_limit_w: PosFloat | None = None  # board power limit, W; default the GPU's tdp_w
     price_per_hour: PosFloat | None = None  # USD per GPU-hour; default from the GPU catalog
     # failures, checkpoints, restarts (sim_core/goodput.py); defaults in catalogs/reliability.yaml
     mtbf_node_hours: PosFloat | None = None  # server-hours between interruptions; default by GPU
@@ -146,6 +148,7 @@ class ParallelConfig(_Strict):
     cp_comm: Literal[CP_COMM] | None = None  # type: ignore[valid-type]
     loss_impl: Literal[LOSS_IMPL] | None = None  # type: ignore[valid-type]
     fp8_param_gather: StrictBool | None = None
+    fp8_recipe: Literal[FP8_RECIPE] | None = None  # type: ignore[valid-type]
     moe_dropless: StrictBool | None = None
     capacity_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
     expert_skew: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
@@ -216,8 +219,10 @@ _BOOL_AXES = {k for k, v in PARALLEL_COLUMNS.items() if isinstance(v, bool)}
 # every enumerated field but the model's activation (set through `model`)
 _ENUM_AXES = {k: v for k, v in CATEGORICAL.items() if k != "activation"}
 _FLOAT_AXES = {"nic_bw_gbs": 0.0, "capacity_factor": 1.0, "expert_skew": 0.0,  # name: minimum
-               "mtbf_node_hours": 0.0, "storage_gbs": 0.0, "restart_min": 0.0}
-_POSITIVE_AXES = {"nic_bw_gbs", "mtbf_node_hours", "storage_gbs", "restart_min"}  # > minimum
+               "mtbf_node_hours": 0.0, "storage_gbs": 0.0, "restart_min": 0.0,
+               "power_limit_w": 0.0}
+_POSITIVE_AXES = {"nic_bw_gbs", "mtbf_node_hours", "storage_gbs", "restart_min",
+                  "power_limit_w"}  # > minimum
 AXES = sorted(_INT_AXES | _BOOL_AXES | set(_ENUM_AXES) | set(_FLOAT_AXES)
               | {"etp", "zero", "gpu", "model"})
 
@@ -630,6 +635,8 @@ def fixed_columns(cfg: RunConfig) -> dict:
         row["ckpt_async"] = 1 if ck.async_save else 0
     if ck.interval_steps is not None:
         row["ckpt_interval_steps"] = ck.interval_steps
+    if c.power_limit_w is not None:
+        row["power_limit_w"] = c.power_limit_w
     # fields whose default comes from the framework stay unset here: frameworks.resolve_frame
     # fills them per configuration (a space may vary the framework)
     from sim_core.frameworks import profile_fields

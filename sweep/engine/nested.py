@@ -24,7 +24,7 @@ from .space import Space
 
 LAYOUT_AXES = frozenset({
     "model", "gpu", "num_gpus", "nodes", "gpus_per_node", "nics_per_node", "nic_bw_gbs",
-    "seq_len", "global_batch", "global_batch_tokens", "framework",
+    "power_limit_w", "seq_len", "global_batch", "global_batch_tokens", "framework",
     "tp", "pp", "cp", "ep", "etp", "vpp", "pp_schedule",
 })
 DEFAULT_INNER_MAX = 1024  # rows simulated per trial, at most (the auto rule)

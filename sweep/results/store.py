@@ -49,7 +49,7 @@ DATASET_META = "_sweep.json"  # '_' prefix: pyarrow's dataset discovery skips it
 # compare); every other float (time and memory breakdown, ...) is stored as float32
 PRECISE = frozenset({"step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "oom_risk",
                      "price_per_hour", "cost_per_mtok_usd", "cost_usd", "capacity_factor",
-                     "expert_skew", "nic_bw_gbs"})
+                     "expert_skew", "nic_bw_gbs", "power_limit_w"})
 # what a grid part's metadata carries besides its id, so a lost manifest is rebuilt in full
 PART_FIELDS = ("start", "stop", "counts", "reasons")
 WIDE_INTS = frozenset({"config_id", "trial", "global_batch_tokens"})
