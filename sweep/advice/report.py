@@ -54,6 +54,8 @@ TIME_PARTS = [  # column, label, colour
     ("time_bubble", "pipeline bubble", "#bab0ac"),
     ("time_optimizer", "optimizer", "#72b7b2"),
     ("time_slowdown", "overlap slowdown", "#eeca3b"),
+    ("time_host", "host overhead", "#72b7b2"),
+    ("time_nodes", "node-count slowdown", "#ff9da6"),
 ]
 MEM_LABELS = {"mem_weights": "weights", "mem_grads": "gradients", "mem_optimizer": "optimizer",
               "mem_activations": "activations", "mem_logits": "logits", "mem_working": "working",
@@ -280,6 +282,9 @@ def why(best: pd.Series, rot: pd.Series | None, rule: str) -> list[str]:
         "time_ep": lambda: f"expert parallel: EP {r['ep']} -> {b['ep']}",
         "time_optimizer": lambda: "optimizer step",
         "time_slowdown": lambda: "compute slowed by overlapped communication",
+        "time_host": lambda: (f"host overhead per micro-batch: {r.get('num_microbatches')} -> "
+                              f"{b.get('num_microbatches')} micro-batches"),
+        "time_nodes": lambda: f"node-count slowdown: {r['num_gpus']} -> {b['num_gpus']} GPUs",
     }
     diffs = []
     for col, label, _ in TIME_PARTS:
