@@ -194,21 +194,16 @@ class RunData:
 
 
 def _simulate_neutral(runs: pd.DataFrame, act_scale: float = 1.0) -> pd.DataFrame:
-    """The white-box model with neutral terms (what the fit multiplies), no profile."""
-    from .. import profiles
-
-    keep = profiles._active
+    """The white-box model with neutral terms (what the fit multiplies). The caller makes sure
+    no profile is active (sweep calibrate runs in a process that activates none)."""
     saved = terms._params
     try:
-        profiles.deactivate()
         terms.set_params(terms.NEUTRAL)
         memory.set_overhead((lambda b: (0.0, act_scale)) if act_scale != 1.0 else None)
         return simulate_frame(runs.reset_index(drop=True))
     finally:
         memory.set_overhead(None)
         terms._params = saved
-        if keep is not None:
-            profiles.activate(keep["dir"])
 
 
 def prepare(runs: pd.DataFrame) -> RunData:

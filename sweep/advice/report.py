@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..engine.evaluate import profile_line
 from ..errors import SweepError
 from . import export
 from .baseline import rule_of_thumb, short
@@ -593,6 +594,7 @@ def build(run_dir: str | Path, *, objective: str | None = None,
 
     obj = objective or _default_objective(meta)
     rec = recommend(df, obj, c, run_name=str(meta.get("space", "")))
+    rec.profile = profile_line(meta) or ""
     d = derive(df, c.tokens)
     del df
     mask, _ = feasible(d, c)
@@ -679,6 +681,9 @@ def render_html(r: dict) -> str:
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>sweep report: {E(r['run'])}</title>", f"<style>{CSS}</style></head><body>",
         f"<h1>sweep report: {E(r['run'])}</h1>",
+        *([f"<p class=\"profile\"><b>{E(profile_line(r['meta']))}</b></p>"]
+          if profile_line(r["meta"]) else
+          ["<p class=\"profile\">default model (no calibration profile)</p>"]),
         f"<p class=muted>model {E(r['model'])}; GPU types {E(', '.join(r['gpus']))}; cluster "
         f"sizes {E(', '.join(str(s) for s in r['sizes']))}; {cnt['total']:,} configurations "
         f"({cnt['invalid']:,} invalid, {cnt['oom']:,} out of memory, {cnt['ok']:,} fit); "

@@ -386,6 +386,7 @@ def cmd_runs(args) -> int:
     if args.rows:
         runs = runs[select(runs, args.rows, "--rows")]
     n_rows = len(runs)
+    profiles.deactivate()  # the fit starts from the default models
     try:
         data = runs_fit.prepare(runs)
     except runs_fit.CalibrationError as exc:

@@ -74,6 +74,7 @@ def run(args) -> int:
     simulate = None
     if args.profile:
         simulate = ProfiledSimulate(args.profile)
+        print(profile_line({"profile": simulate.info}))
     outcome = run_search(cfg, args.out, workers=args.workers, address=args.address,
                          progress=progress, fresh=args.fresh, simulate=simulate)
     print(outcome.summary())
