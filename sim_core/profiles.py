@@ -221,6 +221,13 @@ def activate(name_or_path) -> dict:
             raise ProfileError(f"profile {d.name}: its runs component was fitted by an older "
                                "sweep (scales, not terms); run `sweep calibrate runs` again")
         runs_fit.install(comps["runs"]["terms"])
+        res = comps["runs"].get("residual")
+        if res:
+            from . import terms
+            from .calibration import residual as residual_fit
+
+            terms.set_residual(residual_fit.hook(residual_fit.load(d / res["file"]),
+                                                 res["range"], comps["runs"]["terms"]))
     _active = {"dir": d, "version": man.get("version"), "manifest": man}
     return man
 
@@ -235,6 +242,7 @@ def deactivate() -> None:
     compute.set_efficiency_scale(None)
     memory.set_overhead(None)
     terms.set_params(None)
+    terms.set_residual(None)
     overlap.set_model(None)
     nccl.set_calibration(None)
     _active = None

@@ -41,6 +41,17 @@ NEUTRAL = {**{k: 1.0 for k in GROUPS}, "host_step_s": 0.0, "host_mb_s": 0.0, "no
 DEFAULT = dict(NEUTRAL)
 
 _params: dict | None = None
+_residual = None  # optional learned residual: f(batch, workload, raw group sums) -> (log, flag)
+
+
+def set_residual(fn) -> None:
+    """Install a learned residual (sim_core.calibration.residual.hook); None removes it."""
+    global _residual
+    _residual = fn
+
+
+def residual():
+    return _residual
 
 
 def set_params(params: dict | None) -> None:
@@ -77,6 +88,12 @@ def apply(breakdown: dict, num_microbatches, nodes, params: dict | None = None) 
     base = sum(out[c] for cols in GROUPS.values() for c in cols) + out["time_host"]
     out["time_nodes"] = p["node_c"] * np.log2(np.maximum(np.asarray(nodes, float), 1.0)) * base
     return out
+
+
+def raw_parts(breakdown: dict) -> np.ndarray:
+    """n x len(GROUPS) sums of the breakdown groups (before any scale)."""
+    return np.column_stack([np.asarray(sum(breakdown[c] for c in cols), float)
+                            for cols in GROUPS.values()])
 
 
 def step_time(parts: np.ndarray, num_microbatches, nodes, x: dict) -> np.ndarray:

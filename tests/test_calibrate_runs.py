@@ -234,3 +234,43 @@ def test_cli_bad_expression_is_one_line(capsys):
                  "x"]) != 0
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("error: --fit: cannot evaluate")
+
+
+def test_a_learned_residual_is_kept_where_cv_shows_it_helps_and_flags_extrapolation(
+        tmp_path, capsys):
+    """The shipped published runs with every run of 8K tokens or more made 1.5x slower: no
+    global term expresses a sequence-dependent slowdown, the XGBoost residual does (grouped CV
+    says so), it is applied inside simulate, and a configuration on more GPUs than any fitted
+    run gets no residual and is flagged."""
+    from sim_core.accuracy.validation import dataset_path
+    from sweep.cli import main
+
+    seq = lambda raw: np.where(pd.to_numeric(raw["seq_len"], errors="coerce") >= 8192,  # noqa
+                               1.5, 1.0)
+    p = _copy(tmp_path, dataset_path(), time_factor=seq)
+    assert main(["calibrate", "runs", str(p), "--profile", "res"]) == 0
+    out = capsys.readouterr().out
+    assert "kept: it lowers the error on every grouping" in out
+    man = profiles.load_manifest(profiles.profile_dir("res"))
+    c = man["components"]["runs"]
+    assert "residual" in c and all(v["with"] < v["without"] for v in c["residual_cv"].values())
+    runs = runs_fit.load_runs(dataset_path())
+    use = runs[(runs["skip"] == "") & (runs["seq_len"] >= 8192)].head(3).reset_index(drop=True)
+    big = use.iloc[[0]].copy()
+    k = 2.0 ** np.ceil(np.log2(c["residual"]["range"]["num_gpus"] * 1.01 / big["num_gpus"].iat[0]))
+    big["num_gpus"] = big["num_gpus"] * k  # more GPUs than any fitted run, same work per GPU
+    big["global_batch"] = big["global_batch"] * k
+    frame = pd.concat([use, big], ignore_index=True)
+    off = simulate_frame(frame)["step_time_s"].to_numpy()
+    profiles.activate("res")
+    try:
+        on = simulate_frame(frame)
+    finally:
+        profiles.deactivate()
+    flag = on["residual_extrapolated"].to_numpy()
+    assert list(flag) == [0, 0, 0, 1]
+    terms_only = runs_fit.predict_arrays(runs_fit.prepare(frame.assign(status="ok")),
+                                         c["terms"])["step_s"]
+    assert np.all(on["step_time_s"].to_numpy()[:3] > 1.2 * terms_only[:3])  # learned 1.5x
+    assert on["step_time_s"].iat[3] == pytest.approx(terms_only[3], rel=1e-9)
+    assert "residual_extrapolated" not in simulate_frame(frame).columns

@@ -584,3 +584,74 @@ def learning_curve(d: RunData, sizes, repeats: int = 5, seed: int = 0) -> pd.Dat
         rows.append({"runs": n, "calibrated": float(np.median(errs)),
                      "white_box": float(np.median(wb))})
     return pd.DataFrame(rows)
+
+
+# ---- learned residual (XGBoost), only where grouped CV shows it helps ---------------------------
+def _cols(d: RunData) -> dict:
+    r = d.runs
+    return {"num_gpus": r["num_gpus"].to_numpy(float), "gpus_per_node":
+            r["gpus_per_node"].to_numpy(float), "tp": r["tp"].to_numpy(float),
+            "pp": r["pp"].to_numpy(float), "cp": r["cp"].to_numpy(float),
+            "micro_batch": r["micro_batch"].to_numpy(float), "num_microbatches": d.m,
+            "layers": r["layers"].to_numpy(float), "hidden": r["hidden"].to_numpy(float),
+            "seq_len": r["seq_len"].to_numpy(float)}
+
+
+def _train_residual(d: RunData, params: dict):
+    """Booster on log(measured / calibrated) of the timed runs, and their range."""
+    from . import residual
+
+    cols = _cols(d)
+    timed = np.isfinite(d.t_meas)
+    y = np.log(d.t_meas / predict_arrays(d, params)["step_s"])
+    X = residual.features(cols, d.parts, params)
+    return residual.train(X[timed], y[timed]), residual.range_of(
+        {k: v[timed] for k, v in cols.items()})
+
+
+def _apply_residual(d: RunData, params: dict, booster, rng) -> tuple[np.ndarray, np.ndarray]:
+    from . import residual
+
+    cols = _cols(d)
+    base = predict_arrays(d, params)["step_s"]
+    out = residual.outside(cols, rng)
+    r = residual.predict(booster, residual.features(cols, d.parts, params))
+    return base * np.exp(np.where(out, 0.0, r)), out
+
+
+def residual_cv(cal: Calibration) -> dict | None:
+    """Grouped-CV step error of the calibrated model with and without the learned residual
+    (trained on each fold's training runs, on their residual after that fold's term fit);
+    None where there are too few timed runs to try."""
+    from . import residual
+
+    d = cal.data
+    if int(np.isfinite(d.t_meas).sum()) < residual.MIN_RUNS or not cal.folds:
+        return None
+    out = {}
+    for name, groups in cal.folds.items():
+        without = np.full(len(d), np.nan)
+        with_r = np.full(len(d), np.nan)
+        flagged = 0
+        for g in np.unique(groups):
+            test = groups == g
+            tr, te = d.subset(np.flatnonzero(~test)), d.subset(np.flatnonzero(test))
+            if int(np.isfinite(tr.t_meas).sum()) < residual.MIN_RUNS // 2:
+                continue
+            p = fit(tr, cal.free, max_nfev=60).params
+            booster, rng = _train_residual(tr, p)
+            without[test] = predict_arrays(te, p)["step_s"]
+            with_r[test], fl = _apply_residual(te, p, booster, rng)
+            flagged += int(fl.sum())
+        e0 = metrics(d, {**predict_arrays(d, cal.fit.params), "step_s": without},
+                     cal.outlier_mask)["step"]
+        e1 = metrics(d, {**predict_arrays(d, cal.fit.params), "step_s": with_r},
+                     cal.outlier_mask)["step"]
+        out[name] = {"without": e0, "with": e1, "flagged": flagged}
+    return out
+
+
+def residual_helps(cv: dict | None) -> bool:
+    """Kept only when it lowers the error on every grouping by MIN_GAIN."""
+    return bool(cv) and all(np.isfinite(v["with"]) and v["with"] < v["without"] - MIN_GAIN
+                            for v in cv.values())

@@ -366,6 +366,7 @@ def _plot(cal, held, held_pred, out_dir: Path) -> list[Path]:
 
 def cmd_runs(args) -> int:
     from sim_core import profiles
+    from sim_core.calibration import residual as residual_fit
     from sim_core.calibration import runs as runs_fit
 
     path = _need([args.file])[0]
@@ -448,6 +449,19 @@ def cmd_runs(args) -> int:
                   f"{full['step_s'][i]:.3f} s")
     else:
         print("outliers no term explains: none")
+    rcv = runs_fit.residual_cv(cal)
+    keep_residual = runs_fit.residual_helps(rcv)
+    if rcv is None:
+        print("learned residual (XGBoost): not tried (fewer than "
+              f"{residual_fit.MIN_RUNS} timed "
+              "runs)")
+    else:
+        for k, v in rcv.items():
+            print(f"learned residual (XGBoost), grouped CV leave one {k} out: median |step "
+                  f"error| {_pct(v['without'])} -> {_pct(v['with'])} ({v['flagged']} runs "
+                  "outside the training range fell back to the terms)")
+        print("  kept: it lowers the error on every grouping" if keep_residual else
+              "  not kept: it does not lower the error on every grouping")
     summary = {"set": args.name or path.stem, "fit_rows": len(train),
                "held_rows": 0 if held is None else len(held)}
     for k in cal.folds:
@@ -486,6 +500,8 @@ def cmd_runs(args) -> int:
     cv_after = {k: {m: v for m, v in cal.cv_after[k].items()} for k in cal.folds}
     cv_before = {k: {m: v for m, v in cal.cv_before[k].items()} for k in cal.folds}
     worst = max((cal.cv_after[k]["step"] for k in cal.folds), default=float("nan"))
+    if keep_residual:
+        worst = max(v["with"] for v in rcv.values())
 
     def write(d: Path):
         (d / "runs").mkdir(exist_ok=True)
@@ -494,7 +510,15 @@ def cmd_runs(args) -> int:
             measured_mem_gib=train.m_meas, predicted_mem_gib=full["mem_gib"],
             outlier=cal.outlier_mask)
         tab.to_csv(d / "runs" / "fit.csv", index=False)
-        return ["runs/fit.csv"]
+        files = ["runs/fit.csv"]
+        if keep_residual:
+            residual_fit.save(booster, d / "runs" / "residual.json")
+            files.append("runs/residual.json")
+        return files
+
+    booster = rng = None
+    if keep_residual:
+        booster, rng = runs_fit._train_residual(train, cal.fit.params)
 
     info = {"terms": cal.fit.params, "free": cal.free,
             "sd": {k: float(v) for k, v in cal.fit.sd.items()}, "accepted": cal.accepted,
@@ -502,11 +526,17 @@ def cmd_runs(args) -> int:
             "failed_as": args.failed_as or "unknown",
             "selection": {"rows": args.rows, "fit": args.fit, "failed_as": args.failed_as},
             "cv_before": cv_before, "cv_after": cv_after, "cv_step_error": worst,
-            "selection_trail": cal.trail, "outliers": int(cal.outlier_mask.sum())}
+            "selection_trail": cal.trail, "outliers": int(cal.outlier_mask.sum()),
+            "residual_cv": rcv}
+    if keep_residual:
+        info["residual"] = {"file": "runs/residual.json", "range": rng,
+                            "params": residual_fit.PARAMS}
     man = profiles.save_component(args.profile, "runs", info, [path], write)
     print(f"saved profile {man['name']} version {man['version']} "
           f"({profiles.profile_dir(args.profile)})"
-          + ("" if cal.accepted else ": the white-box model (no term freed)"))
+          + ("" if cal.accepted else ": no term freed")
+          + (" + learned residual" if keep_residual else
+             ("" if cal.accepted else " (the white-box model)")))
     return 0
 
 
