@@ -361,8 +361,14 @@ def runs_summary(man: dict) -> list[str]:
     errs = ", ".join(f"leave one {k} out {_pct(before[k]['step'])} -> {_pct(v['step'])}"
                      for k, v in cv.items() if k in before)
     state = "accepted" if c.get("accepted") else "white-box kept (no term helped)"
-    return [f"runs ({c['rows']} runs, {state}): " + (", ".join(parts) or "no term freed"),
-            f"  grouped-CV median |step err| white-box -> calibrated: {errs or '-'}"]
+    out = [f"runs ({c['rows']} runs, {state}): " + (", ".join(parts) or "no term freed"),
+           f"  grouped-CV median |step err| white-box -> calibrated: {errs or '-'}"]
+    if c.get("residual"):
+        r = c.get("residual_cv") or {}
+        out.append("  learned residual (XGBoost) kept: " + ", ".join(
+            f"leave one {k} out {_pct(v['without'])} -> {_pct(v['with'])}" for k, v in r.items())
+            + f"; none beyond {int(c['residual']['range']['num_gpus'])} GPUs (flagged)")
+    return out
 
 
 def active_line() -> str | None:

@@ -5,7 +5,8 @@ a named profile that `sweep simulate` / `sweep search` accept (`--profile NAME`)
     sweep calibrate overlap TABLE.csv --profile NAME
     sweep calibrate nccl all_reduce_perf.txt [MORE...] [--gpu h100-sxm] --profile NAME
     sweep calibrate inspect TRACE.json.gz|nsys_stats.txt [MORE...]
-    sweep calibrate runs RUNS.csv [--fit EXPR] --profile NAME
+    sweep calibrate runs RUNS.csv [--fit EXPR] [--failed-as oom] [--plot DIR] --profile NAME
+    sweep calibrate learning-curve RUNS.csv [MORE...] [--sizes 3,5,8,12]
     sweep calibrate show NAME
     sweep calibrate list
 
