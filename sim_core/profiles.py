@@ -380,6 +380,8 @@ def active_line() -> str | None:
     c = man.get("components", {}).get("runs")
     err = ""
     if c and "cv_step_error" in c:
-        err = f"; run calibration accepted at grouped-CV median step error {_pct(c['cv_step_error'])}"
+        how = ("accepted at" if c.get("accepted") or c.get("residual") else
+               "kept the white-box model (no term helped) at")
+        err = f"; run calibration {how} grouped-CV median step error {_pct(c['cv_step_error'])}"
     return (f"calibration profile {man['name']} version {man.get('version')} is active "
             f"({', '.join(sorted(man.get('components', {})))}){err}")

@@ -43,7 +43,8 @@ class ProfiledSimulate:
         runs = man.get("components", {}).get("runs", {})
         self.info = {"name": man["name"], "version": man["version"],
                      "components": sorted(man.get("components", {})),
-                     "cv_step_error": runs.get("cv_step_error")}
+                     "cv_step_error": runs.get("cv_step_error"),
+                     "accepted": bool(runs.get("accepted") or runs.get("residual"))}
 
     def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
         import sim_core
@@ -65,7 +66,9 @@ def profile_line(meta: dict) -> str | None:
     if not isinstance(p, dict):
         return None
     err = p.get("cv_step_error")
-    cv = (f"; run calibration accepted at grouped-CV median step error {100 * err:.1f}%"
+    how = ("accepted at" if p.get("accepted", True) else
+           "kept the white-box model (no term helped) at")
+    cv = (f"; run calibration {how} grouped-CV median step error {100 * err:.1f}%"
           if isinstance(err, (int, float)) and err == err else "")
     return (f"calibration profile {p.get('name')} version {p.get('version')} active "
             f"({', '.join(p.get('components', []))}){cv}")
