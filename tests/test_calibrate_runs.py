@@ -274,3 +274,29 @@ def test_a_learned_residual_is_kept_where_cv_shows_it_helps_and_flags_extrapolat
     assert np.all(on["step_time_s"].to_numpy()[:3] > 1.2 * terms_only[:3])  # learned 1.5x
     assert on["step_time_s"].iat[3] == pytest.approx(terms_only[3], rel=1e-9)
     assert "residual_extrapolated" not in simulate_frame(frame).columns
+
+
+def test_search_recommend_and_report_say_the_profile_is_active(tmp_path, capsys):
+    """A profile with a runs component: `sweep search --profile` simulates with it and says
+    so (name, version, grouped-CV error); the results remember it for recommend and the
+    report."""
+    from sweep.cli import main
+
+    info = {"terms": {"compute": 1.3}, "free": ["compute"], "accepted": True, "rows": 4,
+            "cv_before": {}, "cv_after": {}, "cv_step_error": 0.05}
+    man = profiles.save_component("slowc", "runs", info, [JAN2021], lambda d: [])
+    quick = Path(__file__).resolve().parents[1] / "search_spaces" / "quickstart.yaml"
+    line = (f"calibration profile slowc version {man['version']} active (runs); run "
+            "calibration accepted at grouped-CV median step error 5.0%")
+    assert main(["search", str(quick), "--out", str(tmp_path / "q"), "--workers", "1",
+                 "--no-progress", "--profile", "slowc"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(line) == 2  # at the start of the search and in its recommendation
+    assert main(["recommend", str(tmp_path / "q"), "--no-write"]) == 0
+    assert line in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "q"), "--out", str(tmp_path / "r")]) == 0
+    assert line in (tmp_path / "r" / "report.html").read_text()
+    profiles.deactivate()
+    assert main(["search", str(quick), "--out", str(tmp_path / "d"), "--workers", "1",
+                 "--no-progress"]) == 0
+    assert "calibration profile" not in capsys.readouterr().out

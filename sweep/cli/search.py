@@ -7,7 +7,7 @@ import sys
 
 from ..advice.recommend import recommend_after_search
 from ..config import load_space
-from ..engine.evaluate import ProfiledSimulate
+from ..engine.evaluate import ProfiledSimulate, profile_line
 from ..engine.execution import run_search
 from .args import PROFILE_HELP, positive_int
 
