@@ -676,9 +676,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from sim_core.calibration.runs import CalibrationError
     from sim_core.profiles import ProfileError
 
     try:
         return args._calibrate(args)
-    except ProfileError as exc:
-        raise SweepError(str(exc)) from None
+    except (ProfileError, CalibrationError) as exc:
+        raise SweepError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
