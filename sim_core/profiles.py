@@ -217,8 +217,17 @@ def activate(name_or_path) -> dict:
     if "runs" in comps:
         from .calibration import runs as runs_fit
 
-        nccl_scales = comps["nccl"]["scales"] if "nccl" in comps else None
-        runs_fit.install(runs_fit.RunScales.from_dict(comps["runs"]["scales"]), nccl_scales)
+        if "terms" not in comps["runs"]:
+            raise ProfileError(f"profile {d.name}: its runs component was fitted by an older "
+                               "sweep (scales, not terms); run `sweep calibrate runs` again")
+        runs_fit.install(comps["runs"]["terms"])
+        res = comps["runs"].get("residual")
+        if res:
+            from . import terms
+            from .calibration import residual as residual_fit
+
+            terms.set_residual(residual_fit.hook(residual_fit.load(d / res["file"]),
+                                                 res["range"], comps["runs"]["terms"]))
     _active = {"dir": d, "version": man.get("version"), "manifest": man}
     return man
 
@@ -226,12 +235,14 @@ def activate(name_or_path) -> dict:
 def deactivate() -> None:
     """Back to the default models, exactly."""
     global _active
-    from . import compute, memory, nccl, overlap
+    from . import compute, memory, nccl, overlap, terms
 
     compute.set_gemm_model(None)
     compute.set_attention_model(None)
     compute.set_efficiency_scale(None)
     memory.set_overhead(None)
+    terms.set_params(None)
+    terms.set_residual(None)
     overlap.set_model(None)
     nccl.set_calibration(None)
     _active = None
@@ -326,16 +337,51 @@ def describe(name_or_path) -> str:
             lines.append(f"  LOSO {r['held_out']}: median {_pct(r['median_abs_err'])}, max "
                          f"{_pct(r['max_abs_err'])}")
     if "runs" in comps:
-        c = comps["runs"]
-        sc = c["scales"]
-        parts = [f"gemm {g} x{v:.3f}" for g, v in sc["gemm"].items()]
-        parts += [f"attention {g} x{v:.3f}" for g, v in sc["attention"].items()]
-        parts += [f"nvlink_bw x{sc['nvlink_bw']:.3f}", f"nic_bw x{sc['nic_bw']:.3f}",
-                  f"memory +{sc['mem_fixed_gib']:.2f} GiB, activations x{sc['mem_act_scale']:.3f}"]
-        lines.append(f"runs ({c['rows']} runs fitted): " + ", ".join(parts))
-        lines.append(f"  leave-one-run-out median |step err| {_pct(c['loro_step_before'])} -> "
-                     f"{_pct(c['loro_step_after'])}")
+        lines += runs_summary(man)
     for comp in comps.values():
         for i in comp.get("inputs", []):
             lines.append(f"  data {i['file']}  sha256 {i['sha256'][:16]}")
     return "\n".join(lines)
+
+
+def runs_summary(man: dict) -> list[str]:
+    """What a run calibration changed and the grouped-CV error it was accepted with (shown by
+    `calibrate show`, search, recommend and the report)."""
+    c = man.get("components", {}).get("runs")
+    if not c or "terms" not in c:
+        return []
+    free = c.get("free", [])
+    parts = []
+    for k in free:
+        v = c["terms"][k]
+        parts.append(f"{k} {v:+.4g}" if k.startswith(("host", "node", "mem_fixed", "mem_fw"))
+                     else f"{k} x{v:.3f}")
+    cv = c.get("cv_after", {})
+    before = c.get("cv_before", {})
+    errs = ", ".join(f"leave one {k} out {_pct(before[k]['step'])} -> {_pct(v['step'])}"
+                     for k, v in cv.items() if k in before)
+    state = "accepted" if c.get("accepted") else "white-box kept (no term helped)"
+    out = [f"runs ({c['rows']} runs, {state}): " + (", ".join(parts) or "no term freed"),
+           f"  grouped-CV median |step err| white-box -> calibrated: {errs or '-'}"]
+    if c.get("residual"):
+        r = c.get("residual_cv") or {}
+        out.append("  learned residual (XGBoost) kept: " + ", ".join(
+            f"leave one {k} out {_pct(v['without'])} -> {_pct(v['with'])}" for k, v in r.items())
+            + f"; none beyond {int(c['residual']['range']['num_gpus'])} GPUs (flagged)")
+    return out
+
+
+def active_line() -> str | None:
+    """One line naming the active profile, its version and its grouped-CV error (None when the
+    default model is active)."""
+    man = active()
+    if not man:
+        return None
+    c = man.get("components", {}).get("runs")
+    err = ""
+    if c and "cv_step_error" in c:
+        how = ("accepted at" if c.get("accepted") or c.get("residual") else
+               "kept the white-box model (no term helped) at")
+        err = f"; run calibration {how} grouped-CV median step error {_pct(c['cv_step_error'])}"
+    return (f"calibration profile {man['name']} version {man.get('version')} is active "
+            f"({', '.join(sorted(man.get('components', {})))}){err}")

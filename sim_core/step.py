@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import compute, moe, nccl, overlap
+from . import compute, moe, nccl, overlap, terms
 from .columns import Batch
 from .workload import Workload
 
@@ -181,6 +181,19 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
         "time_optimizer": t_opt,
         "time_slowdown": slow,
     }
+    # per-term scales, host overhead and node-count growth (sim_core/terms.py: the default
+    # model's values, or a run calibration's)
+    learned = terms.residual()
+    raw = terms.raw_parts(breakdown) if learned is not None else None
+    breakdown = terms.apply(breakdown, m, terms.nodes_of(b.num_gpus, b.gpus_per_node))
+    extra = {}
+    if learned is not None:
+        # a calibration's learned residual scales every part alike (0 outside its range, where
+        # the row is flagged)
+        r, flag = learned(b, wl, raw)
+        f = np.exp(r)
+        breakdown = {k: v * f for k, v in breakdown.items()}
+        extra["residual_extrapolated"] = flag
     # the step is exactly the sum of its parts (the pipeline term above decomposes into them)
     step = sum(breakdown.values())
-    return {"step_time_s": step, **breakdown}
+    return {"step_time_s": step, **breakdown, **extra}

@@ -1,115 +1,125 @@
-"""A user's own training runs -> a handful of interpretable scales of the white-box model.
+"""A user's own training runs -> the terms the step time is built from, fitted with priors and
+kept only where grouped cross-validation says they help.
 
-The most common thing a user has is a few runs on their cluster and framework: step time,
-peak memory, and which ones ran out of memory. From them this module fits
+Why terms and not kernel efficiencies: on a cluster and framework the white-box model has not
+seen, what differs is whole parts of the step (exposed communication, the bubble, host overhead
+per micro-batch, a slowdown that grows with the node count), and one GEMM efficiency or one link
+bandwidth cannot express them (issue 24). The parameters (PARAMS):
 
-* `gemm[gpu]`, `attention[gpu]`: the achieved fraction of the GPU's tensor-core peak, as a
-  scale of the simulator's efficiency curves, per GPU and op class;
-* `nvlink_bw`, `nic_bw`: the bandwidth of each network tier (NVLink inside a node, NICs across
-  nodes), as scales of the NCCL model's catalog figures; this is what moves exposed
-  communication;
-* `mem_fixed_gib`, `mem_act_scale`: memory the framework holds beyond the model (GiB, added to
-  the peak) and a scale of the per-token activation bytes.
+* a scale per breakdown group of sim_core/terms.py: compute (+ recompute), exposed TP/CP/EP
+  communication, pipeline transfers + bubble, exposed DP/FSDP communication, optimizer,
+  overlap slowdown (log scales, prior 1);
+* host overhead per step and per micro-batch, in seconds (prior 0: the default model's);
+* `node_c`: step * (1 + c log2(nodes)), the form of comm_scaling in docs/calibration.md;
+* memory: a fixed GiB, a per-token activation scale and, where the runs hold several
+  frameworks with memory, a fixed GiB per framework (its buffers).
 
-Each is a multiplicative (log) or additive deviation from the white-box model with a Gaussian
-prior (PRIOR_SIGMA), so a fit on 3-5 runs cannot move far from it: a scale moves as far as the
-runs pull it against its prior. A scale the runs cannot see (no multi-node run: `nic_bw`; no
-memory measured and no OOM: memory) is not fitted. Residuals: log(predicted / measured) step
-time and peak memory over NOISE; a run that ran out of memory bounds the predicted peak from
-below (it must not fit), a run that ran bounds it from above (it must fit).
+Every parameter has a Gaussian prior around the default model's value. The simulator runs once
+per table (the breakdown is linear in the time terms; the peak is tabulated over the
+activation scale), so fitting and cross-validation re-use those arrays. Residuals:
+log(predicted / measured) step time and peak memory over NOISE; an OOM run bounds the
+predicted device peak from below, a run that ran from above. The loss is robust (soft L1), and
+runs no term explains are listed as outliers and counted apart.
 
-The input is the published-runs CSV format (sim_core/data/published_runs.csv, its README) with
-an optional `status` column: ok | oom | failed (failed runs say nothing and are left out).
+Model selection: forward selection of terms by grouped cross-validation (leave one model out,
+leave one cluster size out); a term is freed only when it lowers the CV error, otherwise it
+stays at its prior mean, so the calibrated model is never worse than the white-box on grouped
+CV (with no term freed it IS the white-box).
+
+Input: the published-runs CSV format (sim_core/data/published_runs.csv, its README) with an
+optional `status` column: ok | oom | failed. `failed` is an unknown cause and is left out unless
+the user says (`failed_as="oom"`) that their failures were memory.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from .. import catalog, compute, memory, nccl
+from .. import catalog, frameworks, memory, specs, terms
 from ..simulate import simulate_frame
-from .training import fingerprint
 
-# prior standard deviations of the log scales (and of the fixed memory in GiB): how far a
-# cluster usually sits from the catalog, not tuned to any run
-PRIOR_SIGMA = {"gemm": 0.15, "attention": 0.20, "nvlink_bw": 0.30, "nic_bw": 0.30,
-               "mem_act_scale": 0.15, "mem_fixed_gib": 2.0}
-# the data residuals' scale, in log units: run-to-run noise plus what a few global scales cannot
-# express (the white-box model's per-run scatter on published runs is 5-10%); with the priors
-# it sets how far one run can pull a scale (a single run moves it about 2/3 of the way)
-NOISE = 0.10
 STATUS = ("ok", "oom", "failed")
+# data residuals' scale in log units: run-to-run noise plus what a few global terms cannot
+# express (the white-box model's per-run scatter on published runs is 5-10%)
+NOISE = 0.10
+# kind, prior mean (the default model's value), prior sigma, bounds. Sigmas say how far a
+# cluster usually sits from the default, not tuned to any run: compute within ~15% (the
+# efficiency curves' leave-one-source-out error), communication terms within a factor ~1.6,
+# host overhead per step ~50 ms and per micro-batch ~5 ms (docs/calibration.md: 10-100 ms per
+# step; 300-1000 kernels x 3-18 us per micro-batch), node_c 0.015 per doubling (0.4-2.5%
+# measured), memory 2 GiB and 15%.
+_LOG_COMM = ("log", 0.5, (-1.6, 1.6))
+PARAMS = {
+    "compute": ("log", 0.15, (-0.7, 0.7)),
+    "tp_cp_ep": _LOG_COMM,
+    "pipeline": ("log", 0.3, (-1.2, 1.2)),
+    "dp": _LOG_COMM,
+    "optimizer": _LOG_COMM,
+    "slowdown": _LOG_COMM,
+    "host_step_s": ("lin", 0.05, (0.0, 5.0)),
+    "host_mb_s": ("lin", 0.005, (0.0, 0.5)),
+    "node_c": ("lin", 0.015, (0.0, 0.05)),
+    "mem_fixed_gib": ("lin", 2.0, (-8.0, 16.0)),
+    "mem_act_scale": ("log", 0.15, (-0.5, 0.5)),
+}
+FW_PREFIX = "mem_fw:"  # per-framework fixed memory: "mem_fw:<framework>"
+TIME_TERMS = tuple(terms.NEUTRAL)
+MEM_TERMS = ("mem_fixed_gib", "mem_act_scale")
+_ACT_GRID = np.linspace(-0.5, 0.5, 9)  # log activation scales the peak is tabulated at
+MIN_GAIN = 0.002  # a term must lower the CV error by 0.2 percentage points to be freed
 
 
-@dataclass
-class RunScales:
-    """The fitted scales (1 / 0 = the white-box model)."""
-
-    gemm: dict = field(default_factory=dict)
-    attention: dict = field(default_factory=dict)
-    nvlink_bw: float = 1.0
-    nic_bw: float = 1.0
-    mem_fixed_gib: float = 0.0
-    mem_act_scale: float = 1.0
-
-    def to_dict(self) -> dict:
-        return {"gemm": dict(self.gemm), "attention": dict(self.attention),
-                "nvlink_bw": self.nvlink_bw, "nic_bw": self.nic_bw,
-                "mem_fixed_gib": self.mem_fixed_gib, "mem_act_scale": self.mem_act_scale}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RunScales":
-        return cls(**{k: (dict(v) if isinstance(v, dict) else float(v)) for k, v in d.items()})
+class CalibrationError(ValueError):
+    """A calibration that cannot be done, in one line."""
 
 
-# ---- applying scales ---------------------------------------------------------------------------
-def _gpu_mask(b, gpu: str) -> np.ndarray:
-    """The configurations on this catalog GPU (the memory size tells A100 40 GB from 80 GB,
-    which share the chip: a run calibration is about the cluster, not the chip)."""
-    fp = fingerprint(gpu)
-    return ((b.sm_arch == fp["sm_arch"]) & (b.sm_count == fp["sm_count"])
-            & np.isclose(b.peak_bf16, fp["peak_bf16"])
-            & np.isclose(b.hbm_gib, catalog.get_gpu(gpu).hbm_gib))
+def spec(name: str) -> tuple:
+    return PARAMS["mem_fixed_gib"] if name.startswith(FW_PREFIX) else PARAMS[name]
 
 
-def install(s: RunScales, nccl_scales: dict | None = None) -> None:
-    """Make every later simulation use the scales (compute, NCCL, memory hooks). NCCL scales
-    of an nccl-tests calibration, if given, are multiplied in."""
-    def eff(b):
-        g = np.ones(np.shape(b.sm_arch))
-        a = np.ones(np.shape(b.sm_arch))
-        for gpu, v in s.gemm.items():
-            g = np.where(_gpu_mask(b, gpu), v, g)
-        for gpu, v in s.attention.items():
-            a = np.where(_gpu_mask(b, gpu), v, a)
-        return g, a
+def prior_mean(name: str) -> float:
+    """The default model's value, in fit units (log for scales)."""
+    kind = spec(name)[0]
+    if name in terms.DEFAULT:
+        v = terms.DEFAULT[name]
+        return float(np.log(v)) if kind == "log" else float(v)
+    return 0.0
 
-    compute.set_efficiency_scale(eff if (s.gemm or s.attention) else None)
-    net = dict(nccl_scales or {})
-    net["nvlink_bw"] = net.get("nvlink_bw", 1.0) * s.nvlink_bw
-    net["nic_bw"] = net.get("nic_bw", 1.0) * s.nic_bw
-    prof = nccl.calibration().get("profile")
-    nccl.set_calibration(net, prof)
-    if s.mem_fixed_gib != 0.0 or s.mem_act_scale != 1.0:
-        memory.set_overhead(lambda b: (s.mem_fixed_gib, s.mem_act_scale))
+
+# ---- applying fitted terms ------------------------------------------------------------------
+def install(params: dict) -> None:
+    """Make every later simulation use the fitted terms (terms + memory hooks)."""
+    t = {k: float(v) for k, v in params.items() if k in terms.NEUTRAL}
+    terms.set_params(t or None)
+    fixed = float(params.get("mem_fixed_gib", 0.0))
+    act = float(params.get("mem_act_scale", 1.0))
+    per_fw = np.zeros(len(specs.FRAMEWORK))
+    for k, v in params.items():
+        if k.startswith(FW_PREFIX) and k[len(FW_PREFIX):] in specs.FRAMEWORK:
+            per_fw[specs.FRAMEWORK.index(k[len(FW_PREFIX):])] = float(v)
+    if fixed != 0.0 or act != 1.0 or per_fw.any():
+        def overhead(b):
+            code = frameworks.column(b, "framework").astype(np.int64)
+            return fixed + per_fw[np.clip(code, 0, len(per_fw) - 1)], act
+        memory.set_overhead(overhead)
     else:
         memory.set_overhead(None)
 
 
 def uninstall() -> None:
-    compute.set_efficiency_scale(None)
+    terms.set_params(None)
     memory.set_overhead(None)
-    nccl.set_calibration(None)
 
 
 # ---- the runs --------------------------------------------------------------------------------
-def load_runs(path) -> pd.DataFrame:
-    """Runs of a published-format CSV with their `status`, ready to simulate: unstated
-    micro-batch/recompute imputed as `sweep validate` does, failed runs and runs that measured
-    nothing (and did not run out of memory) left out with their reason in `skip`."""
+def load_runs(path, failed_as: str | None = None) -> pd.DataFrame:
+    """Runs of a published-format CSV with their `status`, ready to simulate; every row that
+    cannot be used is kept with its reason in `skip`. failed_as="oom": failed runs are OOM
+    bounds (their `failed_as_oom` is True)."""
     from ..accuracy import validation
 
     raw = pd.read_csv(path, dtype=str, keep_default_na=False)
@@ -119,147 +129,297 @@ def load_runs(path) -> pd.DataFrame:
     bad = sorted(set(status) - set(STATUS))
     if bad:
         raise ValueError(f"status: {bad[0]!r} is not one of {', '.join(STATUS)}")
+    if failed_as not in (None, "unknown", "oom"):
+        raise ValueError(f"failed_as: {failed_as!r} is not one of unknown, oom")
     runs = validation.load_published(path)
-    runs["status"] = status.to_numpy()
+    # the model size as published (for --fit "params_b < 10"); NaN where not stated
+    runs["params_b"] = (pd.to_numeric(raw["params_b"], errors="coerce").to_numpy()
+                        if "params_b" in raw else np.nan)
+    runs["failed_as_oom"] = (status.to_numpy() == "failed") & (failed_as == "oom")
+    runs["status"] = np.where(runs["failed_as_oom"], "oom", status.to_numpy())
     oom_only = (runs["status"] == "oom") & runs["skip"].str.startswith("nothing measured")
     runs.loc[oom_only, "skip"] = ""
-    runs.loc[runs["status"] == "failed", "skip"] = "status failed: says nothing about the model"
+    runs.loc[runs["status"] == "failed", "skip"] = ("status failed: unknown cause (--failed-as "
+                                                    "oom makes it an OOM bound)")
     use = runs[runs["skip"] == ""].copy()
     if len(use):
-        use = validation._impute(use)
+        try:
+            use = validation._impute(use)
+        except Exception:  # noqa: BLE001 - one bad row must not stop the table: impute by row
+            parts = []
+            for i in range(len(use)):
+                one = use.iloc[[i]]
+                try:
+                    parts.append(validation._impute(one))
+                except Exception as exc:  # noqa: BLE001
+                    parts.append(one.assign(skip=f"cannot impute micro-batch/recompute: "
+                                                 f"{type(exc).__name__}"))
+            use = pd.concat(parts)
     return pd.concat([use, runs[runs["skip"] != ""]], ignore_index=True)
 
 
-def predict(runs: pd.DataFrame, s: RunScales | None = None) -> pd.DataFrame:
-    """Predicted step time, peak reserved memory (what logs report) and device peak (what decides
-    OOM) of the white-box model, with the scales installed for this call only (fitting starts
-    from the default models: no profile active)."""
+def skip_counts(runs: pd.DataFrame) -> Counter:
+    return Counter(runs.loc[runs["skip"] != "", "skip"])
+
+
+@dataclass
+class RunData:
+    """The usable runs and the white-box arrays every fit re-uses."""
+
+    runs: pd.DataFrame
+    parts: np.ndarray        # n x len(terms.GROUPS): raw breakdown group sums, seconds
+    m: np.ndarray            # micro-batches per step
+    nodes: np.ndarray
+    reserved: np.ndarray     # n x len(_ACT_GRID): peak reserved GiB at each activation scale
+    device: np.ndarray       # same, device peak (what decides OOM)
+    cap: np.ndarray
+    t_meas: np.ndarray
+    m_meas: np.ndarray
+    ok: np.ndarray
+    oom: np.ndarray
+    framework: np.ndarray
+    model: np.ndarray
+    cluster: np.ndarray
+    skipped: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def subset(self, idx) -> "RunData":
+        idx = np.asarray(idx)
+        return RunData(self.runs.iloc[idx], self.parts[idx], self.m[idx], self.nodes[idx],
+                       self.reserved[idx], self.device[idx], self.cap[idx], self.t_meas[idx],
+                       self.m_meas[idx], self.ok[idx], self.oom[idx], self.framework[idx],
+                       self.model[idx], self.cluster[idx])
+
+
+def _simulate_neutral(runs: pd.DataFrame, act_scale: float = 1.0) -> pd.DataFrame:
+    """The white-box model with neutral terms (what the fit multiplies). The caller makes sure
+    no profile is active (sweep calibrate runs in a process that activates none)."""
+    saved = terms._params
     try:
-        if s is not None:
-            install(s)
-        p = simulate_frame(runs.reset_index(drop=True))
+        terms.set_params(terms.NEUTRAL)
+        memory.set_overhead((lambda b: (0.0, act_scale)) if act_scale != 1.0 else None)
+        return simulate_frame(runs.reset_index(drop=True))
     finally:
-        uninstall()
-    return pd.DataFrame({"step_s": p["step_time_s"].to_numpy(),
-                         "mem_gib": p["peak_reserved_gib"].to_numpy(),
-                         "device_gib": p["peak_memory_gib"].to_numpy(),
-                         "fits": p["fits"].to_numpy()}, index=runs.index)
+        memory.set_overhead(None)
+        terms._params = saved
 
 
-# ---- fitting ---------------------------------------------------------------------------------
-def free_parameters(runs: pd.DataFrame) -> list[tuple[str, str | None]]:
-    """The scales these runs can see: compute per GPU of runs with a step time (attention too
-    unless every such run is short-sequence), network tiers the runs span, memory where memory
-    was measured or a run ran out of it."""
-    timed = runs[runs["measured_step_s"].notna() & (runs["status"] == "ok")]
-    free = [("gemm", g) for g in sorted(timed["gpu"].unique())]
-    free += [("attention", g) for g in sorted(timed.loc[timed["seq_len"] >= 2048, "gpu"].unique())]
-    if len(timed):
-        gpn = np.array([catalog.gpu_table().loc[catalog.get_gpu(g).name, "gpus_per_node"]
-                        for g in timed["gpu"]])
-        multi = timed["num_gpus"].to_numpy() > gpn
-        if (timed["tp"].to_numpy() > 1).any() or (~multi & (timed["num_gpus"] > 1)).any():
-            free.append(("nvlink_bw", None))
-        if multi.any():
-            free.append(("nic_bw", None))
-    memrows = runs["measured_mem_gib"].notna() | (runs["status"] == "oom")
-    if memrows.any():
-        free += [("mem_fixed_gib", None), ("mem_act_scale", None)]
-    return free
+def prepare(runs: pd.DataFrame) -> RunData:
+    """Simulate the usable runs once; a run the simulator rejects (or cannot price) is moved to
+    the skipped rows with the simulator's reason, never stopping the fit."""
+    skipped = runs[runs["skip"] != ""]
+    use = runs[runs["skip"] == ""].reset_index(drop=True)
+    if len(use) == 0:
+        return _empty(skipped)
+    try:
+        sims = [_simulate_neutral(use, float(np.exp(a))) for a in _ACT_GRID]
+    except Exception as exc:  # noqa: BLE001 - find the rows by simulating them one by one
+        ok_rows = []
+        for i in range(len(use)):
+            try:
+                _simulate_neutral(use.iloc[[i]])
+                ok_rows.append(i)
+            except Exception as e:  # noqa: BLE001
+                use.loc[i, "skip"] = f"simulator error: {type(e).__name__}: {str(e)[:80]}"
+        if not ok_rows:
+            raise CalibrationError(f"the simulator failed on every run ({exc})") from None
+        skipped = pd.concat([skipped, use[use["skip"] != ""]])
+        use = use[use["skip"] == ""].reset_index(drop=True)
+        sims = [_simulate_neutral(use, float(np.exp(a))) for a in _ACT_GRID]
+    base = sims[len(_ACT_GRID) // 2]
+    reason = np.where(~base["valid"].to_numpy(bool),
+                      "simulator rejects the layout: " + base["invalid_reason"].astype(str), "")
+    finite = np.isfinite(base["step_time_s"].to_numpy(float)) & np.isfinite(
+        base["peak_memory_gib"].to_numpy(float))
+    reason = np.where((reason == "") & ~finite, "simulator gives no finite prediction", reason)
+    use["skip"] = reason
+    keep = reason == ""
+    skipped = pd.concat([skipped, use[~keep]], ignore_index=True)
+    use = use[keep].reset_index(drop=True)
+    if len(use) == 0:
+        return _empty(skipped)
+    base = base[keep].reset_index(drop=True)
+    parts = np.column_stack([sum(base[c].to_numpy(float) for c in cols)
+                             for cols in terms.GROUPS.values()])
+    res = np.column_stack([s.loc[keep, "peak_reserved_gib"].to_numpy(float) for s in sims])
+    dev = np.column_stack([s.loc[keep, "peak_memory_gib"].to_numpy(float) for s in sims])
+    cap = use["gpu"].map(lambda g: catalog.get_gpu(g).hbm_gib).to_numpy(float)
+    status = use["status"].to_numpy()
+    t = use["measured_step_s"].to_numpy(float)
+    return RunData(use, parts, base["num_microbatches"].to_numpy(float),
+                   terms.nodes_of(use["num_gpus"], use["gpus_per_node"]), res, dev, cap,
+                   np.where(status == "ok", t, np.nan),
+                   use["measured_mem_gib"].to_numpy(float), status == "ok", status == "oom",
+                   use["framework"].astype(str).to_numpy(), use["label"].astype(str).to_numpy(),
+                   use["num_gpus"].to_numpy(float), skipped)
 
 
-def _scales_of(x: np.ndarray, free) -> RunScales:
-    s = RunScales()
-    for v, (name, gpu) in zip(x, free):
-        if name in ("gemm", "attention"):
-            getattr(s, name)[gpu] = float(np.exp(v))
-        elif name == "mem_fixed_gib":
-            s.mem_fixed_gib = float(v)
-        else:
-            setattr(s, name, float(np.exp(v)))
-    return s
+def _empty(skipped) -> RunData:
+    z = np.zeros(0)
+    return RunData(skipped.iloc[0:0], np.zeros((0, len(terms.GROUPS))), z, z,
+                   np.zeros((0, len(_ACT_GRID))), np.zeros((0, len(_ACT_GRID))), z, z, z,
+                   z.astype(bool), z.astype(bool), z.astype(str), z.astype(str), z, skipped)
 
 
-def _residuals(runs: pd.DataFrame, pred: pd.DataFrame) -> np.ndarray:
-    ok = (runs["status"] == "ok").to_numpy()
-    t = runs["measured_step_s"].to_numpy(float)
-    m = runs["measured_mem_gib"].to_numpy(float)
-    cap = runs["gpu"].map(lambda g: catalog.get_gpu(g).hbm_gib).to_numpy(float)
-    r_t = np.where(ok & np.isfinite(t), np.log(pred["step_s"].to_numpy() / t), 0.0)
-    r_m = np.where(np.isfinite(m), np.log(pred["mem_gib"].to_numpy() / m), 0.0)
-    dev = pred["device_gib"].to_numpy()
-    oom = (runs["status"] == "oom").to_numpy()
-    # an OOM run must not fit (predicted device peak above the capacity); a run that ran, fit
-    r_b = np.where(oom, np.maximum(np.log(cap / dev), 0.0),
-                   np.where(ok, np.maximum(np.log(dev / cap), 0.0), 0.0))
+# ---- predicting from the arrays --------------------------------------------------------------
+def values(x: dict) -> dict:
+    """Fit units (log for scales) -> the values the model uses."""
+    return {k: (float(np.exp(v)) if spec(k)[0] == "log" else float(v)) for k, v in x.items()}
+
+
+def predict_arrays(d: RunData, params: dict) -> dict:
+    """Step time, peak reserved memory and device peak under `params` (model values)."""
+    step = terms.step_time(d.parts, d.m, d.nodes,
+                           {k: v for k, v in params.items() if k in terms.NEUTRAL})
+    la = np.log(params.get("mem_act_scale", 1.0))
+    j = np.interp(la, _ACT_GRID, np.arange(len(_ACT_GRID)))
+    lo = int(min(np.floor(j), len(_ACT_GRID) - 2))
+    w = j - lo
+    extra = params.get("mem_fixed_gib", 0.0) + np.array(
+        [params.get(FW_PREFIX + f, 0.0) for f in d.framework])
+    res = d.reserved[:, lo] * (1 - w) + d.reserved[:, lo + 1] * w + extra
+    dev = d.device[:, lo] * (1 - w) + d.device[:, lo + 1] * w + extra
+    return {"step_s": step, "mem_gib": res, "device_gib": dev, "fits": dev <= d.cap}
+
+
+def _data_residuals(d: RunData, p: dict) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r_t = np.where(d.ok & np.isfinite(d.t_meas), np.log(p["step_s"] / d.t_meas), 0.0)
+        r_m = np.where(np.isfinite(d.m_meas), np.log(p["mem_gib"] / d.m_meas), 0.0)
+        dev = p["device_gib"]
+        r_b = np.where(d.oom, np.maximum(np.log(d.cap / dev), 0.0),
+                       np.where(d.ok, np.maximum(np.log(dev / d.cap), 0.0), 0.0))
     return np.concatenate([r_t, r_m, r_b]) / NOISE
 
 
-def fit(runs: pd.DataFrame, free=None, x0=None, max_nfev: int | None = None) -> RunScales:
-    """Maximum a posteriori scales: data residuals over NOISE plus the Gaussian priors."""
+@dataclass
+class Fit:
+    free: list
+    x: dict                  # fit units, free and fixed
+    sd: dict                 # standard deviation of each free parameter, fit units
+    cost: float = 0.0
+
+    @property
+    def params(self) -> dict:
+        return values(self.x)
+
+
+def white_box(extra_names=()) -> Fit:
+    names = list(TIME_TERMS) + list(MEM_TERMS) + list(extra_names)
+    return Fit([], {k: prior_mean(k) for k in names}, {})
+
+
+def fit(d: RunData, free, max_nfev: int = 200) -> Fit:
+    """Maximum a posteriori values of the free parameters (the others at their prior mean):
+    robust (soft L1) least squares on the data residuals plus the Gaussian priors; the
+    uncertainty from the Jacobian at the optimum."""
     from scipy.optimize import least_squares
 
-    runs = runs[runs["skip"] == ""] if "skip" in runs else runs
-    free = free_parameters(runs) if free is None else free
+    free = list(free)
+    x = white_box([n for n in free if n.startswith(FW_PREFIX)]).x
+    if not free or len(d) == 0:
+        return Fit(free, x, {})
+    mu = np.array([prior_mean(n) for n in free])
+    sig = np.array([spec(n)[1] for n in free])
+    lo = np.array([spec(n)[2][0] for n in free])
+    hi = np.array([spec(n)[2][1] for n in free])
+
+    def resid(v):
+        xx = {**x, **dict(zip(free, v))}
+        return np.concatenate([_data_residuals(d, predict_arrays(d, values(xx))),
+                               (v - mu) / sig])
+
+    x0 = np.clip(mu, lo + 1e-9, hi - 1e-9)
+    r0 = resid(x0)
+    if not np.all(np.isfinite(r0)):
+        n = len(d)
+        bad = np.flatnonzero(~np.isfinite(r0[: 3 * n])) % n
+        ids = ", ".join(sorted({str(d.runs["id"].iat[i]) for i in bad})[:5])
+        raise CalibrationError(f"residuals not finite at the default model for run(s) {ids} "
+                               "(a measured value of 0 or a negative one?)")
+    try:
+        res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=1.0,
+                            x_scale=sig, diff_step=1e-4, max_nfev=max_nfev)
+    except (ValueError, np.linalg.LinAlgError, FloatingPointError) as exc:
+        raise CalibrationError(f"the fit failed: {str(exc).splitlines()[0]}") from None
+    if not np.all(np.isfinite(res.x)):
+        raise CalibrationError("the fit failed: parameters not finite")
+    J = res.jac
+    try:
+        cov = np.linalg.pinv(J.T @ J)
+        sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    except np.linalg.LinAlgError:
+        sd = np.full(len(free), np.nan)
+    return Fit(free, {**x, **dict(zip(free, res.x))}, dict(zip(free, sd)), float(res.cost))
+
+
+# ---- candidates and grouped cross-validation -------------------------------------------------
+def candidates(d: RunData) -> tuple[list, list]:
+    """(time terms, memory terms) these runs can see."""
+    timed = d.ok & np.isfinite(d.t_meas)
+    tt = []
+    if timed.any():
+        P = d.parts[timed]
+        for j, name in enumerate(terms.GROUPS):
+            if (P[:, j] > 0).any():
+                tt.append(name)
+        tt.append("host_step_s")
+        if len(np.unique(d.m[timed])) > 1:
+            tt.append("host_mb_s")
+        if len(np.unique(d.nodes[timed])) > 1:
+            tt.append("node_c")
+    mm = []
+    memrows = np.isfinite(d.m_meas) | d.oom
+    if memrows.any():
+        mm = list(MEM_TERMS)
+        fws = sorted(set(d.framework[np.isfinite(d.m_meas)]))
+        if len(fws) > 1:
+            mm += [FW_PREFIX + f for f in fws]
+    return tt, mm
+
+
+def groupings(d: RunData) -> dict:
+    """Grouped folds: leave one model out, leave one cluster size out (each where the runs hold
+    at least two groups); 5-fold by run where they hold neither."""
+    out = {}
+    if len(np.unique(d.model)) > 1:
+        out["model"] = d.model
+    if len(np.unique(d.cluster)) > 1:
+        out["cluster size"] = d.cluster.astype(int).astype(str)
+    if not out and len(d) >= 3:
+        out["5-fold"] = (np.arange(len(d)) % min(5, len(d))).astype(str)
+    return out
+
+
+def cv_predict(d: RunData, free, groups: np.ndarray, max_nfev: int = 60) -> dict:
+    """Out-of-fold predictions: each group predicted by a fit on the others."""
+    n = len(d)
+    out = {"step_s": np.full(n, np.nan), "mem_gib": np.full(n, np.nan),
+           "device_gib": np.full(n, np.nan), "fits": np.zeros(n, bool)}
     if not free:
-        return RunScales()
-    sig = np.array([PRIOR_SIGMA[n] for n, _ in free])
-
-    def resid(x):
-        pred = predict(runs, _scales_of(x, free))
-        return np.concatenate([_residuals(runs, pred), x / sig])
-
-    x0 = np.zeros(len(free)) if x0 is None else x0
-    # hard bounds: a scale within x0.5-x2, the fixed memory within -8..+16 GiB
-    lo = np.array([-8.0 if n == "mem_fixed_gib" else -0.7 for n, _ in free])
-    hi = np.array([16.0 if n == "mem_fixed_gib" else 0.7 for n, _ in free])
-    res = least_squares(resid, np.clip(x0, lo, hi), bounds=(lo, hi), diff_step=1e-3,
-                        x_scale=np.maximum(sig, 0.05), max_nfev=max_nfev)
-    return _scales_of(res.x, free)
+        return predict_arrays(d, white_box().params)
+    for g in np.unique(groups):
+        test = groups == g
+        f = fit(d.subset(np.flatnonzero(~test)), free, max_nfev=max_nfev)
+        p = predict_arrays(d.subset(np.flatnonzero(test)), f.params)
+        for k in out:
+            out[k][test] = p[k]
+    return out
 
 
-def _x_of(s: RunScales, free) -> np.ndarray:
-    out = []
-    for name, gpu in free:
-        if name in ("gemm", "attention"):
-            out.append(np.log(getattr(s, name).get(gpu, 1.0)))
-        elif name == "mem_fixed_gib":
-            out.append(s.mem_fixed_gib)
-        else:
-            out.append(np.log(getattr(s, name)))
-    return np.array(out)
-
-
-def errors(runs: pd.DataFrame, pred: pd.DataFrame) -> pd.DataFrame:
-    """Per run: step-time and memory error (predicted / measured - 1) and the OOM verdict."""
-    cap = runs["gpu"].map(lambda g: catalog.get_gpu(g).hbm_gib).to_numpy(float)
-    return pd.DataFrame({
-        "step_error": pred["step_s"].to_numpy() / runs["measured_step_s"].to_numpy(float) - 1,
-        "mem_error": pred["mem_gib"].to_numpy() / runs["measured_mem_gib"].to_numpy(float) - 1,
-        "predicted_fits": pred["device_gib"].to_numpy() <= cap,
-    }, index=runs.index)
-
-
-def leave_one_run_out(runs: pd.DataFrame, full: RunScales, max_nfev: int = 25) -> pd.DataFrame:
-    """Each run predicted by scales fitted on the others (warm-started from the full fit), next
-    to the white-box model's prediction."""
-    runs = runs[runs["skip"] == ""]
-    base = errors(runs, predict(runs))
-    rows = []
-    for i in range(len(runs)):
-        rest = runs.drop(index=runs.index[i])
-        free = free_parameters(rest)
-        s = fit(rest, free, x0=_x_of(full, free), max_nfev=max_nfev)
-        one = runs.iloc[[i]]
-        e = errors(one, predict(one, s)).iloc[0]
-        rows.append({"id": one["id"].iat[0], "label": one["label"].iat[0],
-                     "status": one["status"].iat[0],
-                     "step_error_before": base["step_error"].iat[i],
-                     "step_error_after": e["step_error"],
-                     "mem_error_before": base["mem_error"].iat[i], "mem_error_after": e["mem_error"],
-                     "fits_before": bool(base["predicted_fits"].iat[i]),
-                     "fits_after": bool(e["predicted_fits"])})
-    return pd.DataFrame(rows)
+def outliers(d: RunData, pred: dict) -> np.ndarray:
+    """Runs no term explains: log step error more than 3 robust sigmas (and 25%) from the
+    median of the fitted runs."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.log(pred["step_s"] / d.t_meas)
+    ok = np.isfinite(r)
+    if ok.sum() < 5:
+        return np.zeros(len(d), bool)
+    med = np.median(r[ok])
+    mad = 1.4826 * np.median(np.abs(r[ok] - med))
+    return ok & (np.abs(r - med) > max(3 * mad, np.log(1.25)))
 
 
 def spearman(a, b) -> float:
@@ -275,3 +435,223 @@ def throughput_per_gpu(runs: pd.DataFrame, step_s) -> np.ndarray:
     """Tokens per second per GPU: what ranks runs of different sizes and batches."""
     tokens = runs["global_batch"].to_numpy(float) * runs["seq_len"].to_numpy(float)
     return tokens / np.asarray(step_s, float) / runs["num_gpus"].to_numpy(float)
+
+
+def metrics(d: RunData, pred: dict, out_mask=None) -> dict:
+    """Error figures of predictions: step time (outliers apart), memory, OOM verdicts, rank
+    correlation within each (model, cluster size) group, step error by cluster size."""
+    out_mask = np.zeros(len(d), bool) if out_mask is None else out_mask
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = pred["step_s"] / d.t_meas - 1
+        em = pred["mem_gib"] / d.m_meas - 1
+    timed = np.isfinite(e)
+    inl = timed & ~out_mask
+
+    def med(x):
+        x = x[np.isfinite(x)]
+        return float(np.median(np.abs(x))) if len(x) else float("nan")
+
+    verdict = d.ok | d.oom
+    acc = (float(np.mean(pred["fits"][verdict] == d.ok[verdict])) if verdict.any()
+           else float("nan"))
+    tps_p = throughput_per_gpu(d.runs, pred["step_s"])
+    tps_m = throughput_per_gpu(d.runs, d.t_meas)
+    rhos = []
+    for _, idx in pd.Series(np.arange(len(d))).groupby([d.model, d.cluster]):
+        i = idx.to_numpy()
+        i = i[inl[i]]
+        if len(i) >= 3:
+            rhos.append(spearman(tps_p[i], tps_m[i]))
+    by_cluster = {}
+    for c in np.unique(d.cluster[inl]):
+        by_cluster[int(c)] = med(e[inl & (d.cluster == c)])
+    return {"step": med(e[inl]), "step_with_outliers": med(e[timed]),
+            "timed": int(timed.sum()), "outliers": int((timed & out_mask).sum()),
+            "bias": float(np.median(e[inl])) if inl.any() else float("nan"),
+            "mem": med(em), "mem_runs": int(np.isfinite(em).sum()),
+            "oom_accuracy": acc, "verdicts": int(verdict.sum()),
+            "spearman": float(np.nanmedian(rhos)) if rhos and np.isfinite(rhos).any()
+            else float("nan"), "spearman_groups": len(rhos), "by_cluster": by_cluster}
+
+
+def _score(d: RunData, free, folds: dict, kind: str, cache: dict) -> float:
+    key = (tuple(sorted(free)), kind)
+    if key in cache:
+        return cache[key]
+    vals = []
+    for groups in folds.values():
+        p = cv_predict(d, free, groups)
+        m = metrics(d, p)
+        if kind == "time":
+            vals.append(m["step"])
+        else:
+            v = m["mem"] if m["mem_runs"] else 0.0
+            vals.append(v + (1 - m["oom_accuracy"] if m["verdicts"] and d.oom.any() else 0.0))
+    s = float(np.nanmean(vals)) if vals and np.isfinite(vals).any() else float("inf")
+    cache[key] = s
+    return s
+
+
+def select(d: RunData, folds: dict, log=None) -> tuple[list, dict]:
+    """Forward selection of free terms by grouped CV, time and memory terms apart (their
+    residuals do not share parameters): a term is freed only when it lowers the CV error by
+    MIN_GAIN. Returns (free terms, the trail of scores)."""
+    tt, mm = candidates(d)
+    cache: dict = {}
+    trail = {}
+    chosen: list = []
+    for kind, cands in (("time", tt), ("memory", mm)):
+        base = [c for c in chosen]
+        best = _score(d, base if kind == "time" else [], folds, kind, cache)
+        trail[f"{kind}: white-box"] = best
+        mine: list = []
+        while True:
+            trials = [(_score(d, mine + [c], folds, kind, cache), c) for c in cands
+                      if c not in mine]
+            if not trials:
+                break
+            s, c = min(trials)
+            if log:
+                log(f"  {kind}: best next term {c}: CV {100 * s:.2f}% (now {100 * best:.2f}%)")
+            if s < best - MIN_GAIN:
+                mine.append(c)
+                best = s
+                trail[f"{kind}: + {c}"] = s
+            else:
+                break
+        chosen += mine
+    return chosen, trail
+
+
+@dataclass
+class Calibration:
+    data: RunData
+    free: list
+    fit: Fit
+    folds: dict
+    trail: dict
+    cv_before: dict
+    cv_after: dict
+    outlier_mask: np.ndarray
+    accepted: bool
+
+
+def calibrate(d: RunData, free=None, log=None) -> Calibration:
+    """Select terms by grouped CV (unless `free` is given), fit them on every run, and report
+    grouped-CV metrics of the white-box model and of the calibrated one."""
+    if len(d) == 0:
+        raise CalibrationError("no usable run")
+    folds = groupings(d)
+    trail = {}
+    if free is None:
+        free, trail = select(d, folds, log) if folds else ([], {})
+    f = fit(d, free)
+    out = outliers(d, predict_arrays(d, f.params))
+    before, after = {}, {}
+    for name, groups in folds.items():
+        before[name] = metrics(d, cv_predict(d, [], groups), out)
+        after[name] = metrics(d, cv_predict(d, free, groups), out)
+    worse = any(after[k]["step"] > before[k]["step"] + 1e-9 for k in folds
+                if np.isfinite(after[k]["step"]))
+    accepted = bool(free) and not worse
+    if not accepted:
+        f = Fit([], white_box().x, {})
+        after = before
+    return Calibration(d, free if accepted else [], f, folds, trail, before, after, out,
+                       accepted)
+
+
+def learning_curve(d: RunData, sizes, repeats: int = 5, seed: int = 0) -> pd.DataFrame:
+    """Error on the runs not fitted against the number of calibration runs: random subsets of
+    each size, terms selected by 5-fold CV inside the subset, error on the rest (median over
+    repeats)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n in sizes:
+        if n >= len(d):
+            continue
+        errs, wb = [], []
+        for _ in range(repeats):
+            idx = rng.permutation(len(d))
+            tr, te = idx[:n], idx[n:]
+            sub = d.subset(tr)
+            folds = {"5-fold": (np.arange(n) % min(5, n)).astype(str)} if n >= 3 else {}
+            free = select(sub, folds)[0] if folds else []
+            f = fit(sub, free)
+            test = d.subset(te)
+            errs.append(metrics(test, predict_arrays(test, f.params))["step"])
+            wb.append(metrics(test, predict_arrays(test, white_box().params))["step"])
+        rows.append({"runs": n, "calibrated": float(np.median(errs)),
+                     "white_box": float(np.median(wb))})
+    return pd.DataFrame(rows)
+
+
+# ---- learned residual (XGBoost), only where grouped CV shows it helps ---------------------------
+def _cols(d: RunData) -> dict:
+    r = d.runs
+    return {"num_gpus": r["num_gpus"].to_numpy(float), "gpus_per_node":
+            r["gpus_per_node"].to_numpy(float), "tp": r["tp"].to_numpy(float),
+            "pp": r["pp"].to_numpy(float), "cp": r["cp"].to_numpy(float),
+            "micro_batch": r["micro_batch"].to_numpy(float), "num_microbatches": d.m,
+            "layers": r["layers"].to_numpy(float), "hidden": r["hidden"].to_numpy(float),
+            "seq_len": r["seq_len"].to_numpy(float)}
+
+
+def _train_residual(d: RunData, params: dict):
+    """Booster on log(measured / calibrated) of the timed runs, and their range."""
+    from . import residual
+
+    cols = _cols(d)
+    timed = np.isfinite(d.t_meas)
+    y = np.log(d.t_meas / predict_arrays(d, params)["step_s"])
+    X = residual.features(cols, d.parts, params)
+    return residual.train(X[timed], y[timed]), residual.range_of(
+        {k: v[timed] for k, v in cols.items()})
+
+
+def _apply_residual(d: RunData, params: dict, booster, rng) -> tuple[np.ndarray, np.ndarray]:
+    from . import residual
+
+    cols = _cols(d)
+    base = predict_arrays(d, params)["step_s"]
+    out = residual.outside(cols, rng)
+    r = residual.predict(booster, residual.features(cols, d.parts, params))
+    return base * np.exp(np.where(out, 0.0, r)), out
+
+
+def residual_cv(cal: Calibration) -> dict | None:
+    """Grouped-CV step error of the calibrated model with and without the learned residual
+    (trained on each fold's training runs, on their residual after that fold's term fit);
+    None where there are too few timed runs to try."""
+    from . import residual
+
+    d = cal.data
+    if int(np.isfinite(d.t_meas).sum()) < residual.MIN_RUNS or not cal.folds:
+        return None
+    out = {}
+    for name, groups in cal.folds.items():
+        without = np.full(len(d), np.nan)
+        with_r = np.full(len(d), np.nan)
+        flagged = 0
+        for g in np.unique(groups):
+            test = groups == g
+            tr, te = d.subset(np.flatnonzero(~test)), d.subset(np.flatnonzero(test))
+            if int(np.isfinite(tr.t_meas).sum()) < residual.MIN_RUNS // 2:
+                continue
+            p = fit(tr, cal.free, max_nfev=60).params
+            booster, rng = _train_residual(tr, p)
+            without[test] = predict_arrays(te, p)["step_s"]
+            with_r[test], fl = _apply_residual(te, p, booster, rng)
+            flagged += int(fl.sum())
+        e0 = metrics(d, {**predict_arrays(d, cal.fit.params), "step_s": without},
+                     cal.outlier_mask)["step"]
+        e1 = metrics(d, {**predict_arrays(d, cal.fit.params), "step_s": with_r},
+                     cal.outlier_mask)["step"]
+        out[name] = {"without": e0, "with": e1, "flagged": flagged}
+    return out
+
+
+def residual_helps(cv: dict | None) -> bool:
+    """Kept only when it lowers the error on every grouping by MIN_GAIN."""
+    return bool(cv) and all(np.isfinite(v["with"]) and v["with"] < v["without"] - MIN_GAIN
+                            for v in cv.values())

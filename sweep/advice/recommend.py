@@ -34,6 +34,7 @@ import pandas as pd
 from sim_core.risk import DEFAULT_MAX_RISK
 
 from . import export
+from ..engine.evaluate import profile_line
 from ..errors import SweepError
 
 OBJECTIVES = {  # name -> (column, ascending, header)
@@ -351,6 +352,7 @@ class Recommendation:
     fits: int
     dropped: list
     run_name: str = ""
+    profile: str = ""  # the calibration profile the results were simulated with
 
     @property
     def found(self) -> bool:
@@ -494,6 +496,8 @@ def render(rec: Recommendation) -> str:
     lines = [f"recommendation{' for ' + rec.run_name if rec.run_name else ''} "
              f"(objective: {rec.objective}"
              + (", " + "; ".join(c.describe()) if c.describe() else "") + ")"]
+    if rec.profile:
+        lines.append(rec.profile)
     if not rec.found:
         lines.append(f"no configuration meets the constraints ({rec.fits:,} fit in memory)")
         for name, n in rec.dropped:
@@ -572,6 +576,7 @@ def recommend_after_search(out_dir: str | Path, objective: str | None = None) ->
         obj = objective or _default_objective(meta)
         rec = read_full(out_dir, recommend_chunks(chunks, obj,
                                                   run_name=str(meta.get("space", ""))))
+        rec.profile = profile_line(meta) or ""
         if rec.found:
             write_recipe(rec, Path(out_dir) / "recipe")
         text = render(rec)

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..engine.evaluate import profile_line
 from ..errors import SweepError
 from . import export
 from .baseline import rule_of_thumb, short
@@ -54,6 +55,8 @@ TIME_PARTS = [  # column, label, colour
     ("time_bubble", "pipeline bubble", "#bab0ac"),
     ("time_optimizer", "optimizer", "#72b7b2"),
     ("time_slowdown", "overlap slowdown", "#eeca3b"),
+    ("time_host", "host overhead", "#72b7b2"),
+    ("time_nodes", "node-count slowdown", "#ff9da6"),
 ]
 MEM_LABELS = {"mem_weights": "weights", "mem_grads": "gradients", "mem_optimizer": "optimizer",
               "mem_activations": "activations", "mem_logits": "logits", "mem_working": "working",
@@ -291,6 +294,9 @@ def why(best: pd.Series, rot: pd.Series | None, rule: str) -> list[str]:
         "time_ep": lambda: f"expert parallel: EP {r['ep']} -> {b['ep']}",
         "time_optimizer": lambda: "optimizer step",
         "time_slowdown": lambda: "compute slowed by overlapped communication",
+        "time_host": lambda: (f"host overhead per micro-batch: {r.get('num_microbatches')} -> "
+                              f"{b.get('num_microbatches')} micro-batches"),
+        "time_nodes": lambda: f"node-count slowdown: {r['num_gpus']} -> {b['num_gpus']} GPUs",
     }
     diffs = []
     for col, label, _ in TIME_PARTS:
@@ -626,6 +632,7 @@ def build(run_dir: str | Path, *, objective: str | None = None,
 
     obj = objective or _default_objective(meta)
     rec = recommend(df, obj, c, run_name=str(meta.get("space", "")))
+    rec.profile = profile_line(meta) or ""
     d = derive(df, c.tokens, c.failures)
     del df
     mask, _ = feasible(d, c)
@@ -730,6 +737,9 @@ def render_html(r: dict) -> str:
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>sweep report: {E(r['run'])}</title>", f"<style>{CSS}</style></head><body>",
         f"<h1>sweep report: {E(r['run'])}</h1>",
+        *([f"<p class=\"profile\"><b>{E(profile_line(r['meta']))}</b></p>"]
+          if profile_line(r["meta"]) else
+          ["<p class=\"profile\">default model (no calibration profile)</p>"]),
         f"<p class=muted>model {E(r['model'])}; GPU types {E(', '.join(r['gpus']))}; cluster "
         f"sizes {E(', '.join(str(s) for s in r['sizes']))}; {cnt['total']:,} configurations "
         f"({cnt['invalid']:,} invalid, {cnt['oom']:,} out of memory, {cnt['ok']:,} fit); "

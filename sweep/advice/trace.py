@@ -65,6 +65,8 @@ BREAKDOWN = [  # column, event name, category
     ("time_bubble", "pipeline bubble", "bubble"),
     ("time_dp", "DP grad sync (exposed)", "comm_exposed"),
     ("time_optimizer", "optimizer", "optimizer"),
+    ("time_host", "host overhead", "host"),
+    ("time_nodes", "node-count slowdown", "host"),
 ]
 CONFIG_FIELDS = ("model", "gpu", "num_gpus", "framework", "tp", "pp", "vpp", "cp", "ep", "dp",
                  "micro_batch", "num_microbatches", "recompute", "sequence_parallel", "zero",

@@ -5,7 +5,8 @@ a named profile that `sweep simulate` / `sweep search` accept (`--profile NAME`)
     sweep calibrate overlap TABLE.csv --profile NAME
     sweep calibrate nccl all_reduce_perf.txt [MORE...] [--gpu h100-sxm] --profile NAME
     sweep calibrate inspect TRACE.json.gz|nsys_stats.txt [MORE...]
-    sweep calibrate runs RUNS.csv [--fit EXPR] --profile NAME
+    sweep calibrate runs RUNS.csv [--fit EXPR] [--failed-as oom] [--plot DIR] --profile NAME
+    sweep calibrate learning-curve RUNS.csv [MORE...] [--sizes 3,5,8,12]
     sweep calibrate show NAME
     sweep calibrate list
 
@@ -269,15 +270,111 @@ def _median_abs(x) -> float:
     return float(x.abs().median()) if len(x) else float("nan")
 
 
+def _term_line(name: str, fitted, free: bool) -> str:
+    """One fitted term with its uncertainty (from the Jacobian at the optimum)."""
+    from sim_core.calibration import runs as runs_fit
+
+    kind = runs_fit.spec(name)[0]
+    x, sd = fitted.x[name], fitted.sd.get(name, float("nan"))
+    prior = runs_fit.spec(name)[1]
+    state = "fitted" if free else "at prior"
+    if kind == "log":
+        unc = f"+-{100 * (np.exp(sd) - 1):.1f}%" if free and np.isfinite(sd) else ""
+        return f"  {name:<26} x{np.exp(x):.3f} {unc:<9} [{state}; prior x1 +-{prior:g} log]"
+    unit = {"host_step_s": " s", "host_mb_s": " s", "node_c": "/doubling"}.get(
+        name, " GiB")
+    unc = f"+-{sd:.3g}" if free and np.isfinite(sd) else ""
+    return (f"  {name:<26} {x:+.4g}{unit} {unc:<9} [{state}; prior "
+            f"{runs_fit.prior_mean(name):g} +-{prior:g}]")
+
+
+def _cv_lines(cal) -> list[str]:
+    out = []
+    for name in cal.folds:
+        b, a = cal.cv_before[name], cal.cv_after[name]
+        out.append(f"grouped CV, leave one {name} out (white-box -> calibrated):")
+        out.append(f"  step time median |error| {_pct(b['step'])} -> {_pct(a['step'])} on "
+                   f"{b['timed'] - b['outliers']} runs ({b['outliers']} outliers apart; with them "
+                   f"{_pct(b['step_with_outliers'])} -> {_pct(a['step_with_outliers'])}); bias "
+                   f"{_pct(b['bias'])} -> {_pct(a['bias'])}")
+        if b["mem_runs"]:
+            out.append(f"  peak memory median |error| {_pct(b['mem'])} -> {_pct(a['mem'])} "
+                       f"({b['mem_runs']} runs with a measured peak)")
+        else:
+            out.append("  peak memory: no run measured it")
+        out.append(f"  OOM verdict accuracy {_pct(b['oom_accuracy'])} -> "
+                   f"{_pct(a['oom_accuracy'])} ({b['verdicts']} runs that ran or ran out)")
+        if b["spearman_groups"]:
+            out.append(f"  Spearman of tokens/s within (model, cluster size), median of "
+                       f"{b['spearman_groups']} groups: {b['spearman']:.2f} -> "
+                       f"{a['spearman']:.2f}")
+        else:
+            out.append("  Spearman within (model, cluster size): no group has 3 timed runs")
+        cl = "  by cluster size: " + ", ".join(
+            f"{c} GPUs {_pct(b['by_cluster'][c])} -> {_pct(a['by_cluster'].get(c))}"
+            for c in sorted(b["by_cluster"]))
+        out.append(cl)
+    return out
+
+
+def _plot(cal, held, held_pred, out_dir: Path) -> list[Path]:
+    """Predicted against measured step time, one panel per cluster size (Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sim_core.calibration import runs as runs_fit
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    d = cal.data
+    before = runs_fit.predict_arrays(d, runs_fit.white_box().params)["step_s"]
+    fold = next(iter(cal.folds.values()), None)
+    after = (runs_fit.cv_predict(d, cal.free, fold)["step_s"] if fold is not None
+             else runs_fit.predict_arrays(d, cal.fit.params)["step_s"])
+    files = []
+    sizes = sorted(np.unique(d.cluster[np.isfinite(d.t_meas)]).astype(int))
+    for c in sizes:
+        i = (d.cluster == c) & np.isfinite(d.t_meas)
+        fig, ax = plt.subplots(figsize=(5, 5))
+        ax.scatter(d.t_meas[i], before[i], marker="x", color="#999999", label="white-box")
+        ax.scatter(d.t_meas[i], after[i], marker="o", facecolors="none", color="#4c78a8",
+                   label="calibrated (grouped CV)")
+        o = i & cal.outlier_mask
+        if o.any():
+            ax.scatter(d.t_meas[o], after[o], marker="o", color="#e45756", label="outlier")
+        if held is not None and len(held):
+            j = held.cluster == c
+            if j.any():
+                ax.scatter(held.t_meas[j], held_pred[j], marker="s", color="#f58518",
+                           label="held out (--fit)")
+        lim = [np.nanmin(np.r_[d.t_meas[i], before[i], after[i]]) * 0.8,
+               np.nanmax(np.r_[d.t_meas[i], before[i], after[i]]) * 1.25]
+        ax.plot(lim, lim, color="black", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("measured step time (s)")
+        ax.set_ylabel("predicted step time (s)")
+        ax.set_title(f"{c} GPUs")
+        ax.legend(fontsize=7)
+        p = out_dir / f"predicted_vs_measured_{c}gpus.png"
+        fig.tight_layout()
+        fig.savefig(p, dpi=90)
+        plt.close(fig)
+        files.append(p)
+    return files
+
+
 def cmd_runs(args) -> int:
     from sim_core import profiles
+    from sim_core.calibration import residual as residual_fit
     from sim_core.calibration import runs as runs_fit
 
     path = _need([args.file])[0]
     try:
-        runs = runs_fit.load_runs(path)
-    except ValueError as exc:
-        raise SweepError(f"{path.name}: {exc}") from None
+        runs = runs_fit.load_runs(path, failed_as=args.failed_as)
+    except (ValueError, KeyError) as exc:
+        raise SweepError(f"{path.name}: {str(exc).splitlines()[0]}") from None
 
     def select(frame: pd.DataFrame, expr: str, flag: str) -> pd.Series:
         try:
@@ -290,95 +387,184 @@ def cmd_runs(args) -> int:
 
     if args.rows:
         runs = runs[select(runs, args.rows, "--rows")]
-    for r in runs[runs["skip"] != ""].itertuples():
-        print(f"run {r.id} ({r.label}): skipped: {r.skip}")
-    use = runs[runs["skip"] == ""]
+    n_rows = len(runs)
+    profiles.deactivate()  # the fit starts from the default models
+    try:
+        data = runs_fit.prepare(runs)
+    except runs_fit.CalibrationError as exc:
+        raise SweepError(f"{path.name}: {exc}") from None
+    skipped = runs_fit.skip_counts(data.skipped) if len(data.skipped) else {}
+    n_failed_oom = int(data.runs["failed_as_oom"].sum()) if "failed_as_oom" in data.runs else 0
+    print(f"{path.name}: {n_rows} runs, {len(data)} usable, {sum(skipped.values())} skipped"
+          + (f"; {n_failed_oom} failed runs taken as OOM bounds (--failed-as oom)"
+             if args.failed_as == "oom" else ""))
+    for reason, k in sorted(skipped.items(), key=lambda kv: -kv[1]):
+        print(f"  skipped {k:>5}: {reason}")
+    if args.verbose:
+        for r in data.skipped.itertuples():
+            print(f"  run {r.id} ({r.label}): {r.skip}")
+    if len(data) == 0:
+        why = "; ".join(f"{k} x{v}" for k, v in skipped.items()) or "the table has no rows"
+        raise SweepError(f"{path.name}: no usable run ({why})")
     if args.fit:
-        mask = select(use, args.fit, "--fit")
-        train, held = use[mask], use[~mask]
+        mask = select(data.runs, args.fit, "--fit").to_numpy()
+        train, held = data.subset(np.flatnonzero(mask)), data.subset(np.flatnonzero(~mask))
     else:
-        train, held = use, use.iloc[0:0]
+        train, held = data, None
     if len(train) == 0:
-        raise SweepError("no usable run to fit on (each skipped run's reason is above)")
-    free = runs_fit.free_parameters(train)
-    print(f"runs: {len(train)} to fit on ({int((train['status'] == 'oom').sum())} OOM), "
-          f"{len(held)} held out; free scales: "
-          + ", ".join(f"{n}[{g}]" if g else n for n, g in free))
-    scales = runs_fit.fit(train, free)
-    print("fitted (1 / +0 = the white-box model; prior sigma in brackets):")
-    sd = scales.to_dict()
-    for n, g in free:
-        v = sd[n][g] if g else sd[n]
-        unit = " GiB" if n == "mem_fixed_gib" else ""
-        print(f"  {(n + '[' + g + ']') if g else n:<26} {'+' if n == 'mem_fixed_gib' else 'x'}"
-              f"{v:.3f}{unit}   [{runs_fit.PRIOR_SIGMA[n]}]")
-    loro = runs_fit.leave_one_run_out(train, scales)
-    print("leave-one-run-out on the fitted runs (each predicted by a fit on the others):")
-    print(f"  step time median |error| {_pct(_median_abs(loro['step_error_before']))} (white-box) "
-          f"-> {_pct(_median_abs(loro['step_error_after']))}")
-    if loro["mem_error_before"].notna().any():
-        print(f"  peak memory median |error| {_pct(_median_abs(loro['mem_error_before']))} -> "
-              f"{_pct(_median_abs(loro['mem_error_after']))}")
-    oom = loro["status"] == "oom"
-    if oom.any():
-        print(f"  OOM runs predicted not to fit: {int((~loro.loc[oom, 'fits_before']).sum())}"
-              f"/{int(oom.sum())} -> {int((~loro.loc[oom, 'fits_after']).sum())}/{int(oom.sum())}")
-    summary = {"set": args.name or path.stem, "fit_rows": len(train), "held_rows": len(held),
-               "loro_before": _median_abs(loro["step_error_before"]),
-               "loro_after": _median_abs(loro["step_error_after"])}
-    if len(held):
-        before = runs_fit.predict(held)
-        after = runs_fit.predict(held, scales)
-        e0 = runs_fit.errors(held, before)
-        e1 = runs_fit.errors(held, after)
-        meas = held["measured_step_s"].to_numpy(float)
-        tp_m = runs_fit.throughput_per_gpu(held, meas)
-        rho0 = runs_fit.spearman(runs_fit.throughput_per_gpu(held, before["step_s"]), tp_m)
-        rho1 = runs_fit.spearman(runs_fit.throughput_per_gpu(held, after["step_s"]), tp_m)
-        print(f"held-out runs ({len(held)}): step time median |error| "
-              f"{_pct(_median_abs(e0['step_error']))} -> {_pct(_median_abs(e1['step_error']))}, "
-              f"bias {_pct(e0['step_error'].median())} -> {_pct(e1['step_error'].median())}; "
-              f"rank (Spearman of tokens/s/GPU) {rho0:.2f} -> {rho1:.2f}")
-        if e0["mem_error"].notna().any():
-            print(f"  peak memory median |error| {_pct(_median_abs(e0['mem_error']))} -> "
-                  f"{_pct(_median_abs(e1['mem_error']))} ({int(e0['mem_error'].notna().sum())} "
-                  "runs with a measured peak)")
+        raise SweepError(f"--fit: {args.fit!r} selects none of the {len(data)} usable runs")
+    print(f"fitting on {len(train)} runs ({int(train.oom.sum())} OOM bounds, "
+          f"{int(np.isfinite(train.m_meas).sum())} with a measured peak)"
+          + (f", {len(held)} held out by --fit" if held is not None else ""))
+    tt, mm = runs_fit.candidates(train)
+    print("terms the runs can see: " + ", ".join(tt + mm))
+    print("grouped CV folds: " + (", ".join(f"leave one {k} out ({len(set(v))} groups)"
+                                           for k, v in runs_fit.groupings(train).items())
+                                  or "none (fewer than 3 runs)"))
+    print("forward selection (a term is freed when it lowers the grouped-CV error by "
+          f"{100 * runs_fit.MIN_GAIN:.1f} points):")
+    try:
+        cal = runs_fit.calibrate(train, log=print)
+    except runs_fit.CalibrationError as exc:
+        raise SweepError(f"{path.name}: {exc}") from None
+    if cal.accepted:
+        print("fitted terms (robust soft-L1 MAP; +- one standard deviation from the Jacobian):")
+    else:
+        print("no term lowered the grouped-CV error: the white-box model is kept")
+    names = list(runs_fit.TIME_TERMS) + list(runs_fit.MEM_TERMS) + [
+        n for n in cal.free if n.startswith(runs_fit.FW_PREFIX)]
+    for n in names:
+        if n in tt + mm or n in cal.free:
+            print(_term_line(n, cal.fit, n in cal.free))
+    for line in _cv_lines(cal):
+        print(line)
+    full = runs_fit.predict_arrays(train, cal.fit.params)
+    out_i = np.flatnonzero(cal.outlier_mask)
+    if len(out_i):
+        print(f"outliers no term explains ({len(out_i)}; counted apart above): measured -> "
+              "predicted step time")
+        for i in out_i[:25]:
+            r = train.runs.iloc[i]
+            print(f"  run {r['id']} ({r['label']}, {int(r['num_gpus'])} GPUs, tp {int(r['tp'])} "
+                  f"pp {int(r['pp'])} zero {int(r['zero'])}): {train.t_meas[i]:.3f} s -> "
+                  f"{full['step_s'][i]:.3f} s")
+    else:
+        print("outliers no term explains: none")
+    rcv = runs_fit.residual_cv(cal)
+    keep_residual = runs_fit.residual_helps(rcv)
+    if rcv is None:
+        print("learned residual (XGBoost): not tried (fewer than "
+              f"{residual_fit.MIN_RUNS} timed "
+              "runs)")
+    else:
+        for k, v in rcv.items():
+            print(f"learned residual (XGBoost), grouped CV leave one {k} out: median |step "
+                  f"error| {_pct(v['without'])} -> {_pct(v['with'])} ({v['flagged']} runs "
+                  "outside the training range fell back to the terms)")
+        print("  kept: it lowers the error on every grouping" if keep_residual else
+              "  not kept: it does not lower the error on every grouping")
+    summary = {"set": args.name or path.stem, "fit_rows": len(train),
+               "held_rows": 0 if held is None else len(held)}
+    for k in cal.folds:
+        summary[f"cv_{k}_before"] = cal.cv_before[k]["step"]
+        summary[f"cv_{k}_after"] = cal.cv_after[k]["step"]
+    held_pred = None
+    if held is not None and len(held):
+        before = runs_fit.predict_arrays(held, runs_fit.white_box().params)
+        held_pred_all = runs_fit.predict_arrays(held, cal.fit.params)
+        held_pred = held_pred_all["step_s"]
+        e0 = runs_fit.metrics(held, before)
+        e1 = runs_fit.metrics(held, held_pred_all)
+        tp_m = runs_fit.throughput_per_gpu(held.runs, held.t_meas)
+        rho0 = runs_fit.spearman(runs_fit.throughput_per_gpu(held.runs, before["step_s"]), tp_m)
+        rho1 = runs_fit.spearman(runs_fit.throughput_per_gpu(held.runs, held_pred), tp_m)
+        print(f"held-out runs ({len(held)}, --fit): step time median |error| "
+              f"{_pct(e0['step'])} -> {_pct(e1['step'])}, bias {_pct(e0['bias'])} -> "
+              f"{_pct(e1['bias'])}; Spearman of tokens/s/GPU {rho0:.2f} -> {rho1:.2f}")
+        if e0["mem_runs"]:
+            print(f"  peak memory median |error| {_pct(e0['mem'])} -> {_pct(e1['mem'])}")
         if args.verbose:
-            for i, r in enumerate(held.itertuples()):
-                print(f"  {r.id:>5} {r.label:<28} {r.gpu:<10} {int(r.num_gpus):>5} GPUs  "
-                      f"{_pct(e0['step_error'].iat[i]):>7} -> {_pct(e1['step_error'].iat[i]):>7}"
-                      + (f"   memory {_pct(e0['mem_error'].iat[i]):>7} -> "
-                         f"{_pct(e1['mem_error'].iat[i]):>7}"
-                         if np.isfinite(e0["mem_error"].iat[i]) else ""))
-        summary.update(held_before=_median_abs(e0["step_error"]),
-                       held_after=_median_abs(e1["step_error"]),
-                       bias_before=float(e0["step_error"].median()),
-                       bias_after=float(e1["step_error"].median()), rank_before=rho0,
-                       rank_after=rho1, mem_before=_median_abs(e0["mem_error"]),
-                       mem_after=_median_abs(e1["mem_error"]))
+            for i in range(len(held)):
+                r = held.runs.iloc[i]
+                print(f"  {r['id']:>5} {r['label']:<28} {int(r['num_gpus']):>5} GPUs  "
+                      f"{held.t_meas[i]:.3f} s: {before['step_s'][i]:.3f} -> "
+                      f"{held_pred[i]:.3f} s")
+        summary.update(held_before=e0["step"], held_after=e1["step"], rank_before=rho0,
+                       rank_after=rho1, mem_before=e0["mem"], mem_after=e1["mem"])
+    if args.plot:
+        for p in _plot(cal, held, held_pred, Path(args.plot)):
+            print(f"wrote {p}")
     if args.markdown:
         print(RUNS_TABLE_HEADER)
         print(_runs_markdown_row(summary))
 
+    cv_after = {k: {m: v for m, v in cal.cv_after[k].items()} for k in cal.folds}
+    cv_before = {k: {m: v for m, v in cal.cv_before[k].items()} for k in cal.folds}
+    worst = max((cal.cv_after[k]["step"] for k in cal.folds), default=float("nan"))
+    if keep_residual:
+        worst = max(v["with"] for v in rcv.values())
+
     def write(d: Path):
         (d / "runs").mkdir(exist_ok=True)
-        loro.to_csv(d / "runs" / "leave_one_run_out.csv", index=False)
-        return ["runs/leave_one_run_out.csv"]
+        tab = train.runs[["id", "label", "num_gpus", "status"]].assign(
+            measured_step_s=train.t_meas, predicted_step_s=full["step_s"],
+            measured_mem_gib=train.m_meas, predicted_mem_gib=full["mem_gib"],
+            outlier=cal.outlier_mask)
+        tab.to_csv(d / "runs" / "fit.csv", index=False)
+        files = ["runs/fit.csv"]
+        if keep_residual:
+            residual_fit.save(booster, d / "runs" / "residual.json")
+            files.append("runs/residual.json")
+        return files
 
-    info = {"scales": scales.to_dict(), "free": [[n, g] for n, g in free],
-            "prior_sigma": runs_fit.PRIOR_SIGMA, "rows": int(len(train)),
-            "selection": {"rows": args.rows, "fit": args.fit},
-            "loro_step_before": summary["loro_before"],
-            "loro_step_after": summary["loro_after"]}
+    booster = rng = None
+    if keep_residual:
+        booster, rng = runs_fit._train_residual(train, cal.fit.params)
+
+    info = {"terms": cal.fit.params, "free": cal.free,
+            "sd": {k: float(v) for k, v in cal.fit.sd.items()}, "accepted": cal.accepted,
+            "rows": int(len(train)), "skipped": {k: int(v) for k, v in skipped.items()},
+            "failed_as": args.failed_as or "unknown",
+            "selection": {"rows": args.rows, "fit": args.fit, "failed_as": args.failed_as},
+            "cv_before": cv_before, "cv_after": cv_after, "cv_step_error": worst,
+            "selection_trail": cal.trail, "outliers": int(cal.outlier_mask.sum()),
+            "residual_cv": rcv}
+    if keep_residual:
+        info["residual"] = {"file": "runs/residual.json", "range": rng,
+                            "params": residual_fit.PARAMS}
     man = profiles.save_component(args.profile, "runs", info, [path], write)
     print(f"saved profile {man['name']} version {man['version']} "
-          f"({profiles.profile_dir(args.profile)})")
+          f"({profiles.profile_dir(args.profile)})"
+          + ("" if cal.accepted else ": no term freed")
+          + (" + learned residual" if keep_residual else
+             ("" if cal.accepted else " (the white-box model)")))
     return 0
 
 
-RUNS_TABLE_HEADER = ("| runs | fitted on | held out | leave-one-run-out (fitted runs) | "
-                     "held out: median abs err | held out: bias | held out: rank (Spearman) | "
-                     "held out: peak memory |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+def cmd_learning_curve(args) -> int:
+    """Error against the number of calibration runs (docs/calibration.md)."""
+    from sim_core.calibration import runs as runs_fit
+
+    rows = []
+    for f in _need(args.files):
+        try:
+            data = runs_fit.prepare(runs_fit.load_runs(f, failed_as=args.failed_as))
+        except (ValueError, KeyError) as exc:
+            raise SweepError(f"{f.name}: {str(exc).splitlines()[0]}") from None
+        sizes = [int(s) for s in args.sizes.split(",")]
+        lc = runs_fit.learning_curve(data, sizes, repeats=args.repeats)
+        for r in lc.itertuples():
+            rows.append((f.stem, len(data), r.runs, r.white_box, r.calibrated))
+    print("| table | usable runs | calibration runs | white-box | calibrated |")
+    print("|---|---:|---:|---:|---:|")
+    for t, n, k, wb, c in rows:
+        print(f"| {t} | {n} | {k} | {_pct(wb)} | {_pct(c)} |")
+    return 0
+
+
+RUNS_TABLE_HEADER = ("| runs | fitted on | held out (--fit) | grouped CV, leave one model out | "
+                     "grouped CV, leave one cluster size out | held out: median abs err | "
+                     "held out: rank (Spearman) |\n|---|---:|---:|---:|---:|---:|---:|")
 
 
 def _runs_markdown_row(s: dict) -> str:
@@ -386,12 +572,12 @@ def _runs_markdown_row(s: dict) -> str:
         f = _pct if pct else (lambda v: "-" if v is None or np.isnan(v) else f"{v:.2f}")
         return f"{f(a)} -> {f(b)}"
 
+    nan = float("nan")
     return (f"| {s['set']} | {s['fit_rows']} | {s['held_rows']} | "
-            f"{pair(s['loro_before'], s['loro_after'])} | "
-            f"{pair(s.get('held_before', np.nan), s.get('held_after', np.nan))} | "
-            f"{pair(s.get('bias_before', np.nan), s.get('bias_after', np.nan))} | "
-            f"{pair(s.get('rank_before', np.nan), s.get('rank_after', np.nan), pct=False)} | "
-            f"{pair(s.get('mem_before', np.nan), s.get('mem_after', np.nan))} |")
+            f"{pair(s.get('cv_model_before', nan), s.get('cv_model_after', nan))} | "
+            f"{pair(s.get('cv_cluster size_before', nan), s.get('cv_cluster size_after', nan))} | "
+            f"{pair(s.get('held_before', nan), s.get('held_after', nan))} | "
+            f"{pair(s.get('rank_before', nan), s.get('rank_after', nan), pct=False)} |")
 
 
 def cmd_show(args) -> int:
@@ -457,19 +643,32 @@ def add_args(p: argparse.ArgumentParser) -> None:
     q.add_argument("--verbose", action="store_true", help="print every row's fit error")
     q.add_argument("--profile", required=True, help="profile name or folder")
 
-    q = add("runs", "fit a few interpretable scales (compute per GPU, network tiers, memory "
-            "overhead) to your own training runs, with priors", cmd_runs)
+    q = add("runs", "fit the terms of the step time (compute, exposed communication, "
+            "pipeline, host overhead, node-count slowdown, memory) to your own training runs, "
+            "chosen by grouped cross-validation", cmd_runs)
     q.add_argument("file", help="runs CSV in the published_runs format, optional status column "
                                 "(ok | oom | failed)")
     q.add_argument("--fit", help="pandas expression selecting the runs to fit on (the others are "
-                                 "held out and predicted before/after), e.g. \"label in "
-                                 "['MPT-1B','MPT-3B','MPT-7B']\"")
+                                 "held out and predicted before/after), e.g. \"params_b < 10\"")
     q.add_argument("--rows", help="pandas expression selecting the runs to use at all, e.g. "
-                                  "\"framework.str.contains('llm-foundry')\"")
+                                  "\"framework == 'nemo'\"")
+    q.add_argument("--failed-as", choices=["unknown", "oom"], default=None,
+                   help="what a `failed` run means: unknown cause (default: left out) or out "
+                        "of memory (an OOM bound)")
+    q.add_argument("--plot", metavar="DIR", help="write predicted against measured step time, "
+                                                 "one PNG per cluster size")
     q.add_argument("--name", help="label of this set in --markdown output")
     q.add_argument("--markdown", action="store_true", help="also print a README table row")
-    q.add_argument("--verbose", action="store_true", help="print every held-out run's error")
+    q.add_argument("--verbose", action="store_true", help="print every skipped and held-out run")
     q.add_argument("--profile", required=True, help="profile name or folder")
+
+    q = add("learning-curve", "step-time error on unseen runs against the number of "
+            "calibration runs (random subsets, terms chosen by CV inside each)",
+            cmd_learning_curve)
+    q.add_argument("files", nargs="+", help="runs CSVs (published_runs format)")
+    q.add_argument("--sizes", default="3,5,8,12,20", help="numbers of calibration runs")
+    q.add_argument("--repeats", type=int, default=5, help="random subsets per size")
+    q.add_argument("--failed-as", choices=["unknown", "oom"], default=None)
 
     q = add("show", "print a profile: version, data hashes, CV metrics", cmd_show)
     q.add_argument("name", help="profile name or folder")
@@ -477,9 +676,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from sim_core.calibration.runs import CalibrationError
     from sim_core.profiles import ProfileError
 
     try:
         return args._calibrate(args)
-    except ProfileError as exc:
-        raise SweepError(str(exc)) from None
+    except (ProfileError, CalibrationError) as exc:
+        raise SweepError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None

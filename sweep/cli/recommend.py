@@ -12,6 +12,7 @@ from ..advice import export
 from ..advice.recommend import (OBJECTIVES, _default_objective, _jsonable, fit_chunks, load_fits,
                                 read_full, recommend_chunks, render, reprice, parse_prices,
                                 write_recipe, write_traces)
+from ..engine.evaluate import profile_line
 from .args import constraint_args, constraints_from
 
 NAME = "recommend"
@@ -46,6 +47,7 @@ def run(args) -> int:
     rec = recommend_chunks(chunks, objective, c, args.within / 100.0, args.runner_ups,
                            run_name=str(meta.get("space", "")), prices=prices)
     rec = read_full(args.run, rec, c.tokens, prices)
+    rec.profile = profile_line(meta) or ""
     if not args.no_write and rec.found:
         write_recipe(rec, args.out or Path(args.run) / "recipe")
     if args.trace and rec.found:  # the rule of thumb is looked up among all the rows that fit

@@ -7,7 +7,7 @@ import sys
 
 from ..advice.recommend import recommend_after_search
 from ..config import load_space
-from ..engine.evaluate import ProfiledSimulate
+from ..engine.evaluate import ProfiledSimulate, profile_line
 from ..engine.execution import run_search
 from .args import PROFILE_HELP, positive_int
 
@@ -74,6 +74,7 @@ def run(args) -> int:
     simulate = None
     if args.profile:
         simulate = ProfiledSimulate(args.profile)
+        print(profile_line({"profile": simulate.info}))
     outcome = run_search(cfg, args.out, workers=args.workers, address=args.address,
                          progress=progress, fresh=args.fresh, simulate=simulate)
     print(outcome.summary())

@@ -37,7 +37,14 @@ class ProfiledSimulate:
         from sim_core import profiles
 
         self.blob = profiles.pack(name_or_path)
-        self.version = profiles.load_manifest(profiles.profile_dir(name_or_path))["version"]
+        man = profiles.load_manifest(profiles.profile_dir(name_or_path))
+        self.version = man["version"]
+        # what the results, the recommendation and the report say about the active profile
+        runs = man.get("components", {}).get("runs", {})
+        self.info = {"name": man["name"], "version": man["version"],
+                     "components": sorted(man.get("components", {})),
+                     "cv_step_error": runs.get("cv_step_error"),
+                     "accepted": bool(runs.get("accepted") or runs.get("residual"))}
 
     def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
         import sim_core
@@ -45,6 +52,26 @@ class ProfiledSimulate:
 
         profiles.activate_packed(self.blob)
         return sim_core.simulate_frame(frame)
+
+
+def model_info(simulate) -> dict:
+    """Results metadata naming the calibration profile (none for the default model)."""
+    info = getattr(simulate, "info", None)
+    return {"profile": info} if info else {}
+
+
+def profile_line(meta: dict) -> str | None:
+    """'calibrated with profile NAME version V (...)' from results metadata, or None."""
+    p = meta.get("profile") if isinstance(meta, dict) else None
+    if not isinstance(p, dict):
+        return None
+    err = p.get("cv_step_error")
+    how = ("accepted at" if p.get("accepted", True) else
+           "kept the white-box model (no term helped) at")
+    cv = (f"; run calibration {how} grouped-CV median step error {100 * err:.1f}%"
+          if isinstance(err, (int, float)) and err == err else "")
+    return (f"calibration profile {p.get('name')} version {p.get('version')} active "
+            f"({', '.join(p.get('components', []))}){cv}")
 
 
 def model_key(simulate) -> dict:

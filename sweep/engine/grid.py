@@ -26,7 +26,7 @@ from ..results import (
     Leaderboard, ResultStore, add_costs, constant_columns, gpu_prices, objective_columns,
     write_part_file, write_ranked_tables,
 )
-from .evaluate import Bounds, evaluate, is_default, model_key
+from .evaluate import Bounds, evaluate, is_default, model_info, model_key
 from .runtime import executor, progress_bar
 from .space import Census, Space, normalise, require_valid
 from .strategy import Outcome, SearchJob, config_cols
@@ -173,7 +173,7 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
                          max(s.top, TOP_KEPT)]} if prune else {}
     fp = space.fingerprint(strategy="grid", batch_size=bs, **model_key(simulate), **pruning)
     store = ResultStore(out, fp, {"space": space.name, "strategy": "grid",
-                                  "batch_size": bs}).open(fresh)
+                                  "batch_size": bs, **model_info(simulate)}).open(fresh)
     batches = space.batches(bs)
     keep = max(s.top, TOP_KEPT)
     board = Leaderboard(s.objectives, keep)

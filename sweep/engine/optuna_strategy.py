@@ -48,7 +48,7 @@ from ..results import (
     ResultStore, add_costs, counts, gpu_prices, pareto_mask, rank,
     write_part_file, write_tables,
 )
-from .evaluate import evaluate, model_key
+from .evaluate import evaluate, model_info, model_key
 from .nested import Nesting, split_axes
 from .runtime import executor, progress_bar
 from .samplers import default_sampler, make_sampler, round_proposer
@@ -203,7 +203,8 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
     sampler_name = s.sampler or default_sampler(s.objectives)
     fp = space.fingerprint(strategy="optuna", objectives=s.objectives, sampler=s.sampler,
                            seed=s.seed, inner=list(nest.inner), **model_key(simulate))
-    store = ResultStore(out, fp, {"space": space.name, "strategy": "optuna"}).open(fresh)
+    store = ResultStore(out, fp, {"space": space.name, "strategy": "optuna",
+                                  **model_info(simulate)}).open(fresh)
     st, journal = storage(store.dir / "optuna.journal")
     directions = [OBJECTIVES[o][1] for o in s.objectives]
     obj_cols = [OBJECTIVES[o][0] for o in s.objectives]
