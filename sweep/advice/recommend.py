@@ -481,8 +481,9 @@ def _jsonable(row: pd.Series) -> dict:
 
 
 def write_recipe(rec: Recommendation, out_dir: str | Path) -> list[Path]:
-    """recipe/: recommendation.txt + .json, megatron_args.sh, torchtitan.toml, run.yaml, and
-    deepspeed_config.json or nanotron.yaml when the best runs on that framework."""
+    """recipe/: recommendation.txt + .json, megatron_args.sh, torchtitan.toml, run.yaml,
+    deepspeed_config.json or nanotron.yaml when the best runs on that framework, and the launch
+    files launch.sbatch (Slurm) and skypilot.yaml (SkyPilot task)."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -503,6 +504,11 @@ def write_recipe(rec: Recommendation, out_dir: str | Path) -> list[Path]:
                 continue  # a DeepSpeed / nanotron recipe only for a run of that framework
             (d / name).write_text(export.export(rec.best, fmt))
             paths.append(d / name)
+        from . import launch  # Slurm and SkyPilot files that start the recipe above
+
+        for name, make in launch.FILES.values():
+            (d / name).write_text(make(rec.best))
+            paths.append(d / name)
     return paths
 
 
@@ -522,7 +528,8 @@ def recommend_after_search(out_dir: str | Path, objective: str | None = None) ->
     if rec.found:
         own = {"deepspeed": "DeepSpeed JSON, ", "nanotron": "nanotron YAML, "}.get(
             str(rec.best.get("framework", "")), "")
-        text += f"\nrecipes ({own}Megatron-LM, torchtitan, run YAML): {Path(out_dir) / 'recipe'}/"
+        text += (f"\nrecipes ({own}Megatron-LM, torchtitan, run YAML, Slurm, SkyPilot): "
+                 f"{Path(out_dir) / 'recipe'}/")
     return text
 
 
