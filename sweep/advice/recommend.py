@@ -135,14 +135,16 @@ def read_full(run_dir: str | Path, rec: "Recommendation", tokens=None,
 
 
 def parse_prices(items) -> dict:
-    """['h100-sxm=2.5', ...] -> {'h100-sxm': 2.5}."""
+    """['h100-sxm=2.5', 'aws-p5=4.1', ...] -> {'h100-sxm': 2.5, 'aws-p5': 4.1} (GPU or
+    instance ids)."""
     out = {}
     for it in items or []:
         gpu, _, usd = str(it).partition("=")
         try:
             out[gpu.strip().lower()] = float(usd)
         except ValueError:
-            raise SweepError(f"--price: expected GPU=USD_PER_HOUR, got {it!r}") from None
+            raise SweepError(f"--price: expected GPU=USD_PER_HOUR or INSTANCE=USD_PER_HOUR, "
+                             f"got {it!r}") from None
         if not gpu.strip() or out[gpu.strip().lower()] <= 0:
             raise SweepError(f"--price: expected GPU=USD_PER_HOUR, got {it!r}")
     return out
@@ -158,6 +160,11 @@ def reprice(df: pd.DataFrame, prices: dict) -> pd.DataFrame:
         if "price_per_hour" in df.columns else {}
     table = {g: prices.get(str(g).lower(), current.get(g, float("nan")))
              for g in df["gpu"].unique()}
+    if "instance" in df.columns:  # an instance's own price (catalog or --price INSTANCE=USD)
+        own = df.groupby("instance")["price_per_hour"].first().to_dict() \
+            if "price_per_hour" in df.columns else {}
+        table.update({i: prices.get(str(i).lower(), own.get(i, float("nan")))
+                      for i in df["instance"].dropna().unique() if str(i)})
     cost_unit = "step" if ("cost_usd" in df.columns and "cost_per_step_usd" in df.columns
                            and np.allclose(df["cost_usd"].fillna(0),
                                            df["cost_per_step_usd"].fillna(0))
