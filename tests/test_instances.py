@@ -223,3 +223,26 @@ def test_price_override_at_report_time_reprices_an_instance():
     out = reprice(df, {"aws-p5": 2.0})
     assert out["price_per_hour"].tolist() == [2.0, 3.99]
     assert math.isclose(out["cost_per_step_usd"].iloc[0], 16 * 10 / 3600 * 2.0)
+
+
+# --------------------------------------------------------------------------------- calibration
+def test_nccl_calibration_on_an_instance_takes_its_network(isolated_profiles, tmp_path, capsys):
+    """`sweep calibrate nccl --cluster gcp-a3-mega`: the base the scales are relative to is the
+    instance's network (8 x 200G per 8 GPUs, TCPXO latency), and a search on other instance types
+    under that profile says the scales were fitted elsewhere."""
+    from pathlib import Path
+
+    from sim_core import profiles
+    from sweep.cli.main import main
+    from sweep.cli.search import profile_instance_note
+
+    log = Path(__file__).parent / "data" / "nccl_logs" / "gcp_a3mega_h100_allreduce_mpirun.log"
+    assert main(["calibrate", "nccl", str(log), "--cluster", "gcp-a3-mega",
+                 "--profile", "a3m"]) == 0
+    net = profiles.load_manifest("a3m")["components"]["nccl"]["network"]
+    assert net["nic_bw_gbs"] == 25.0 and net["inter_latency_us"] == 15.0
+    same = parse_space({**SPACE, "space": {"instance": ["aws-p5"]},
+                        "cluster": {"nodes": 2}})
+    assert "aws-p5" in profile_instance_note("a3m", same)
+    own = _run({"instance": "gcp-a3-mega", "nodes": 2, "price_per_hour": 9.0})
+    assert profile_instance_note("a3m", own) == ""
