@@ -120,7 +120,7 @@ def test_space_varies_instance_per_row():
     from sweep.results import row_prices
 
     got = row_prices(f, prices).groupby(f["instance"]).first().to_dict()
-    assert got == {"aws-p5": 4.916, "aws-p5en": 7.912, "azure-nd-h100-v5": 9.5}
+    assert got == {"aws-p5": 6.88, "aws-p5en": 7.912, "azure-nd-h100-v5": 9.5}
     # the structural columns (no frame) see each instance's GPUs per node too
     cols = sp.structural_columns(np.arange(sp.size))
     assert (cols["num_gpus"] == 16).all()
@@ -149,7 +149,7 @@ def test_search_recommends_and_the_frontier_names_instances(searched):
 
     df = pd.read_parquet(searched / "results.parquet")
     labels = set(hardware(df))
-    assert "aws-p5en (h200, $7.91/GPU-h)" in labels and "aws-p5 (h100-sxm, $4.92/GPU-h)" in labels
+    assert "aws-p5en (h200, $7.91/GPU-h)" in labels and "aws-p5 (h100-sxm, $6.88/GPU-h)" in labels
     from sweep.cli.main import main
 
     assert main(["report", str(searched)]) == 0

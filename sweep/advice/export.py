@@ -108,7 +108,8 @@ def _is_catalog_model(d: dict) -> bool:
 
 def describe(d: dict) -> str:
     """One line naming a configuration: 'a100-80gb x1024 tp8 pp16 vpp6 mb1 ...'."""
-    parts = [f"{d['gpu']} x{d['num_gpus']}", f"tp{d['tp']}", f"pp{d['pp']}"]
+    on = f" on {d['instance']}" if d.get("instance") else ""
+    parts = [f"{d['gpu']} x{d['num_gpus']}{on}", f"tp{d['tp']}", f"pp{d['pp']}"]
     if d.get("framework") not in (None, "megatron-core"):
         parts.insert(0, str(d["framework"]))
     if d.get("vpp", 1) > 1:

@@ -57,8 +57,7 @@ def _torchrun(lay: dict, node_rank: str, master: str, rdzv_id: str) -> list[str]
 
 
 def _header(d: dict, lay: dict, source: str) -> list[str]:
-    where = f" on {d['instance']}" if d.get("instance") else ""
-    return [f"# {d.get('model')}: {describe(d)}{where}",
+    return [f"# {d.get('model')}: {describe(d)}",
             f"# layout: {lay['nodes']} nodes x {lay['gpus_per_node']} GPUs, tp {lay['tp']} "
             f"pp {lay['pp']} dp {lay['dp']} cp {lay['cp']} ep {lay['ep']} (dp derived)",
             f"# keys checked against {source}"]

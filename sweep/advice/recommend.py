@@ -40,7 +40,7 @@ OBJECTIVES = {  # name -> (column, ascending, header)
     "throughput": ("tokens_per_s_per_gpu", False),
     "days": ("days", True),
 }
-CONFIG_COLS = ["framework", "gpu", "num_gpus", "tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch", "recompute",
+CONFIG_COLS = ["framework", "instance", "gpu", "num_gpus", "tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch", "recompute",
                "sequence_parallel", "zero", "precision"]
 
 
