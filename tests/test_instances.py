@@ -246,3 +246,16 @@ def test_nccl_calibration_on_an_instance_takes_its_network(isolated_profiles, tm
     assert "aws-p5" in profile_instance_note("a3m", same)
     own = _run({"instance": "gcp-a3-mega", "nodes": 2, "price_per_hour": 9.0})
     assert profile_instance_note("a3m", own) == ""
+
+
+def test_api_frame_may_name_instances():
+    from sweep import api
+
+    df = pd.DataFrame({"model": ["llama3-8b"] * 2, "seq_len": [4096] * 2,
+                       "global_batch": [64] * 2, "instance": ["aws-p5", "gcp-a3-high"],
+                       "nodes": [2, 2], "tp": [2, 2]})
+    out = api.simulate(df).set_index("instance")
+    assert out.loc["aws-p5", "num_gpus"] == 16
+    assert out.loc["gcp-a3-high", "inter_latency_us"] == 20.0
+    assert out.loc["aws-p5", "price_per_hour"] == 6.88
+    assert np.isnan(out.loc["gcp-a3-high", "price_per_hour"])  # no sourced price: cost unknown

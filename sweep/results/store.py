@@ -703,12 +703,14 @@ def gpu_prices(gpus, override: float | dict | None = None, instances=()) -> dict
 
 
 def row_prices(df: pd.DataFrame, prices: dict) -> pd.Series:
-    """Each row's USD per GPU-hour: its instance's price where it runs on a priced instance
-    type, else its GPU's."""
+    """Each row's USD per GPU-hour: its instance type's where it names one (NaN, cost
+    unknown, for a type without a sourced or given price: never its GPU's generic price),
+    else its GPU's."""
     price = df["gpu"].map(prices).astype(float)
     if "instance" in df.columns:
-        inst = df["instance"].map(prices).astype(float)
-        price = inst.where(inst.notna(), price)
+        inst = df["instance"]
+        named = (inst.notna() & (inst.astype(str) != "")).to_numpy()
+        price = price.where(~named, inst.map(prices).astype(float))
     return price
 
 
