@@ -259,3 +259,8 @@ def test_api_frame_may_name_instances():
     assert out.loc["gcp-a3-high", "inter_latency_us"] == 20.0
     assert out.loc["aws-p5", "price_per_hour"] == 6.88
     assert np.isnan(out.loc["gcp-a3-high", "price_per_hour"])  # no sourced price: cost unknown
+
+
+def test_unknown_framework_error_points_to_catalog_command():
+    with pytest.raises(ConfigError, match=r"sweep catalog frameworks"):
+        parse_run({**RUN, "framework": "megatron", "cluster": {"gpu": "h100-sxm", "nodes": 2}})

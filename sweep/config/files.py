@@ -338,7 +338,8 @@ def _one_line(exc: ValidationError, cls: type[BaseModel]) -> str:
             and EXPECT[field] in (_POS, _NONNEG):
         return f"{where}: expected {EXPECT[field][0]} up to {MAX_INT}, got {_show(got)}"
     if kind == "literal_error":
-        return f"{where}: expected one of {err['ctx']['expected']}, got {_show(got)}"
+        see = " (`sweep catalog frameworks` lists them)" if field == "framework" else ""
+        return f"{where}: expected one of {err['ctx']['expected']}, got {_show(got)}{see}"
     expect = EXPECT.get(field, (None, None))[0]
     if expect:
         return f"{where}: expected {expect}, got {_show(got)}"
