@@ -493,6 +493,8 @@ def _check_fixed(cfg: RunConfig) -> None:
         raise ConfigError(f"model: expected {EXPECT['model'][0]}, got {_show(m)}")
     space = getattr(cfg, "space", {}) or {}
     c = cfg.cluster
+    if c.instance is not None and "instance" not in space:  # a wrong name first, then sizes
+        check_instance(c.instance, "cluster.instance")
     if c.num_gpus is not None and c.nodes is not None:
         raise ConfigError("cluster: give num_gpus or nodes, not both")
     if c.num_gpus is None and c.nodes is None and not ({"num_gpus", "nodes"} & set(space)):
