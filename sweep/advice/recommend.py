@@ -40,7 +40,7 @@ OBJECTIVES = {  # name -> (column, ascending, header)
     "throughput": ("tokens_per_s_per_gpu", False),
     "days": ("days", True),
 }
-CONFIG_COLS = ["framework", "instance", "gpu", "num_gpus", "tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch", "recompute",
+CONFIG_COLS = ["framework", "gpu", "num_gpus", "tp", "pp", "vpp", "cp", "ep", "dp", "micro_batch", "recompute",
                "sequence_parallel", "zero", "precision"]
 
 
@@ -440,7 +440,9 @@ def table_rows(rows: pd.DataFrame, roles: list[str], objective_col: str, best_va
                with_tokens: bool) -> str:
     rows = rows.copy()
     rows["vs_best"] = rows[objective_col] / best_val - 1 if best_val else np.nan
-    cols = [c for c in CONFIG_COLS if c in rows.columns]
+    # the instance type, when the rows name one, next to the framework (rows are read whole)
+    shown = CONFIG_COLS[:1] + ["instance"] + CONFIG_COLS[1:]
+    cols = [c for c in shown if c in rows.columns]
     cols += ["step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "oom_risk",
              "headroom_gib", "cost_per_mtok_usd"]
     cols = [c for c in cols if c in rows.columns or c == "vs_best"]

@@ -41,7 +41,8 @@ from .recommend import (OBJECTIVES, SELECT_COLUMNS, Constraints, derive, feasibl
 
 # What the report reads of every row that fits (choice, frontier, heatmap, rule of thumb, the
 # points' sample); the rows it shows are read again with every column
-REPORT_COLUMNS = [*SELECT_COLUMNS, "gpus_per_node"]
+# instance: the frontier groups points by instance type (missing in older results: skipped)
+REPORT_COLUMNS = [*SELECT_COLUMNS, "gpus_per_node", "instance"]
 
 TIME_PARTS = [  # column, label, colour
     ("time_compute", "compute", "#4c78a8"),
