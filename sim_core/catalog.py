@@ -21,16 +21,18 @@ import difflib
 import functools
 from pathlib import Path
 
-from .specs import ACTIVATION, ClusterSpec, GPUSpec, ModelSpec
+from .specs import ACTIVATION, ClusterSpec, GPUSpec, InstanceSpec, ModelSpec
 
 __all__ = [
     "CatalogError", "get_model", "get_gpu", "get_cluster", "default_cluster_for_gpu",
     "model_names", "gpu_names", "cluster_names", "model_from_dict", "cluster_from_dict",
     "gpu_table", "peak_tflops", "param_count", "active_param_count", "CATALOG_DIR",
+    "get_instance", "instance_names", "instance_cluster", "unavailable_instances", "transports",
 ]
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalogs"
 MODELS_FILE, GPUS_FILE, CLUSTERS_FILE = "models.yaml", "gpus.yaml", "clusters.yaml"
+INSTANCES_FILE = "instances.yaml"
 DTYPES = ("fp32", "tf32", "bf16", "fp8")
 
 
@@ -66,7 +68,9 @@ def _unknown(kind: str, name, choices) -> CatalogError:
         msg += f": did you mean {hint!r}?"
     else:
         msg += ";"
-    return CatalogError(f"{msg} allowed: {', '.join(choices)}")
+    see = f" (`sweep catalog {kind}s` lists them)" if kind in ("model", "gpu", "instance") \
+        else ""
+    return CatalogError(f"{msg} allowed: {', '.join(choices)}{see}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,7 +478,12 @@ def _clusters() -> tuple[dict[str, ClusterSpec], dict[str, str]]:
 
 
 def get_cluster(name: str) -> ClusterSpec:
-    return _lookup("cluster", name, _clusters()[0])
+    """A catalog cluster, or a cloud instance type seen as a cluster (``aws-p5``)."""
+    clusters = _clusters()[0]
+    if _norm(name) not in clusters and (_norm(name) in _instances()[0]
+                                        or _norm(name) in _instances()[1]):
+        return instance_cluster(name)
+    return _lookup("cluster", name, clusters)
 
 
 def cluster_names() -> list[str]:
@@ -522,6 +531,136 @@ def cluster_from_dict(d: dict, name: str | None = None) -> ClusterSpec:
         if value is not None:
             fields[key] = value
     return _build_cluster(fields, name or base.name, "inline cluster")
+
+
+# ---------------------------------------------------------------------------------------------
+# Cloud instance types
+# ---------------------------------------------------------------------------------------------
+TRANSPORTS = ("efa", "tcpx", "tcpxo", "roce", "infiniband")
+PRICE_KINDS = ("on-demand", "capacity-block", "catalog")
+_INSTANCE_KEYS = ("provider", "type", "gpu", "gpus_per_node", "nics_per_node", "nic_gbps",
+                  "transport", "inter_latency_us", "price_per_gpu_hour", "price_kind",
+                  "price_date", "price_source", "assumed", "source")
+_INSTANCE_REQUIRED = ("provider", "type", "gpu", "gpus_per_node", "nics_per_node", "nic_gbps",
+                      "transport", "source")
+
+
+def _build_transport(d: dict, name: str, file: str) -> dict:
+    w = functools.partial(_where, file, f"transports.{name}")
+    if name not in TRANSPORTS:
+        raise CatalogError(f"{file}: transports: unknown transport {name!r}; "
+                           f"allowed: {', '.join(TRANSPORTS)}")
+    if not isinstance(d, dict) or set(d) - {"inter_latency_us", "basis", "source"}:
+        raise CatalogError(f"{w('(fields)')}: expected inter_latency_us, basis, source")
+    basis = _as_str(d.get("basis", ""), w("basis"))
+    if basis not in ("nccl-constant", "catalog-convention", "assumption", "measured"):
+        raise CatalogError(f"{w('basis')}: expected nccl-constant, catalog-convention, "
+                           f"assumption or measured, got {basis!r}")
+    return {"inter_latency_us": _as_float(d.get("inter_latency_us"), w("inter_latency_us"),
+                                          positive=True),
+            "basis": basis, "source": _as_str(d.get("source", ""), w("source"))}
+
+
+def _build_instance(d: dict, name: str, file: str, transports: dict) -> InstanceSpec:
+    if not isinstance(d, dict):
+        raise CatalogError(f"{file}: entry {name!r}: expected a mapping of fields, got {d!r}")
+    for key in d:
+        if key not in _INSTANCE_KEYS:
+            hint = _suggest(str(key), _INSTANCE_KEYS)
+            tail = f"; did you mean {hint!r}?" if hint else ""
+            raise CatalogError(f"{file}: entry {name!r}: unknown field {key!r}{tail} "
+                               f"allowed: {', '.join(_INSTANCE_KEYS)}")
+    w = functools.partial(_where, file, name)
+    for key in _INSTANCE_REQUIRED:
+        if d.get(key) is None:
+            raise CatalogError(f"{w(key)}: required field is missing")
+    transport = _as_str(d["transport"], w("transport"))
+    if transport not in transports:
+        raise CatalogError(f"{w('transport')}: unknown transport {transport!r}; "
+                           f"allowed: {', '.join(transports)}")
+    if d.get("inter_latency_us") is not None:
+        lat, basis = _as_float(d["inter_latency_us"], w("inter_latency_us"), positive=True), "given"
+    else:
+        lat, basis = transports[transport]["inter_latency_us"], transports[transport]["basis"]
+    price = d.get("price_per_gpu_hour")
+    kind, date, psrc = (d.get(k, "") or "" for k in ("price_kind", "price_date", "price_source"))
+    if price is not None:
+        price = _as_float(price, w("price_per_gpu_hour"), positive=True)
+        if kind not in PRICE_KINDS:
+            raise CatalogError(f"{w('price_kind')}: expected one of {', '.join(PRICE_KINDS)}, "
+                               f"got {kind!r}")
+        for key, value in (("price_date", date), ("price_source", psrc)):
+            if not _as_str(value, w(key)).strip():
+                raise CatalogError(f"{w(key)}: a price needs its {key[6:]} (no source, no price)")
+    assumed = d.get("assumed") or []
+    if not isinstance(assumed, list) or not all(a in _INSTANCE_KEYS for a in assumed):
+        raise CatalogError(f"{w('assumed')}: expected a list of field names")
+    return InstanceSpec(
+        name=name, provider=_as_str(d["provider"], w("provider")),
+        type=_as_str(d["type"], w("type")), gpu=_norm(_as_str(d["gpu"], w("gpu"))),
+        gpus_per_node=_as_int(d["gpus_per_node"], w("gpus_per_node"), minimum=1),
+        nics_per_node=_as_int(d["nics_per_node"], w("nics_per_node"), minimum=1),
+        nic_gbps=_as_float(d["nic_gbps"], w("nic_gbps"), positive=True),
+        transport=transport, inter_latency_us=lat, latency_basis=basis,
+        price_per_gpu_hour=price, price_kind=str(kind), price_date=str(date),
+        price_source=str(psrc), assumed=tuple(assumed),
+        source=_as_str(d["source"], w("source")))
+
+
+@functools.lru_cache(maxsize=None)
+def _instances() -> tuple[dict[str, InstanceSpec], dict[str, InstanceSpec], dict]:
+    """(usable instances, instances whose GPU the GPU catalog lacks, transports)."""
+    raw = _load_yaml(INSTANCES_FILE)
+    for key in raw:
+        if key not in ("transports", "instances"):
+            raise CatalogError(f"{INSTANCES_FILE}: unknown top-level key {key!r}; "
+                               f"expected 'transports' and 'instances'")
+    transports = {str(k): _build_transport(v, str(k), INSTANCES_FILE)
+                  for k, v in (raw.get("transports") or {}).items()}
+    entries = raw.get("instances") or {}
+    if not isinstance(entries, dict):
+        raise CatalogError(f"{INSTANCES_FILE}: 'instances' must be a mapping")
+    built = _build_entries(entries, lambda d, n, f: _build_instance(d, n, f, transports),
+                           INSTANCES_FILE)
+    gpus = _gpus()
+    usable = {k: v for k, v in built.items() if v.gpu in gpus}
+    missing = {k: v for k, v in built.items() if v.gpu not in gpus}
+    return usable, missing, transports
+
+
+def get_instance(name: str) -> InstanceSpec:
+    """The catalog instance type ``name`` (case-insensitive, ``_`` == ``-``)."""
+    usable, missing, _ = _instances()
+    spec = missing.get(_norm(name))
+    if spec is not None:
+        raise CatalogError(f"instance {spec.name!r} needs gpu {spec.gpu!r}, which the GPU "
+                           f"catalog does not have (see `sweep catalog gpus`)")
+    return _lookup("instance", name, usable)
+
+
+def instance_names() -> list[str]:
+    return list(_instances()[0])
+
+
+def unavailable_instances() -> dict[str, InstanceSpec]:
+    """Instances listed in instances.yaml whose GPU the GPU catalog lacks (not usable)."""
+    return dict(_instances()[1])
+
+
+def transports() -> dict:
+    return dict(_instances()[2])
+
+
+def instance_cluster(name: str) -> ClusterSpec:
+    """The instance type as a ClusterSpec (network figures; the intra-node latency from the
+    GPU's default cluster), for the NCCL model and `sweep calibrate nccl --cluster`."""
+    inst = get_instance(name)
+    base = default_cluster_for_gpu(inst.gpu)
+    return ClusterSpec(name=inst.name, gpu=inst.gpu, gpus_per_node=inst.gpus_per_node,
+                       nics_per_node=inst.nics_per_node, nic_bw_gbs=inst.nic_bw_gbs,
+                       intra_latency_us=base.intra_latency_us,
+                       inter_latency_us=inst.inter_latency_us,
+                       source=f"instance {inst.name} ({inst.provider} {inst.type})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -594,5 +733,5 @@ def _check_id(key, filename: str) -> str:
 
 def clear_cache() -> None:
     """Forget loaded catalogs (tests that patch CATALOG_DIR call this)."""
-    for fn in (_models, _gpus, _clusters, _gpu_table):
+    for fn in (_models, _gpus, _clusters, _gpu_table, _instances):
         fn.cache_clear()

@@ -121,6 +121,33 @@ class ClusterSpec:
     source: str = ""
 
 
+@dataclass(frozen=True)
+class InstanceSpec:
+    """A cloud instance type: a node of a GPU, its network and its price (instances.yaml)."""
+
+    name: str
+    provider: str  # aws | gcp | azure | oci | lambda | ...
+    type: str  # the provider's own name (p5.48xlarge): what a launcher asks for
+    gpu: str
+    gpus_per_node: int
+    nics_per_node: int
+    nic_gbps: float  # line rate per NIC, Gb/s
+    transport: str  # efa | tcpx | tcpxo | roce | infiniband
+    inter_latency_us: float  # per network step, from the transport unless given
+    latency_basis: str  # nccl-constant | catalog-convention | assumption | given
+    price_per_gpu_hour: float | None  # None: no sourced price (the run must give one)
+    price_kind: str = ""  # on-demand | capacity-block | catalog
+    price_date: str = ""
+    price_source: str = ""
+    assumed: tuple = ()  # fields whose value is an assumption
+    source: str = ""
+
+    @property
+    def nic_bw_gbs(self) -> float:
+        """GB/s per NIC per direction (clusters.yaml convention)."""
+        return self.nic_gbps / 8.0
+
+
 # ---------------------------------------------------------------------------------------------
 # Run-frame columns: every configuration is one row with these fields.
 # ---------------------------------------------------------------------------------------------
@@ -164,6 +191,10 @@ CLUSTER_COLUMNS = {
     # board power limit (nvidia-smi -pl), W; 0 = the GPU's rated power (gpus.yaml tdp_w).
     # Sets the sustained tensor clock (compute.power_clock_scale); never above the rating
     "power_limit_w": 0.0,
+    # per-step latencies of the NCCL model; 0 = from the GPU's default cluster (an instance
+    # type sets them from its transport: sweep/config/files.py, catalogs/instances.yaml)
+    "intra_latency_us": 0.0,
+    "inter_latency_us": 0.0,
 }
 
 PARALLEL_COLUMNS = {

@@ -87,12 +87,12 @@ def simulate(run, *, profile: str | None = None) -> pd.DataFrame:
 
 
 def _simulate_frame(frame: pd.DataFrame, sim) -> pd.DataFrame:
-    from .config import did_you_mean
+    from .config import INSTANCE_COLUMNS, check_instance, did_you_mean, instance_columns
     from .engine.evaluate import evaluate
     from .results import add_costs, gpu_prices
     from .engine.space import COLUMN_ORDER, PSEUDO_COLUMNS, SIM_COLUMNS
 
-    known = set(SIM_COLUMNS) | set(PSEUDO_COLUMNS) | {"config_id"}
+    known = set(SIM_COLUMNS) | set(PSEUDO_COLUMNS) | {"config_id", "instance"}
     unknown = [c for c in frame.columns if c not in known]
     if unknown and "status" not in frame.columns:  # a results frame carries its outputs along
         c = str(unknown[0])
@@ -101,15 +101,25 @@ def _simulate_frame(frame: pd.DataFrame, sim) -> pd.DataFrame:
     df = frame[[c for c in frame.columns if c in known]].reset_index(drop=True).copy()
     if not len(df):
         raise SweepError("run: the DataFrame has no rows")
+    if "instance" in df.columns:  # each instance type sets its GPU, node and network columns
+        names = df["instance"].astype(str)
+        sets = {i: instance_columns(check_instance(i, "run: instance").name)
+                for i in names.unique()}
+        for c in INSTANCE_COLUMNS:
+            if c not in df.columns:
+                df[c] = names.map({i: v[c] for i, v in sets.items()}).to_numpy()
+        df["instance"] = names.map({i: v["instance"] for i, v in sets.items()}).to_numpy()
     if "nodes" in df.columns and "num_gpus" not in df.columns:
         df["num_gpus"] = df["nodes"] * df.get("gpus_per_node", 8)
     if "global_batch_tokens" in df.columns and "global_batch" not in df.columns:
         df["global_batch"] = df["global_batch_tokens"] // df["seq_len"]
     if "config_id" not in df.columns:
         df.insert(0, "config_id", range(len(df)))
-    df = df[[c for c in COLUMN_ORDER if c in df.columns]]
+    df = df[[c for c in COLUMN_ORDER if c in df.columns] + (["instance"] if "instance" in df
+                                                             else [])]
     out = evaluate(df, sim)
-    return add_costs(out, gpu_prices(out["gpu"].unique()))
+    inst = out["instance"].unique() if "instance" in out.columns else ()
+    return add_costs(out, gpu_prices(out["gpu"].unique(), instances=inst))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -161,7 +161,10 @@ def test_axis_errors(name, spec, expect):
     ({"cluster": {"num_gpus": 8}}, "cluster.gpu: required field is missing"),
     ({"cluster": {"gpu": "a100-80gb"}}, "cluster.num_gpus: required field is missing"),
     ({"cluster": {"gpu": "a100-80gb", "num_gpus": 8, "nodes": 1}}, "not both"),
-    ({"cluster": "big"}, "cluster: expected a mapping of fields, got 'big'"),
+    # a string names a cloud instance type (issue 26: `cluster: aws-p5`); other scalars are
+    # still not a mapping
+    ({"cluster": "big"}, "cluster.instance: unknown instance 'big'"),
+    ({"cluster": 5}, "cluster: expected a mapping of fields, got 5"),
     ({"model": "gpt-3"}, "model: unknown model 'gpt-3'"),
     ({"seq_len": 0}, "seq_len: expected a positive integer, got 0"),
     ({"global_batch": "many"}, "global_batch: expected a positive integer, got 'many'"),

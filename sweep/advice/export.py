@@ -108,7 +108,8 @@ def _is_catalog_model(d: dict) -> bool:
 
 def describe(d: dict) -> str:
     """One line naming a configuration: 'a100-80gb x1024 tp8 pp16 vpp6 mb1 ...'."""
-    parts = [f"{d['gpu']} x{d['num_gpus']}", f"tp{d['tp']}", f"pp{d['pp']}"]
+    on = f" on {d['instance']}" if d.get("instance") else ""
+    parts = [f"{d['gpu']} x{d['num_gpus']}{on}", f"tp{d['tp']}", f"pp{d['pp']}"]
     if d.get("framework") not in (None, "megatron-core"):
         parts.insert(0, str(d["framework"]))
     if d.get("vpp", 1) > 1:
@@ -562,6 +563,8 @@ def run_dict(row) -> dict:
         model = d["model"]
     else:
         model = {"name": str(d.get("model") or "custom"), **model_shape(d)}
+    if d.get("instance"):  # the instance type sets the GPU, the node and the network
+        return _instance_run_dict(d, model, describe(d))
     cluster = {"gpu": d["gpu"], "num_gpus": d["num_gpus"], "gpus_per_node": d["gpus_per_node"]}
     if d.get("nics_per_node"):
         cluster["nics_per_node"] = d["nics_per_node"]
@@ -588,6 +591,22 @@ def run_dict(row) -> dict:
         out["checkpoint"] = checkpoint
     out["description"] = f"exported by sweep: {describe(d)}"
     return out
+
+
+def _instance_run_dict(d: dict, model, text: str) -> dict:
+    from sim_core import catalog
+
+    inst = catalog.get_instance(d["instance"])
+    cluster = {"instance": inst.name, "nodes": int(d["num_gpus"]) // inst.gpus_per_node}
+    price = d.get("price_per_hour")
+    if price is not None and (inst.price_per_gpu_hour is None
+                              or abs(inst.price_per_gpu_hour - float(price)) > 1e-9):
+        cluster["price_per_hour"] = float(price)
+    parallel = {k: d[k] for k in _run_parallel_fields() if d.get(k) is not None}
+    return {"model": model, "seq_len": d["seq_len"], "global_batch": d["global_batch"],
+            "precision": d.get("precision", "bf16"),
+            "framework": d.get("framework") or "megatron-core", "cluster": cluster,
+            "parallel": parallel, "description": f"exported by sweep: {text}"}
 
 
 def _inline_differs(d: dict) -> bool:

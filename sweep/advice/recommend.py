@@ -141,14 +141,16 @@ def read_full(run_dir: str | Path, rec: "Recommendation", tokens=None,
 
 
 def parse_prices(items) -> dict:
-    """['h100-sxm=2.5', ...] -> {'h100-sxm': 2.5}."""
+    """['h100-sxm=2.5', 'aws-p5=4.1', ...] -> {'h100-sxm': 2.5, 'aws-p5': 4.1} (GPU or
+    instance ids)."""
     out = {}
     for it in items or []:
         gpu, _, usd = str(it).partition("=")
         try:
             out[gpu.strip().lower()] = float(usd)
         except ValueError:
-            raise SweepError(f"--price: expected GPU=USD_PER_HOUR, got {it!r}") from None
+            raise SweepError(f"--price: expected GPU=USD_PER_HOUR or INSTANCE=USD_PER_HOUR, "
+                             f"got {it!r}") from None
         if not gpu.strip() or out[gpu.strip().lower()] <= 0:
             raise SweepError(f"--price: expected GPU=USD_PER_HOUR, got {it!r}")
     return out
@@ -164,6 +166,11 @@ def reprice(df: pd.DataFrame, prices: dict) -> pd.DataFrame:
         if "price_per_hour" in df.columns else {}
     table = {g: prices.get(str(g).lower(), current.get(g, float("nan")))
              for g in df["gpu"].unique()}
+    if "instance" in df.columns:  # an instance's own price (catalog or --price INSTANCE=USD)
+        own = df.groupby("instance")["price_per_hour"].first().to_dict() \
+            if "price_per_hour" in df.columns else {}
+        table.update({i: prices.get(str(i).lower(), own.get(i, float("nan")))
+                      for i in df["instance"].dropna().unique() if str(i)})
     cost_unit = "step" if ("cost_usd" in df.columns and "cost_per_step_usd" in df.columns
                            and np.allclose(df["cost_usd"].fillna(0),
                                            df["cost_per_step_usd"].fillna(0))
@@ -474,7 +481,9 @@ def table_rows(rows: pd.DataFrame, roles: list[str], objective_col: str, best_va
                with_tokens: bool, failures: bool = False) -> str:
     rows = rows.copy()
     rows["vs_best"] = rows[objective_col] / best_val - 1 if best_val else np.nan
-    cols = [c for c in CONFIG_COLS if c in rows.columns]
+    # the instance type, when the rows name one, next to the framework (rows are read whole)
+    shown = CONFIG_COLS[:1] + ["instance"] + CONFIG_COLS[1:]
+    cols = [c for c in shown if c in rows.columns]
     cols += ["step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "oom_risk",
              "headroom_gib", "cost_per_mtok_usd"]
     if failures:
@@ -543,8 +552,9 @@ def _jsonable(row: pd.Series) -> dict:
 
 
 def write_recipe(rec: Recommendation, out_dir: str | Path) -> list[Path]:
-    """recipe/: recommendation.txt + .json, megatron_args.sh, torchtitan.toml, run.yaml, and
-    deepspeed_config.json or nanotron.yaml when the best runs on that framework."""
+    """recipe/: recommendation.txt + .json, megatron_args.sh, torchtitan.toml, run.yaml,
+    deepspeed_config.json or nanotron.yaml when the best runs on that framework, and the launch
+    files launch.sbatch (Slurm) and skypilot.yaml (SkyPilot task)."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -564,6 +574,11 @@ def write_recipe(rec: Recommendation, out_dir: str | Path) -> list[Path]:
             if fmt in export.FRAMEWORK_FORMATS.values() and fmt != own:
                 continue  # a DeepSpeed / nanotron recipe only for a run of that framework
             (d / name).write_text(export.export(rec.best, fmt))
+            paths.append(d / name)
+        from . import launch  # Slurm and SkyPilot files that start the recipe above
+
+        for name, make in launch.FILES.values():
+            (d / name).write_text(make(rec.best))
             paths.append(d / name)
     return paths
 
@@ -585,7 +600,8 @@ def recommend_after_search(out_dir: str | Path, objective: str | None = None) ->
     if rec.found:
         own = {"deepspeed": "DeepSpeed JSON, ", "nanotron": "nanotron YAML, "}.get(
             str(rec.best.get("framework", "")), "")
-        text += f"\nrecipes ({own}Megatron-LM, torchtitan, run YAML): {Path(out_dir) / 'recipe'}/"
+        text += (f"\nrecipes ({own}Megatron-LM, torchtitan, run YAML, Slurm, SkyPilot): "
+                 f"{Path(out_dir) / 'recipe'}/")
     return text
 
 

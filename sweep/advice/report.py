@@ -42,7 +42,8 @@ from .recommend import (SELECT_COLUMNS, Constraints, derive, feasible, has_goodp
 
 # What the report reads of every row that fits (choice, frontier, heatmap, rule of thumb, the
 # points' sample); the rows it shows are read again with every column
-REPORT_COLUMNS = [*SELECT_COLUMNS, "gpus_per_node", "ckpt_interval_min"]
+# instance: the frontier groups points by instance type (missing in older results: skipped)
+REPORT_COLUMNS = [*SELECT_COLUMNS, "gpus_per_node", "ckpt_interval_min", "instance"]
 
 TIME_PARTS = [  # column, label, colour
     ("time_compute", "compute", "#4c78a8"),
@@ -98,15 +99,31 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def hardware(df: pd.DataFrame) -> pd.Series:
+    """What each point runs on, as the plots group and label it: its cloud instance type with
+    the GPU and the price it was costed at ("aws-p5 (h100-sxm, $4.92/GPU-h)") where the row
+    names one, else its GPU id."""
+    gpu = df["gpu"].astype(str)
+    if "instance" not in df.columns:
+        return gpu
+    inst = df["instance"]
+    has = (inst.notna() & (inst.astype(str) != "")).to_numpy()
+    price = (pd.to_numeric(df["price_per_hour"], errors="coerce") if "price_per_hour" in df
+             else pd.Series(np.nan, index=df.index))
+    label = inst.astype(str) + " (" + gpu + ", $" + price.map("{:.2f}".format) + "/GPU-h)"
+    return label.where(has, gpu)
+
+
 def plot_frontier(fits: pd.DataFrame, front: pd.DataFrame, tokens: float | None,
                   front_fail: pd.DataFrame | None = None) -> bytes:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9.5, 5.6))
-    gpus = sorted(fits["gpu"].unique())
+    hw = hardware(fits)
+    gpus = sorted(hw.unique())
     sizes = sorted(fits["num_gpus"].unique())
     for gi, g in enumerate(gpus):
         for si, n in enumerate(sizes):
-            pts = fits[(fits["gpu"] == g) & (fits["num_gpus"] == n)]
+            pts = fits[((hw == g) & (fits["num_gpus"] == n)).to_numpy()]
             if not len(pts):
                 continue
             ax.scatter(pts["tokens_per_s"], pts["cost_per_mtok_usd"], s=9, alpha=0.35,
@@ -346,7 +363,7 @@ def frontier_rows(front: pd.DataFrame, tokens: float | None) -> tuple[list[str],
         cols += ["days", "total_cost_usd"]
     rows = []
     for k, (_, r) in enumerate(front.iterrows(), start=1):
-        rows.append([str(k), str(r["gpu"]), str(int(r["num_gpus"])), short(export.config_of(r))]
+        rows.append([str(k), _hw_of(r), str(int(r["num_gpus"])), short(export.config_of(r))]
                     + [_fmt(c, r.get(c)) for c in cols])
     return heads, rows
 
@@ -386,9 +403,13 @@ def top_rows(top: pd.DataFrame, labels: list[str], tokens) -> tuple[list[str], l
     if tokens:
         heads += ["days", "total $"]
         cols += ["days", "total_cost_usd"]
-    rows = [[lab, str(r["gpu"]), str(int(r["num_gpus"])), short(export.config_of(r))]
+    rows = [[lab, _hw_of(r), str(int(r["num_gpus"])), short(export.config_of(r))]
             + [_fmt(c, r.get(c)) for c in cols] for lab, (_, r) in zip(labels, top.iterrows())]
     return heads, rows
+
+
+def _hw_of(r: pd.Series) -> str:
+    return str(hardware(r.to_frame().T).iloc[0])
 
 
 def html_table(heads, rows) -> str:
@@ -440,7 +461,7 @@ def shown_points(fits: pd.DataFrame, front: pd.DataFrame, cap: int = MAX_POINTS)
 
 def hover_text(r: pd.Series) -> str:
     """A point's whole configuration, predictions and step-time breakdown (plotly hover)."""
-    head = f"<b>{E(str(r['gpu']))} x {int(r['num_gpus'])}</b>: {E(short(export.config_of(r)))}"
+    head = f"<b>{E(_hw_of(r))} x {int(r['num_gpus'])}</b>: {E(short(export.config_of(r)))}"
     cfg = ", ".join(f"{lab} {E(str(export._py(r[c])))}" for c, lab in HOVER_CONFIG
                     if c in r.index and pd.notna(r[c]))
     res = ", ".join(f"{lab} {fmt.format(float(r[c]))}" for c, lab, fmt in HOVER_RESULTS
@@ -462,9 +483,10 @@ def _point_traces(pts: pd.DataFrame, front_ids: set, x: str, y: str, gpus: list,
     import plotly.graph_objects as go
 
     traces = []
+    hw = hardware(pts)
     for gi, g in enumerate(gpus):
         for si, n in enumerate(sizes):
-            sub = pts[(pts["gpu"] == g) & (pts["num_gpus"] == n)]
+            sub = pts[((hw == g) & (pts["num_gpus"] == n)).to_numpy()]
             if not len(sub):
                 continue
             traces.append(go.Scatter(
@@ -488,7 +510,7 @@ def interactive_plots(fits: pd.DataFrame, front: pd.DataFrame, best: pd.Series,
 
     pts = (shown_points(fits, front) if points is None else points).copy()
     pts["_hover"] = [hover_text(r) for _, r in pts.iterrows()]
-    gpus = sorted(pts["gpu"].unique())
+    gpus = sorted(hardware(pts).unique())
     sizes = sorted(int(n) for n in pts["num_gpus"].unique())
     front_ids = set(front["config_id"].astype(int))
     f = pts[pts["config_id"].isin(front_ids)].sort_values("tokens_per_s")
@@ -676,6 +698,17 @@ def build(run_dir: str | Path, *, objective: str | None = None,
     from sim_core import catalog
 
     price_rows = []
+    if "instance" in d.columns and d["instance"].notna().any():
+        for i, p in d.groupby("instance")["price_per_hour"].first().sort_index().items():
+            if not str(i):
+                continue
+            inst = catalog.get_instance(str(i))
+            cat = inst.price_per_gpu_hour
+            src = (f"catalog {inst.price_kind} ({inst.price_date})"
+                   if cat is not None and abs(cat - p) < 1e-9 else "given")
+            price_rows.append([str(i), f"{p:.2f}", src])
+        prices_used = prices_used[[g for g in prices_used.index
+                                   if g not in set(d.loc[d["instance"].astype(str) != "", "gpu"])]]
     for g, p in prices_used.items():
         try:
             cat = catalog.get_gpu(g).price_per_hour

@@ -21,12 +21,12 @@ def simulate_rows(cfg, simulate=None):
     """One run configuration -> (its simulated row as a one-row DataFrame with costs, the
     Space it came from); a one-line SweepError when the configuration is invalid."""
     from ..engine.evaluate import evaluate
-    from ..results import add_costs, gpu_prices
+    from ..results import add_costs
     from ..engine.space import Space
 
     space = Space.from_config(cfg)
     row_df = evaluate(space.frame(0, 1), simulate)
-    row_df = add_costs(row_df, gpu_prices(row_df["gpu"], space.price_per_hour))
+    row_df = add_costs(row_df, space.prices())
     if row_df["status"].iloc[0] == "invalid":
         raise SweepError(f"{cfg_name(cfg)}: configuration is invalid: "
                          f"{row_df['invalid_reason'].iloc[0]}")
@@ -45,7 +45,8 @@ def report_of(row_df, space) -> dict:
     from sim_core.frameworks import profile_fields
 
     config_keys = [c for c in row_df.columns
-                   if (c in space.fixed or c in profile_fields()) and c != "config_id"]
+                   if (c in space.fixed or c in profile_fields() or c == "num_gpus")
+                   and c != "config_id"]
     out = {k: row.get(k) for k in (
         "status", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
         "peak_reserved_gib", "peak_allocated_gib", "oom_risk", "fits", "dp", "num_microbatches",
@@ -92,7 +93,9 @@ def cfg_name(cfg) -> str:
 
 def _simulate_text(rep: dict) -> str:
     c = rep["config"]
-    lines = [f"{c.get('model')} on {c.get('num_gpus')} x {c.get('gpu')} ({c.get('framework')}): "
+    where = f" on {c['instance']}" if c.get("instance") else ""
+    lines = [f"{c.get('model')} on {c.get('num_gpus')} x {c.get('gpu')}{where} "
+             f"({c.get('framework')}): "
              f"tp {c.get('tp')} pp {c.get('pp')} dp {_fmt(rep['dp'])} cp {c.get('cp')} "
              f"ep {c.get('ep')} vpp {c.get('vpp')} mb {c.get('micro_batch')} "
              f"recompute {c.get('recompute')} zero {c.get('zero')}",

@@ -22,7 +22,8 @@ def constraint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-gpus", action="append", type=int, default=[],
                    help="only this cluster size (repeatable)")
     p.add_argument("--price", action="append", default=[], metavar="GPU=USD",
-                   help="override a GPU's price per GPU-hour (repeatable)")
+                   help="override a GPU's or an instance type's price per GPU-hour "
+                        "(h100-sxm=2.2, aws-p5=4.1; repeatable)")
     p.add_argument("--no-failures", action="store_true",
                    help="days and cost as if no job were ever interrupted (default: divided by "
                         "the goodput, which counts failures, checkpoints and restarts)")

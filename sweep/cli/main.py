@@ -14,11 +14,11 @@ import sys
 import traceback
 
 from ..errors import Interrupted, SweepError
-from . import calibrate, check, recommend, report, search, simulate, validate
+from . import calibrate, catalog, check, recommend, report, search, simulate, validate
 
 # one module per command, in the order `sweep --help` lists them; each has NAME, HELP,
 # add_args(parser), run(args) -> int and optionally EPILOG
-COMMANDS = [simulate, search, check, recommend, report, validate, calibrate]
+COMMANDS = [simulate, search, check, recommend, report, validate, calibrate, catalog]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -75,9 +75,30 @@ def run(args) -> int:
     if args.profile:
         simulate = ProfiledSimulate(args.profile)
         print(profile_line({"profile": simulate.info}))
+        note = profile_instance_note(args.profile, cfg)
+        if note:
+            print(note, flush=True)
     outcome = run_search(cfg, args.out, workers=args.workers, address=args.address,
                          progress=progress, fresh=args.fresh, simulate=simulate)
     print(outcome.summary())
     print(recommend_after_search(outcome.out_dir))
     return 0
 
+
+def profile_instance_note(profile: str, cfg) -> str:
+    """A profile whose NCCL scales were fitted on an instance type's logs
+    (`sweep calibrate nccl --cluster aws-p5`) holds them relative to that type's network; say
+    so when the space runs on other types (the scales apply to every row)."""
+    from sim_core import catalog, profiles
+
+    fitted = str(profiles.load_manifest(profile).get("components", {}).get("nccl", {})
+                 .get("cluster") or "")
+    if fitted not in catalog.instance_names():
+        return ""
+    used = set((getattr(cfg, "space", None) or {}).get("instance") or
+               ([cfg.cluster.instance] if cfg.cluster.instance else []))
+    others = sorted(used - {fitted})
+    if not others:
+        return ""
+    return (f"note: profile {profile!r} has NCCL scales fitted on {fitted}; they are applied to "
+            f"{', '.join(others)} too (fit one profile per instance type for those)")

@@ -7,6 +7,8 @@ A run file fixes one configuration::
     global_batch: 1536          # sequences per optimizer step (or global_batch_tokens: 3145728)
     precision: bf16             # bf16 | fp8
     cluster: {gpu: a100-80gb, num_gpus: 1024, gpus_per_node: 8}   # or nodes: 128
+    # or a cloud instance type (catalogs/instances.yaml: GPU, node, network, price):
+    # cluster: {instance: gcp-a3-mega, nodes: 16}    (`cluster: aws-p5` alone names it)
     parallel: {tp: 8, pp: 16, micro_batch: 1, recompute: full}    # dp is derived
 
 A search-space file is a run file plus ``name``, ``space`` and ``search``::
@@ -73,7 +75,9 @@ EXPECT: dict[str, tuple[str, str]] = {
     "zero": ("an integer 0-3 (3 = FSDP)", "integers 0-3"),
     "nic_bw_gbs": ("a positive number", "positive numbers"),
     "power_limit_w": ("a positive number of watts (board power limit)", "positive numbers"),
-    "price_per_hour": ("a positive number", "positive numbers"),
+    "price_per_hour": ("a positive number, or a mapping of GPU or instance ids to positive "
+                       "numbers", "positive numbers"),
+    "instance": ("an instance catalog id (`sweep catalog instances`)", "instance catalog ids"),
     "mtbf_node_hours": ("a positive number of server-hours between job-interrupting failures",
                         "positive numbers"),
     "storage_gbs": ("a positive number (checkpoint storage bandwidth of the job, GB/s)",
@@ -100,14 +104,17 @@ class _Strict(BaseModel):
 
 
 class ClusterConfig(_Strict):
-    gpu: str
+    gpu: str | None = None  # required unless an instance type gives it
+    instance: str | None = None  # a cloud instance type: sets gpu, gpus_per_node, network, price
     num_gpus: PosInt | None = None
     nodes: PosInt | None = None  # num_gpus = nodes * gpus_per_node
     gpus_per_node: PosInt = 8
     nics_per_node: PosInt | None = None  # default from the catalog
     nic_bw_gbs: PosFloat | None = None  # default from the catalog
     power_limit_w: PosFloat | None = None  # board power limit, W; default the GPU's tdp_w
-    price_per_hour: PosFloat | None = None  # USD per GPU-hour; default from the GPU catalog
+    # USD per GPU-hour, for every GPU and instance or per id ({gcp-a3-mega: 9.5}); default: the
+    # instance's catalog price, else the GPU's
+    price_per_hour: PosFloat | dict[str, PosFloat] | None = None
     # failures, checkpoints, restarts (sim_core/goodput.py); defaults in catalogs/reliability.yaml
     mtbf_node_hours: PosFloat | None = None  # server-hours between interruptions; default by GPU
     storage_gbs: PosFloat | None = None  # checkpoint write/read GB/s; default 1 GB/s per server
@@ -224,7 +231,10 @@ _FLOAT_AXES = {"nic_bw_gbs": 0.0, "capacity_factor": 1.0, "expert_skew": 0.0,  #
 _POSITIVE_AXES = {"nic_bw_gbs", "mtbf_node_hours", "storage_gbs", "restart_min",
                   "power_limit_w"}  # > minimum
 AXES = sorted(_INT_AXES | _BOOL_AXES | set(_ENUM_AXES) | set(_FLOAT_AXES)
-              | {"etp", "zero", "gpu", "model"})
+              | {"etp", "zero", "gpu", "model", "instance"})
+# run-frame columns an instance type sets (INSTANCE_COLUMNS of the catalog entry)
+INSTANCE_COLUMNS = ("gpu", "gpus_per_node", "nics_per_node", "nic_bw_gbs", "intra_latency_us",
+                    "inter_latency_us")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,19 +284,28 @@ def load_space(path: str | Path) -> SpaceConfig:
     return cfg
 
 
+def _cluster_shorthand(data: dict) -> dict:
+    """`cluster: aws-p5` is `cluster: {instance: aws-p5}`."""
+    if isinstance(data.get("cluster"), str):
+        data = {**data, "cluster": {"instance": data["cluster"]}}
+    return data
+
+
 def parse_run(data: dict) -> RunConfig:
-    cfg = _validate(RunConfig, data)
+    cfg = _validate(RunConfig, _cluster_shorthand(data))
     _check_fixed(cfg)
+    _check_instances(cfg)
     return cfg
 
 
 def parse_space(data: dict) -> SpaceConfig:
-    cfg = _validate(SpaceConfig, data)
+    cfg = _validate(SpaceConfig, _cluster_shorthand(data))
     _check_fixed(cfg)
     if cfg.name is not None and not NAME_RE.fullmatch(cfg.name):
         raise ConfigError(f"name: expected {EXPECT['name'][0]}, got {cfg.name!r}")
     cfg.space = {k: parse_axis(k, v) for k, v in cfg.space.items()}
     _check_axes(cfg)
+    _check_instances(cfg)
     return cfg
 
 
@@ -348,7 +367,8 @@ def _one_line(exc: ValidationError, cls: type[BaseModel]) -> str:
             and EXPECT[field] in (_POS, _NONNEG):
         return f"{where}: expected {EXPECT[field][0]} up to {MAX_INT}, got {_show(got)}"
     if kind == "literal_error":
-        return f"{where}: expected one of {err['ctx']['expected']}, got {_show(got)}"
+        see = " (`sweep catalog frameworks` lists them)" if field == "framework" else ""
+        return f"{where}: expected one of {err['ctx']['expected']}, got {_show(got)}{see}"
     expect = EXPECT.get(field, (None, None))[0]
     if expect:
         return f"{where}: expected {expect}, got {_show(got)}"
@@ -391,6 +411,71 @@ def check_gpu(name: str, where: str) -> None:
 
 def check_model(name: str, where: str) -> None:
     _check_name("model", name, where)
+
+
+def check_instance(name: str, where: str):
+    """The catalog instance type `name`, or a one-line error at `where` (did you mean)."""
+    from sim_core import catalog
+
+    try:
+        return catalog.get_instance(name)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {_first_line(exc)}") from None
+
+
+def _check_instances(cfg: RunConfig) -> None:
+    """An instance type sets the GPU and the node: a file that also gives them differently is
+    refused; an instance without a sourced price needs cluster.price_per_hour."""
+    c = cfg.cluster
+    space = getattr(cfg, "space", {}) or {}
+    if "instance" in space:
+        if "gpu" in space or "gpus_per_node" in space:
+            raise ConfigError("space: vary instance or gpu/gpus_per_node, not both (an instance "
+                              "type sets its GPU and GPUs per node)")
+        names, where = space["instance"], "space.instance"
+    elif c.instance is not None:
+        names, where = [c.instance], "cluster.instance"
+    else:
+        return
+    given = c.model_fields_set
+    for name in names:
+        inst = check_instance(name, where)
+        if c.gpu is not None and c.gpu.lower() != inst.gpu:
+            raise ConfigError(f"cluster.gpu: {c.gpu!r} differs from instance {inst.name}'s gpu "
+                              f"{inst.gpu!r}; drop cluster.gpu (the instance sets it)")
+        if "gpus_per_node" in given and c.gpus_per_node != inst.gpus_per_node:
+            raise ConfigError(f"cluster.gpus_per_node: {c.gpus_per_node} differs from instance "
+                              f"{inst.name}'s {inst.gpus_per_node}; drop it (the instance sets it)")
+        if inst.price_per_gpu_hour is None and not _price_given(c.price_per_hour, inst.name):
+            raise ConfigError(f"{where}: instance {inst.name!r} has no on-demand price with a "
+                              f"source in the catalog; give cluster.price_per_hour "
+                              f"({{{inst.name}: USD_PER_GPU_HOUR}} or one number)")
+
+
+def _price_given(price, name: str) -> bool:
+    if isinstance(price, dict):
+        return name in {str(k).lower() for k in price}
+    return price is not None
+
+
+def instance_columns(name: str) -> dict:
+    """The run-frame columns (INSTANCE_COLUMNS) and `instance` an instance type sets."""
+    from sim_core import catalog
+
+    inst = catalog.get_instance(name)
+    cl = catalog.instance_cluster(name)
+    return {"instance": inst.name, "gpu": inst.gpu, "gpus_per_node": inst.gpus_per_node,
+            "nics_per_node": inst.nics_per_node, "nic_bw_gbs": inst.nic_bw_gbs,
+            "intra_latency_us": cl.intra_latency_us, "inter_latency_us": cl.inter_latency_us}
+
+
+def _check_price_key(key: str) -> None:
+    from sim_core import catalog
+
+    names = set(catalog.gpu_names()) | set(catalog.instance_names())
+    if key.lower().replace("_", "-") not in names:
+        raise ConfigError(f"cluster.price_per_hour: {key!r} is neither a GPU nor an instance id"
+                          f"{did_you_mean(key, sorted(names))} (`sweep catalog gpus|instances`)")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -437,12 +522,20 @@ def _check_fixed(cfg: RunConfig) -> None:
         raise ConfigError(f"model: expected {EXPECT['model'][0]}, got {_show(m)}")
     space = getattr(cfg, "space", {}) or {}
     c = cfg.cluster
+    if c.instance is not None and "instance" not in space:  # a wrong name first, then sizes
+        check_instance(c.instance, "cluster.instance")
     if c.num_gpus is not None and c.nodes is not None:
         raise ConfigError("cluster: give num_gpus or nodes, not both")
     if c.num_gpus is None and c.nodes is None and not ({"num_gpus", "nodes"} & set(space)):
         raise ConfigError("cluster.num_gpus: required field is missing (or give cluster.nodes)")
-    if "gpu" not in space:
+    if c.gpu is None and c.instance is None and not ({"gpu", "instance"} & set(space)):
+        raise ConfigError("cluster.gpu: required field is missing (or give cluster.instance, "
+                          "a cloud instance type: `sweep catalog instances`)")
+    if c.gpu is not None and "gpu" not in space:
         check_gpu(c.gpu, "cluster.gpu")
+    if isinstance(c.price_per_hour, dict):
+        for key in c.price_per_hour:
+            _check_price_key(str(key))
     if cfg.global_batch is not None and cfg.global_batch_tokens is not None:
         raise ConfigError("global_batch: give global_batch or global_batch_tokens, not both")
     if (cfg.global_batch is None and cfg.global_batch_tokens is None
@@ -572,6 +665,10 @@ def _check_value(name: str, v, where: str):
             raise ConfigError(bad)
         (check_gpu if name == "gpu" else check_model)(v, where)
         return v
+    if name == "instance":
+        if not isinstance(v, str) or not v.strip():
+            raise ConfigError(bad)
+        return check_instance(v, where).name
     raise ConfigError(bad)  # pragma: no cover
 
 
@@ -617,12 +714,15 @@ def fixed_columns(cfg: RunConfig) -> dict:
     row["precision"] = cfg.precision
     row["framework"] = cfg.framework
     c = cfg.cluster
-    row["gpu"] = c.gpu
+    if c.instance is not None:
+        row.update(instance_columns(c.instance))
+    elif c.gpu is not None:
+        row["gpu"] = c.gpu
     if c.num_gpus is not None:
         row["num_gpus"] = c.num_gpus
     if c.nodes is not None:
         row["nodes"] = c.nodes
-    row["gpus_per_node"] = c.gpus_per_node
+    row.setdefault("gpus_per_node", c.gpus_per_node)
     if c.nics_per_node is not None:
         row["nics_per_node"] = c.nics_per_node
     if c.nic_bw_gbs is not None:

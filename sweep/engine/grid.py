@@ -23,7 +23,7 @@ from sim_core.frameworks import resolve_frame
 
 from ..errors import Interrupted, SweepError
 from ..results import (
-    Leaderboard, ResultStore, add_costs, constant_columns, gpu_prices, objective_columns,
+    Leaderboard, ResultStore, add_costs, constant_columns, objective_columns, row_prices,
     write_part_file, write_ranked_tables,
 )
 from .evaluate import Bounds, evaluate, is_default, model_info, model_key
@@ -96,7 +96,7 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
         single = len(job.objectives) == 1
         bounds = Bounds(space.subspace_ids(ids[keep]), job.objectives[0],
                         threshold if single else None,
-                        frame["gpu"].map(job.prices).to_numpy(dtype=np.float64)
+                        row_prices(frame, job.prices).to_numpy(dtype=np.float64)
                         if "gpu" in frame.columns else None, job.cost_unit)
     df = evaluate(frame, simulate, check, bounds)
     status = df["status"].to_numpy()
@@ -145,7 +145,7 @@ def grid_constants(space: Space) -> dict:
 
     from .space import NOOPS
 
-    depends = {"num_gpus": {"nodes", "gpus_per_node"},
+    depends = {"num_gpus": {"nodes", "gpus_per_node", "instance"},
                "global_batch": {"global_batch_tokens", "seq_len"},
                **{f: {"framework", "tp"} for f in profile_fields()}}
     for setting, size, _ in NOOPS:
@@ -178,8 +178,7 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     keep = max(s.top, TOP_KEPT)
     board = Leaderboard(s.objectives, keep)
     constants = grid_constants(space)
-    prices = gpu_prices(dict(space.axes).get("gpu") or [space.fixed.get("gpu")],
-                        space.price_per_hour)
+    prices = space.prices()
     job = GridJob(str(store.parts_dir), fp, prices, s.cost_unit, s.objectives, keep, constants,
                   prune)
     # finished batches of an earlier run: their counters are in the manifest, their top K and

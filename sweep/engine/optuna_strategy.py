@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 from ..config import OBJECTIVES
 from ..errors import Interrupted, SweepError
 from ..results import (
-    ResultStore, add_costs, counts, gpu_prices, pareto_mask, rank,
+    ResultStore, add_costs, counts, pareto_mask, rank,
     write_part_file, write_tables,
 )
 from .evaluate import evaluate, model_info, model_key
@@ -219,7 +219,7 @@ def _run_optuna(cfg, space, out, workers, address, simulate, check, progress, fr
     journal.flush()
     values_of = dict(space.axes)
     dists = {a: CategoricalDistribution(values_of[a]) for a in nest.outer}
-    prices = gpu_prices(values_of.get("gpu") or [space.fixed.get("gpu")], space.price_per_hour)
+    prices = space.prices()
 
     # What earlier runs left: each layout's result (from the parts) and the recorded trials.
     known, tally = _known_layouts(store, nest, obj_cols, signs)

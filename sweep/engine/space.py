@@ -31,7 +31,7 @@ import pandas as pd
 
 from sim_core.specs import ALL_COLUMNS
 
-from ..config import RunConfig, SpaceConfig, fixed_columns
+from ..config import INSTANCE_COLUMNS, RunConfig, SpaceConfig, fixed_columns, instance_columns
 from ..errors import SweepError
 
 # Columns the simulator understands; everything else in a frame is bookkeeping.
@@ -65,7 +65,7 @@ class Space:
     name: str
     fixed: dict
     axes: list  # [(column, [values...]), ...] in product order
-    price_per_hour: float | None = None
+    price_per_hour: float | dict | None = None  # one price, or {gpu or instance id: price}
     meta: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ construction
@@ -73,6 +73,11 @@ class Space:
     def from_config(cls, cfg: RunConfig) -> "Space":
         fixed = fixed_columns(cfg)
         axes = list((getattr(cfg, "space", None) or {}).items())
+        if "instance" in dict(axes):  # each instance sets these per row (_build); given
+            given = cfg.cluster.model_fields_set  # network fields stay fixed overrides
+            for name in INSTANCE_COLUMNS:
+                if name not in given or name in ("gpu", "gpus_per_node"):
+                    fixed.pop(name, None)
         for name, _ in axes:
             fixed.pop(name, None)
             # a varied cluster size / batch replaces the other way of giving it
@@ -81,8 +86,11 @@ class Space:
                      "global_batch_tokens": "global_batch"}.get(name)
             if other:
                 fixed.pop(other, None)
+        price = cfg.cluster.price_per_hour
+        if isinstance(price, dict):
+            price = {str(k).lower().replace("_", "-"): float(v) for k, v in price.items()}
         return cls(name=getattr(cfg, "name", None) or "run", fixed=fixed, axes=axes,
-                   price_per_hour=cfg.cluster.price_per_hour)
+                   price_per_hour=price)
 
     @property
     def size(self) -> int:
@@ -91,6 +99,26 @@ class Space:
     @property
     def axis_names(self) -> list[str]:
         return [n for n, _ in self.axes]
+
+    def instance_axis(self) -> dict:
+        """{column: [value per instance of the `instance` axis]} for the INSTANCE_COLUMNS it
+        sets (those the file does not fix); {} when instance is not an axis."""
+        values = dict(self.axes).get("instance")
+        if not values:
+            return {}
+        rows = [instance_columns(v) for v in values]
+        return {c: [r[c] for r in rows] for c in INSTANCE_COLUMNS if c not in self.fixed}
+
+    def prices(self) -> dict:
+        """USD per GPU-hour for every GPU and instance id the space can produce (results'
+        gpu_prices: the instance's catalog price, else the GPU's, unless overridden)."""
+        from ..results import gpu_prices
+
+        axes = dict(self.axes)
+        inst = axes.get("instance") or ([self.fixed["instance"]] if self.fixed.get("instance")
+                                        else [])
+        gpus = axes.get("gpu") or self.instance_axis().get("gpu") or [self.fixed.get("gpu")]
+        return gpu_prices([g for g in gpus if g], self.price_per_hour, inst)
 
     def fingerprint(self, **extra) -> str:
         """A hash of everything that decides which rows a batch holds (for resume)."""
@@ -163,10 +191,15 @@ class Space:
         n, names = len(ids), self.axis_names
         digits = self.digits(ids) if self.axes else []
 
+        derived = self.instance_axis()
+
         def col(name):
             if name in names:
                 k = names.index(name)
                 return _typed(self.axes[k][1])[digits[k]]
+            if name in derived:
+                k = names.index("instance")
+                return _typed(derived[name])[digits[k]]
             if name in self.fixed:
                 return np.full(n, self.fixed[name])
             return None
@@ -238,6 +271,10 @@ class Space:
             cols[name] = _pick(values, digits[k])
         for name, value in self.fixed.items():
             cols[name] = _pick([value], np.zeros(n, dtype=np.int64))
+        if "instance" in self.axis_names:
+            k = self.axis_names.index("instance")
+            for name, values in self.instance_axis().items():
+                cols[name] = _pick(values, digits[k])
         if "nodes" in cols:
             cols["num_gpus"] = cols["nodes"] * cols["gpus_per_node"]
         if "global_batch_tokens" in cols:
@@ -396,10 +433,11 @@ def rule_axes(space: Space) -> set[str]:
         probe += [j * stride for j in range(1, len(values))]
     frame = normalise(space.frame_of_ids(sorted(set(probe))))
     rules.check(Recording(frame_to_batch(sim_frame(frame))))
-    derived = {"num_gpus": {"nodes", "gpus_per_node"},
+    derived = {"num_gpus": {"nodes", "gpus_per_node", "instance"},
                "global_batch": {"global_batch_tokens", "seq_len"},
-               "sequence_parallel": {"tp"}, "vpp": {"pp"}, "gpu_code": {"gpu"},
-               **{f: {"gpu"} for f in GPU_FIELDS + NET_DEFAULTS},
+               "sequence_parallel": {"tp"}, "vpp": {"pp"}, "gpu_code": {"gpu", "instance"},
+               "gpus_per_node": {"instance"},
+               **{f: {"gpu", "instance"} for f in GPU_FIELDS + NET_DEFAULTS},
                **{f: {"framework", "tp"} for f in frameworks.profile_fields()},
                **{f: {"model"} for f in MODEL_COLUMNS if f != "model"}}
     needed = set()
@@ -417,8 +455,10 @@ def count(space: Space, chunk: int = 200_000, seed: int = 0) -> Count:
     relevant = rule_axes(space)
     free = [n for n in space.axis_names if n not in relevant]
     factor = math.prod(len(v) for n, v in space.axes if n in free)
-    sub = Space(name=space.name, fixed={**space.fixed,
-                                        **{n: v[0] for n, v in space.axes if n in free}},
+    fixed = {**space.fixed, **{n: v[0] for n, v in space.axes if n in free}}
+    if "instance" in free:  # its first value, with the columns it sets
+        fixed.update({c: v[0] for c, v in space.instance_axis().items()})
+    sub = Space(name=space.name, fixed=fixed,
                 axes=[(n, v) for n, v in space.axes if n in relevant],
                 price_per_hour=space.price_per_hour, meta=space.meta)
     if sub.size <= CHECK_ENUMERATE_MAX:

@@ -669,20 +669,49 @@ class ResultStore:
 # ---------------------------------------------------------------------------------------------
 # Derived columns, ranking, Pareto set, summary
 # ---------------------------------------------------------------------------------------------
-def gpu_prices(gpus, override: float | None = None) -> dict:
-    """USD per GPU-hour for each GPU id (catalog default unless overridden)."""
+def gpu_prices(gpus, override: float | dict | None = None, instances=()) -> dict:
+    """USD per GPU-hour for each GPU id and each instance id (catalog default unless
+    overridden: one price for all, or {id: price}). An instance's own price wins over its
+    GPU's in add_costs."""
+    from sim_core import catalog
+
+    def given(key):
+        if isinstance(override, dict):
+            return override.get(str(key).lower())
+        return override
+
     out = {}
     for g in set(gpus):
-        if override is not None:
-            out[g] = float(override)
+        if given(g) is not None:
+            out[g] = float(given(g))
             continue
         try:
-            from sim_core import catalog
-
             out[g] = float(catalog.get_gpu(g).price_per_hour)
         except Exception:  # noqa: BLE001 - unknown price: cost stays NaN
             out[g] = float("nan")
+    for i in set(instances or ()):
+        if not i:
+            continue
+        try:
+            price = catalog.get_instance(i).price_per_gpu_hour
+        except Exception:  # noqa: BLE001 - unknown instance: cost stays NaN
+            price = None
+        value = given(i)
+        out[i] = float(value if value is not None else price if price is not None
+                       else float("nan"))
     return out
+
+
+def row_prices(df: pd.DataFrame, prices: dict) -> pd.Series:
+    """Each row's USD per GPU-hour: its instance type's where it names one (NaN, cost
+    unknown, for a type without a sourced or given price: never its GPU's generic price),
+    else its GPU's."""
+    price = df["gpu"].map(prices).astype(float)
+    if "instance" in df.columns:
+        inst = df["instance"]
+        named = (inst.notna() & (inst.astype(str) != "")).to_numpy()
+        price = price.where(~named, inst.map(prices).astype(float))
+    return price
 
 
 def add_costs(df: pd.DataFrame, prices: dict, cost_unit: str = "mtok") -> pd.DataFrame:
@@ -693,7 +722,7 @@ def add_costs(df: pd.DataFrame, prices: dict, cost_unit: str = "mtok") -> pd.Dat
             if c not in df.columns:
                 df[c] = np.nan if len(df) else pd.Series(dtype=float)
         return df
-    price = df["gpu"].map(prices).astype(float)
+    price = row_prices(df, prices)
     gpu_h = df["num_gpus"] * df["step_time_s"] / 3600.0
     df["price_per_hour"] = price
     df["gpu_hours_per_step"] = gpu_h

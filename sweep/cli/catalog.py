@@ -1,0 +1,89 @@
+"""`sweep catalog gpus|instances|models|frameworks`: what a run or space file can name.
+
+One line each: the id, the key figures and the source (shortened), so that an unknown name's
+error ("`sweep catalog gpus` lists them") has somewhere to send the user.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+NAME = "catalog"
+HELP = "list the GPUs, cloud instance types, models and frameworks a run file can name"
+KINDS = ("gpus", "instances", "models", "frameworks")
+SOURCE_CHARS = 90  # of a source, in a listing (the catalog YAML has it whole)
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", choices=KINDS, help="what to list")
+    p.add_argument("--full", action="store_true", help="print sources whole")
+
+
+def _short(text: str, full: bool) -> str:
+    text = " ".join(str(text).split())
+    return text if full or len(text) <= SOURCE_CHARS else text[:SOURCE_CHARS - 3] + "..."
+
+
+def gpu_lines(full: bool = False) -> list[str]:
+    from sim_core import catalog
+
+    out = []
+    for name in catalog.gpu_names():
+        g = catalog.get_gpu(name)
+        fp8 = f"fp8 {g.peak_tflops['fp8']:,.0f}" if g.peak_tflops["fp8"] else "no fp8"
+        out.append(f"{name:<12} bf16 {g.peak_tflops['bf16']:,.0f} TFLOP/s, {fp8}, "
+                   f"{g.hbm_gib:g} GiB at {g.hbm_bw_gbs:,.0f} GB/s, link {g.nvlink_bw_gbs:g} GB/s, "
+                   f"${g.price_per_hour:g}/GPU-h | {_short(g.source, full)}")
+    return out
+
+
+def instance_lines(full: bool = False) -> list[str]:
+    from sim_core import catalog
+
+    out = []
+    for name in catalog.instance_names():
+        i = catalog.get_instance(name)
+        price = (f"${i.price_per_gpu_hour:g}/GPU-h {i.price_kind} ({i.price_date})"
+                 if i.price_per_gpu_hour is not None else "no sourced price (give price_per_hour)")
+        assumed = f" [assumed: {', '.join(i.assumed)}]" if i.assumed else ""
+        lat = f"{i.inter_latency_us:g} us" + (" assumed" if i.latency_basis == "assumption" else "")
+        out.append(f"{name:<18} {i.provider} {i.type}: {i.gpus_per_node} x {i.gpu}, "
+                   f"{i.nics_per_node} x {i.nic_gbps:g} Gb/s {i.transport} (latency {lat}), "
+                   f"{price}{assumed} | {_short(i.price_source or i.source, full)}")
+    for name, i in catalog.unavailable_instances().items():
+        out.append(f"{name:<18} {i.provider} {i.type}: {i.gpus_per_node} x {i.gpu} -- "
+                   f"unavailable: gpu {i.gpu!r} is not in the GPU catalog")
+    return out
+
+
+def model_lines(full: bool = False) -> list[str]:
+    from sim_core import catalog
+
+    out = []
+    for name in catalog.model_names():
+        m = catalog.get_model(name)
+        moe = f", {m.experts} experts top-{m.top_k}" if m.experts else ""
+        out.append(f"{name:<20} {catalog.param_count(name) / 1e9:,.1f}B params, {m.layers} "
+                   f"layers, hidden {m.hidden}, {m.heads} heads{moe} | {_short(m.source, full)}")
+    return out
+
+
+def framework_lines(full: bool = False) -> list[str]:
+    from sim_core import frameworks
+
+    out = []
+    for name, p in frameworks.profiles().items():
+        sup = p.get("supports", {})
+        zero = ",".join(str(z) for z in sup.get("zero", []))
+        out.append(f"{name:<14} {p.get('title', '')}; zero {zero or '-'}, pp "
+                   f"{'yes' if sup.get('pp') else 'no'} | {_short(p.get('code', ''), full)}")
+    return out
+
+
+LINES = {"gpus": gpu_lines, "instances": instance_lines, "models": model_lines,
+         "frameworks": framework_lines}
+
+
+def run(args) -> int:
+    print("\n".join(LINES[args.kind](args.full)))
+    return 0
