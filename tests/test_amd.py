@@ -150,3 +150,68 @@ def test_published_gemm_ceilings_drive_the_gemm_curve():
     assert catalog.gpu_table().loc["mi355x", "gemm_max_bf16"] == 0.0
     assert compute.efficiency_table()[950]["gemm_max"] == compute.efficiency_table()[942]["gemm_max"]
     assert compute.efficiency_table()[942]["gemm_max"]["bf16"] == catalog.gemm_ceilings()["mi300x"]["bf16"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Software on ROCm: framework profiles, recipes
+# ---------------------------------------------------------------------------------------------
+def _evaluate(gpu="mi300x", framework=None, precision="bf16", **parallel):
+    from sweep.config import parse_run
+    from sweep.engine.evaluate import evaluate
+    from sweep.engine.space import Space
+
+    d = {"model": "llama3-70b", "seq_len": 8192, "global_batch": 512, "precision": precision,
+         "cluster": {"gpu": gpu, "num_gpus": 64},
+         "parallel": {"tp": 1, "pp": 1, "zero": 3, "recompute": "selective", **parallel}}
+    if framework:
+        d["framework"] = framework
+    return evaluate(Space.from_config(parse_run(d)).frame(0, 1)).iloc[0]
+
+
+def test_frameworks_on_rocm():
+    row = _evaluate()  # megatron-core: AMD's ROCm fork, CK flash-attention by default
+    assert row["status"] == "ok" and row["attention_kernel"] == "fa2"
+    assert _evaluate(gpu="h100-sxm")["attention_kernel"] == "fa3"
+    bad = _evaluate(attention_kernel="fa3")
+    assert bad["status"] == "invalid" and "FA3/cuDNN attention on ROCm" in bad["invalid_reason"]
+    nano = _evaluate(framework="nanotron", zero=1, recompute="full")
+    assert nano["status"] == "invalid" and "nanotron has no ROCm support" in nano["invalid_reason"]
+    assert _evaluate(framework="torchtitan")["status"] == "ok"
+    tt8 = _evaluate(framework="torchtitan", precision="fp8")
+    assert tt8["status"] == "invalid" and "FP8 training on ROCm" in tt8["invalid_reason"]
+    assert _evaluate(precision="fp8")["status"] == "ok"  # TE FP8 in AMD's Megatron fork
+
+
+def test_recipes_say_what_differs_on_rocm():
+    import tomllib
+
+    from sweep.advice import export
+
+    amd, nv = _evaluate(), _evaluate(gpu="h100-sxm")
+    text = export.megatron_text(amd)
+    assert "export HSA_NO_SCRATCH_RECLAIM=1" in text and "ROCm/Megatron-LM" in text
+    assert "--attention-backend" in text
+    assert export.parse_megatron_text(text)[export.parse_megatron_text(text).index(
+        "--attention-backend") + 1] == "fused"  # TE fused attention = CK on ROCm
+    assert "ROCm" not in export.megatron_text(nv) and "export " not in export.megatron_text(nv)
+    toml = export.torchtitan_toml(amd)
+    assert "# export NCCL_MIN_NCHANNELS=112" in toml and "HSA_NO_SCRATCH" not in toml
+    tomllib.loads(toml)  # the ROCm lines are comments: still a valid job file
+
+
+def test_multi_vendor_space_runs_end_to_end(tmp_path):
+    """search_spaces/multi-vendor.yaml: H100, H200, MI300X and MI325X searched together; it
+    recommends, and the report gives every GPU type its own frontier."""
+    from sweep import api
+    from sweep.advice import report
+
+    out = tmp_path / "mv"
+    api.search(Path(__file__).parent.parent / "search_spaces" / "multi-vendor.yaml", out)
+    r = report.build(out)
+    assert r["rec"].found
+    assert set(r["gpu_front"]["gpu"]) == {"h100-sxm", "h200", "mi300x", "mi325x"}
+    md = report.render_md(r, None)
+    assert "Each GPU type's own frontier" in md and "mi300x" in md
+    # the mesh makes TP expensive on AMD: MI300X's frontier runs TP 1, not NVSwitch's TP 2+
+    amd = r["gpu_front"][r["gpu_front"]["gpu"].isin(["mi300x", "mi325x"])]
+    assert (amd["tp"] == 1).all()
