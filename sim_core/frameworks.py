@@ -224,8 +224,13 @@ def rules(b) -> list[tuple[str, np.ndarray]]:
         ("TP communication overlap", ~s["tp_comm_overlap"][fw] & b.tp_comm_overlap & (b.tp > 1)),
         ("FP8 training", ~s["fp8"][fw] & (b.precision == 1)),
     ]
-    rocm = np.asarray(b["rocm"]) > 0 if "rocm" in b else np.zeros(len(fw), dtype=bool)
-    if rocm.any():  # AMD GPUs: the framework's ROCm port (frameworks.yaml rocm)
+    # AMD GPUs: the framework's ROCm port (frameworks.yaml rocm). Peeked at without the
+    # batch's own accessors first: the search's space count (sweep.engine.space.rule_axes)
+    # records what the rules read, and a space of NVIDIA parts only must keep `gpu` a free axis;
+    # with an AMD part present the field is read (and recorded) normally.
+    rocm = np.asarray(dict.get(b, "rocm", np.zeros(len(fw)))) > 0
+    if rocm.any():
+        rocm = np.asarray(b["rocm"]) > 0
         checks += [
             ("ROCm support (AMD GPUs)", ~s["rocm"][fw] & rocm),
             ("FA3/cuDNN attention on ROCm (CK flash-attention is the fa2 family)",

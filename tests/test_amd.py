@@ -215,3 +215,21 @@ def test_multi_vendor_space_runs_end_to_end(tmp_path):
     # the mesh makes TP expensive on AMD: MI300X's frontier runs TP 1, not NVSwitch's TP 2+
     amd = r["gpu_front"][r["gpu_front"]["gpu"].isin(["mi300x", "mi325x"])]
     assert (amd["tp"] == 1).all()
+
+
+def test_space_count_reads_the_gpu_once_an_amd_part_is_in_it():
+    """A space of NVIDIA parts keeps `gpu` free of the validity rules (test_space); with MI300X
+    in it, validity depends on the GPU (nanotron has no ROCm profile) and the count says so."""
+    import sweep.engine.space as sp
+    from sweep.config import parse_space
+
+    d = {"name": "t", "model": "llama3.1-8b", "seq_len": 8192, "global_batch": 64,
+         "cluster": {"gpu": "h100-sxm", "num_gpus": 8},
+         "space": {"gpu": ["h100-sxm", "mi300x"], "framework": ["megatron-core", "nanotron"],
+                   "tp": [1, 2], "zero": [0, 1], "recompute": ["none", "full"]}}
+    space = sp.Space.from_config(parse_space(d))
+    c = sp.count(space)
+    brute = sp.census(space)
+    assert "gpu" not in c.free
+    assert c.census.valid == brute.valid and c.census.reasons == brute.reasons
+    assert any("nanotron has no ROCm support" in r for r in brute.reasons)
