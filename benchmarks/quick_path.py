@@ -27,7 +27,7 @@ def run(space: Path, out: Path, ray: bool) -> tuple[float, float]:
     env = {**os.environ, "SWEEP_RAY": "1" if ray else "0"}
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "sweep.cli.main", "search", str(space), "--out",
+    r = subprocess.run([sys.executable, "-m", "sweep", "search", str(space), "--out",
                         str(out), "--fresh", "--no-progress"], env=env, capture_output=True,
                        text=True)
     wall = time.perf_counter() - t0

@@ -34,6 +34,10 @@ CATALOG_DIR = Path(__file__).resolve().parent / "catalogs"
 MODELS_FILE, GPUS_FILE, CLUSTERS_FILE = "models.yaml", "gpus.yaml", "clusters.yaml"
 INSTANCES_FILE = "instances.yaml"
 DTYPES = ("fp32", "tf32", "bf16", "fp8")
+# Block-scaled formats, listed only for the parts whose datasheet gives them (OCP MX formats on
+# CDNA4 and Blackwell, NVIDIA's NVFP4 on Blackwell). Absent = the part has no such peak (0).
+OPTIONAL_DTYPES = ("mxfp8", "mxfp6", "mxfp4", "nvfp4")
+VENDORS = ("nvidia", "amd")
 
 
 class CatalogError(ValueError):
@@ -355,17 +359,24 @@ def _build_gpu(d: dict, name: str, file: str) -> GPUSpec:
     if not isinstance(peaks, dict):
         raise CatalogError(f"{w('peak_tflops')}: expected a mapping dtype -> TFLOP/s")
     for key in peaks:
-        if key not in DTYPES:
+        if key not in DTYPES + OPTIONAL_DTYPES:
             raise CatalogError(f"{w('peak_tflops')}: unknown dtype {key!r}; "
-                               f"allowed: {', '.join(DTYPES)}")
+                               f"allowed: {', '.join(DTYPES + OPTIONAL_DTYPES)}")
     pk = {}
     for dt in DTYPES:
         if dt not in peaks:
             raise CatalogError(f"{w('peak_tflops')}: missing dtype {dt!r} (use 0 if unsupported)")
         pk[dt] = _as_float(peaks[dt], f"{w('peak_tflops')}[{dt}]", positive=dt == "bf16")
+    for dt in OPTIONAL_DTYPES:
+        if dt in peaks:
+            pk[dt] = _as_float(peaks[dt], f"{w('peak_tflops')}[{dt}]", positive=True)
     if pk["fp8"] and pk["fp8"] < pk["bf16"]:
         raise CatalogError(f"{w('peak_tflops')}: fp8 peak below bf16 peak (dense figures?)")
     arch = _as_int(d["sm_arch"], w("sm_arch"), minimum=70)
+    vendor = _norm(_as_str(d.get("vendor", "nvidia"), w("vendor")))
+    if vendor not in VENDORS:
+        raise CatalogError(f"{w('vendor')}: unknown vendor {d['vendor']!r}; "
+                           f"allowed: {', '.join(VENDORS)}")
     return GPUSpec(
         name=name, peak_tflops=pk,
         hbm_gib=_as_float(d["hbm_gib"], w("hbm_gib"), positive=True),
@@ -377,6 +388,8 @@ def _build_gpu(d: dict, name: str, file: str) -> GPUSpec:
         price_per_hour=_as_float(d["price_per_hour"], w("price_per_hour"), positive=False),
         tdp_w=_as_float(d.get("tdp_w", 0.0), w("tdp_w"), positive=False),
         source=_as_str(d.get("source", ""), w("source")),
+        vendor=vendor,
+        mesh_links=_as_int(d.get("mesh_links", 0), w("mesh_links"), minimum=0),
     )
 
 
@@ -395,12 +408,13 @@ def gpu_names() -> list[str]:
 
 def peak_tflops(gpu, dtype: str = "bf16") -> float:
     """Dense peak TFLOP/s of ``gpu`` (id or GPUSpec) for ``dtype``; fp8 on a GPU without FP8
-    tensor cores (fp8 == 0) falls back to the bf16 peak."""
+    tensor cores (fp8 == 0) falls back to the bf16 peak; a block-scaled format the part does
+    not have (mxfp4 on MI300X) is 0."""
     spec = gpu if isinstance(gpu, GPUSpec) else get_gpu(gpu)
     dt = _norm(dtype)
-    if dt not in DTYPES:
-        raise _unknown("dtype", dtype, DTYPES)
-    value = spec.peak_tflops[dt]
+    if dt not in DTYPES + OPTIONAL_DTYPES:
+        raise _unknown("dtype", dtype, DTYPES + OPTIONAL_DTYPES)
+    value = spec.peak_tflops.get(dt, 0.0)
     if dt == "fp8" and value <= 0:
         return spec.peak_tflops["bf16"]
     return value
@@ -666,10 +680,40 @@ def instance_cluster(name: str) -> ClusterSpec:
 # ---------------------------------------------------------------------------------------------
 # Vectorized lookup table
 # ---------------------------------------------------------------------------------------------
+GEMM_CEILINGS_FILE = "data/kernels/published/rocm_gemm_ceilings.csv"
+
+
+@functools.lru_cache(maxsize=None)
+def gemm_ceilings() -> dict:
+    """{gpu: {"bf16": f, "fp8": f}}: the compute model's gemm_max for GPUs with a published
+    GEMM ceiling (data/kernels/published, each row cited): the published TFLOP/s over the
+    dense peak, divided by the curve's K factor at the published shape. Its wave factor is
+    left out: a "max-achievable" figure is the best shape's, a full last wave."""
+    import io
+    from importlib import resources
+
+    import numpy as np
+    import pandas as pd
+
+    text = resources.files("sim_core").joinpath(GEMM_CEILINGS_FILE).read_text()
+    df = pd.read_csv(io.StringIO(text), comment="#")
+    out: dict = {}
+    table = _load_yaml("efficiency.yaml")["arch"]
+    for r in df.itertuples():
+        spec = get_gpu(r.gpu)
+        dt = "fp8" if r.dtype == "fp8" else "bf16"
+        k_half = table[spec.sm_arch]["gemm_k_half"][dt]
+        shape = float(r.k) / (float(r.k) + k_half)  # compute.gemm_curve's K factor
+        frac = float(r.tflops) / peak_tflops(spec, dt)
+        out.setdefault(spec.name, {})[dt] = float(np.round(frac / shape, 4))
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def _gpu_table():
     import pandas as pd
 
+    ceilings = gemm_ceilings()
     rows = []
     for name, g in _gpus().items():
         c = default_cluster_for_gpu(name)
@@ -684,6 +728,9 @@ def _gpu_table():
             hbm_gib=g.hbm_gib, hbm_bw_gbs=g.hbm_bw_gbs,
             sm_count=g.sm_count, sm_arch=g.sm_arch,
             nvlink_bw_gbs=g.nvlink_bw_gbs, nvls=g.nvls,
+            mesh_links=g.mesh_links, rocm=g.vendor == "amd",
+            gemm_max_bf16=ceilings.get(name, {}).get("bf16", 0.0),
+            gemm_max_fp8=ceilings.get(name, {}).get("fp8", 0.0),
             price_per_hour=g.price_per_hour, tdp_w=g.tdp_w,
             default_cluster=c.name, gpus_per_node=c.gpus_per_node,
             nics_per_node=c.nics_per_node, nic_bw_gbs=c.nic_bw_gbs,
@@ -695,7 +742,9 @@ def _gpu_table():
 def gpu_table():
     """One row per GPU (index = gpu id): peak_bf16, peak_fp8 (bf16 fallback where the GPU has
     no FP8; see has_fp8), peak_tf32, peak_fp32, hbm_gib, hbm_bw_gbs, sm_count, sm_arch,
-    nvlink_bw_gbs, nvls, price_per_hour, tdp_w, and from the GPU's default cluster:
+    nvlink_bw_gbs, nvls, mesh_links, rocm (an AMD part: ROCm/RCCL), price_per_hour, tdp_w,
+    gemm_max_bf16 / gemm_max_fp8 (measured GEMM ceiling as a fraction of peak, from
+    data/kernels/gemm_ceilings.csv; 0 where none is stored), and from the GPU's default cluster:
     default_cluster, gpus_per_node, nics_per_node, nic_bw_gbs, intra_latency_us,
     inter_latency_us. Returns a copy (safe to modify)."""
     return _gpu_table().copy()
@@ -733,5 +782,5 @@ def _check_id(key, filename: str) -> str:
 
 def clear_cache() -> None:
     """Forget loaded catalogs (tests that patch CATALOG_DIR call this)."""
-    for fn in (_models, _gpus, _clusters, _gpu_table, _instances):
+    for fn in (_models, _gpus, _clusters, _gpu_table, _instances, gemm_ceilings):
         fn.cache_clear()

@@ -16,7 +16,7 @@ from .specs import ALL_COLUMNS, CATEGORICAL, MODEL_COLUMNS
 # Hardware columns copied from the GPU catalog table into every row.
 GPU_FIELDS = (
     "peak_bf16", "peak_fp8", "has_fp8", "hbm_gib", "hbm_bw_gbs", "sm_count", "sm_arch",
-    "nvlink_bw_gbs",
+    "nvlink_bw_gbs", "mesh_links", "rocm", "gemm_max_bf16", "gemm_max_fp8",
     "nvls", "price_per_hour", "tdp_w",
 )
 # Network defaults that a row may override (0 = use the GPU's default cluster).

@@ -91,9 +91,15 @@ def gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
 
 
 def roofline_gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
-    """The default curve: gemm_max x wave quantization x K/(K + k_half)."""
+    """The default curve: gemm_max x wave quantization x K/(K + k_half). gemm_max is the
+    architecture's (efficiency.yaml) unless the GPU has a published ceiling of its own
+    (gemm_max_bf16 / gemm_max_fp8 > 0, data/kernels/published: MI300X and MI325X share CDNA3
+    but reach different clocks under load)."""
     arch = b.sm_arch
     emax = np.where(fp8, _by_arch(arch, "gemm_max", "fp8"), _by_arch(arch, "gemm_max", "bf16"))
+    if "gemm_max_bf16" in b:
+        own = np.where(fp8, b.gemm_max_fp8, b.gemm_max_bf16)
+        emax = np.where(own > 0, own, emax)
     # FP8 kernels take K in 128-wide tiles (bf16: 64), so a short K costs them more
     k_half = np.where(fp8, _by_arch(arch, "gemm_k_half", "fp8"),
                       _by_arch(arch, "gemm_k_half", "bf16"))

@@ -99,6 +99,40 @@ def resolve_frame(df: pd.DataFrame) -> pd.DataFrame:
             added[field] = merged
     if added:  # new columns appended at once, in `need` order
         out = pd.concat([out, pd.DataFrame(added, index=out.index)], axis=1)
+    if "attention_kernel" in need and "gpu" in out.columns:
+        _rocm_attention(out, df, fw_values)
+    return out
+
+
+def _rocm_attention(out: pd.DataFrame, df: pd.DataFrame, fw_values) -> None:
+    """Rows on an AMD GPU that left attention_kernel unset take their framework's ROCm kernel
+    (CK flash-attention, the fa2 family): FA3/cuDNN attention does not exist on ROCm."""
+    rocm = rocm_rows(out["gpu"])
+    if not rocm.any():
+        return
+    unset = (df["attention_kernel"].isna().to_numpy() if "attention_kernel" in df.columns
+             else np.ones(len(out), dtype=bool))
+    fill = out["attention_kernel"].to_numpy(dtype=object).copy()
+    for name in np.unique(fw_values[rocm & unset]):
+        kernel = (profiles()[name].get("rocm") or {}).get("attention_kernel")
+        if kernel:
+            fill[rocm & unset & (fw_values == name)] = kernel
+    out["attention_kernel"] = fill
+
+
+def rocm_rows(gpu: pd.Series) -> np.ndarray:
+    """True where the row's GPU is an AMD part (catalog vendor), one lookup per distinct id;
+    ids the catalog does not know are left to the catalog's own error later."""
+    from . import catalog
+
+    values = gpu.astype(str).to_numpy()
+    out = np.zeros(len(values), dtype=bool)
+    for g in np.unique(values):
+        try:
+            amd = catalog.get_gpu(g).vendor == "amd"
+        except catalog.CatalogError:
+            continue
+        out[values == g] = amd
     return out
 
 
@@ -168,6 +202,8 @@ def _support_table() -> dict[str, np.ndarray]:
         **{k: np.array([bool(s[k]) for s in sup])
            for k in ("pp", "vpp", "cp", "ep", "tp_comm_overlap", "fp8")},
         "pp_zero_max": np.array([s.get("pp_zero_max", 3) for s in sup], dtype=np.float64),
+        "rocm": np.array([bool((p.get("rocm") or {}).get("runs")) for p in profiles().values()]),
+        "rocm_fp8": np.array([bool((p.get("rocm") or {}).get("fp8")) for p in profiles().values()]),
     }
 
 
@@ -210,6 +246,20 @@ def rules(b) -> list[tuple[str, np.ndarray]]:
         ("asynchronous checkpointing", ~_checkpoint_table()["async_supported"][fw]
          & (np.asarray(b["ckpt_async"]) == 1 if "ckpt_async" in b else False)),
     ]
+    # AMD GPUs: the framework's ROCm port (frameworks.yaml rocm). Peeked at without the
+    # batch's own accessors first: the search's space count (sweep.engine.space.rule_axes)
+    # records what the rules read, and a space of NVIDIA parts only must keep `gpu` a free axis;
+    # with an AMD part present the field is read (and recorded) normally.
+    rocm = np.asarray(dict.get(b, "rocm", np.zeros(len(fw)))) > 0
+    if rocm.any():
+        rocm = np.asarray(b["rocm"]) > 0
+        checks += [
+            ("ROCm support (AMD GPUs)", ~s["rocm"][fw] & rocm),
+            ("FA3/cuDNN attention on ROCm (CK flash-attention is the fa2 family)",
+             s["rocm"][fw] & rocm & (b.attention_kernel == 0)),
+            ("FP8 training on ROCm", s["rocm"][fw] & ~s["rocm_fp8"][fw] & rocm
+             & (b.precision == 1)),
+        ]
     out = []
     for what, bad in checks:
         if bad.any():
@@ -273,6 +323,16 @@ def markdown() -> str:
                                  "synchronous by default" if c["async_supported"] else
                                  "synchronous only")
                   + f" ({c['flag']}). From: {c['source']}.", ""]
+        r = p.get("rocm") or {}
+        if r.get("runs"):
+            env = " ".join(f"`{k}={v}`" for k, v in r.get("env", {}).items())
+            lines += [f"On ROCm (AMD Instinct): runs ({r['code']}); attention "
+                      f"`{r['attention_kernel']}` by default; FP8 {'yes' if r.get('fp8') else 'no'}"
+                      + (f"; recipes set {env}" if env else "")
+                      + (f"; left out: {r['env_not_set']}" if r.get("env_not_set") else "")
+                      + f". From: {r['source']}.", ""]
+        else:
+            lines += [f"On ROCm (AMD Instinct): not offered ({r.get('source', 'no profile')}).", ""]
     return "\n".join(lines)
 
 

@@ -16,6 +16,14 @@ f = 2(n-1)/n (all-reduce), (n-1)/n (all-gather, reduce-scatter, all-to-all), 1 o
 
 Point-to-point (pipeline send/recv, ring-attention exchange) is op "send_recv" with group 2 and
 nodes 1 (same node) or 2; `p2p_time` is a shorthand for that.
+
+AMD Instinct nodes (net["mesh_links"] > 0) have no switch: each GPU has one Infinity Fabric link
+to each of its 7 peers. RCCL (ROCm/rccl develop 0cbce2a7, 2024-10-24, the RCCL of ROCm 6.2/6.3)
+runs many rings over that mesh at once, so a group reaches one link per peer it has on the node,
+(k - 1) links, not the GPU's whole bandwidth as through NVSwitch; it has its own latency tables,
+no LL128 and no single-node tree/Simple; and an 8-GPU all-reduce up to 16 MiB runs an MSCCL
+all-pairs (one-shot: reduce-scatter then all-gather with every peer at once) schedule. See the
+RCCL block of constants below.
 """
 
 from __future__ import annotations
@@ -23,11 +31,11 @@ from __future__ import annotations
 import numpy as np
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
-ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "p2p")
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "p2p", "allpairs")
 PROTOCOLS = ("ll", "ll128", "simple")
 
 AR, AG, RS, A2A, BC, SR = range(6)
-RING, TREE, NVLS, NVLS_TREE, P2P = range(5)
+RING, TREE, NVLS, NVLS_TREE, P2P, ALLPAIRS = range(6)
 LL, LL128, SIMPLE = range(3)
 
 # =============================================================================================
@@ -103,13 +111,34 @@ NVLS_CHUNK = 131072  # NCCL_NVLS_CHUNKSIZE default 128 KiB
 # Channel tuning: a call uses fewer channels while nBytes < nc * nthreads * threshold
 THREADS = (512, 640, 512)  # LL, LL128, Simple max threads
 THREAD_THRESHOLD = (8, 8, 64)  # bytes per thread (LL ring: x nRanks)
+# --- RCCL on a full Infinity Fabric mesh (ROCm/rccl develop @0cbce2a7571c, 2024-10-24) ---------
+# Usable bandwidth of one link as a fraction of its datasheet per-direction rate: RCCL's graph
+# search models a gfx94x XGMI link at 48 GB/s (src/graph/topo.h GFX94X_XGMI_WIDTH 48.0) against
+# the 64 GB/s per direction of the datasheet (CDNA 3 white paper: 896 GB/s over 7 links, both
+# directions); the ROCm RCCL/xGMI blog (2025-03-02) gives the same "approximately 48 GB/s per
+# link" after CRC/protocol overhead. CDNA4 (gfx950) has no entry at that commit: same ratio.
+XGMI_EFF = 48.0 / 64.0
+# tuning.cc baseLat (us) per {LL, LL128, Simple}, the same for tree and ring
+RCCL_BASE_LAT = (12.0, 12.0, 17.0)
+# tuning_model_5 (the MI300X rome models 79/81/84 set tuning=5, rome_models.cc): XGMI hop
+# latency (us) per {LL, LL128, Simple}; LL128 is 0 there and switched off (tuning.cc l.509-514
+# enables LL128 by default only on gfx90a)
+RCCL_HW_LAT_XGMI = {RING: (0.8, 0.0, 2.1), TREE: (0.9, 0.0, 2.3)}
+# MSCCL all-pairs all-reduce (tools/msccl-algorithms/allreduce-allpairs-8n-*.xml, ngpus=8,
+# loaded when the rome model sets mscclEnabled, connect.cc l.691): LL up to 524,287 bytes,
+# Simple up to 16,777,216 (out-of-place); above that RCCL's rings.
+MSCCL_GPUS = 8
+MSCCL_LL_MAX = 524287
+MSCCL_MAX = 16777216
+
 # --- Point-to-point / all-to-all (not in tuning.cc; NCCL p2p uses LL below 16 KiB) -----------
 P2P_LL_THRESHOLD = 16384  # NCCL_P2P_LL_THRESHOLD default
 P2P_BASE_US = 5.0  # launch + handshake of a send/recv pair (order of NCCL base latencies)
 A2A_PER_PEER_US = 0.5  # issuing one more send/recv pair inside a grouped all-to-all
 
 DEFAULT_NET = {"sm_arch": 90, "nvlink_bw_gbs": 450.0, "nvls": False, "nic_bw_gbs": 50.0,
-               "intra_latency_us": REF_INTRA_LAT_US, "inter_latency_us": REF_INTER_LAT_US}
+               "intra_latency_us": REF_INTRA_LAT_US, "inter_latency_us": REF_INTER_LAT_US,
+               "mesh_links": 0}
 
 # Arithmetic runs in float32 (2-3x faster than float64 on 100k-element arrays; 7 significant
 # digits are far below the model's accuracy); results are returned as float64.
@@ -209,6 +238,19 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
 
     # ---- physical bus bandwidths (GB/s, nccl-tests busbw convention) ------------------------
     b_nvl = net["nvlink_bw_gbs"] * _arch_take(NVL_EFF, ai)
+    # full mesh (AMD): the group's k ranks on a node reach each other over k - 1 of the GPU's
+    # mesh_links direct links (RCCL's rings over the mesh use one link per peer), each at
+    # XGMI_EFF of its datasheet rate. AMD parts index NCCL's newest (SM100) channel and LL
+    # tables below; RCCL allows up to 128 channels on gfx94x (connect.cc), so those caps do not
+    # bind where bandwidth matters.
+    links = net["mesh_links"]
+    mesh = (links > 0).astype(_DT)
+    any_mesh = bool(mesh.any())
+    if any_mesh:
+        link_bw = net["nvlink_bw_gbs"] / np.maximum(links, 1.0) * XGMI_EFF
+        peers = np.maximum(np.minimum(k, links + 1.0) - 1.0, 1.0)
+        b_nvl = _sel(mesh, peers * link_bw, b_nvl)
+        mesh1 = mesh * (1.0 - multi)  # one mesh node: RCCL's single-node rules apply
     b_nic = net["nic_bw_gbs"] * NIC_EFF  # per GPU
     node_nic = k * b_nic  # a node's ranks of this group share k GPUs' NICs
     # ring: every channel crosses the node boundary once per node, so the NICs of the node
@@ -269,6 +311,12 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
         # small calls run on fewer channels, each at most the per-channel LL128-class rate
         bus = np.minimum(bus, nc_used * per_ch_ll128 * (2.0 if p == SIMPLE else 1.0))
         intra = HW_LAT_NVL[RING][p] * s_in
+        base = BASE_LAT[RING][p]
+        off = 0.0
+        if any_mesh:  # RCCL's tables on the XGMI mesh; no LL128 there
+            intra = _sel(mesh, RCCL_HW_LAT_XGMI[RING][p] * s_in, intra)
+            base = _sel(mesh, RCCL_BASE_LAT[p], base)
+            off = mesh * _BIG if p == LL128 else 0.0
         if p == LL:
             intra = intra * (1.0 + 0.8 * multi)
         inter = (HW_LAT_NET[RING][p] + ppn1 * (HW_LAT_NET[TREE][p] - HW_LAT_NET[RING][p])) * s_out
@@ -285,11 +333,11 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
         # rounds: a ring loop moves nc * n * chunk bytes (all-reduce), and every loop walks the
         # ring once more; Echo's eta for the ring
         loops = np.maximum(np.ceil(S / (nc_used * (chunk * ranks_per_loop))), 1.0)
-        lat = BASE_LAT[RING][p] + loops * hops
+        lat = base + loops * hops
         if p == SIMPLE:
             plateau = multi * is_ar * (S >= 64.0 * nc * n)
             lat = lat * (1.0 + (RING_PLATEAU - 1.0) * plateau)
-        times.append(lat + S_us * fbus / bus + pen_ring)
+        times.append(lat + S_us * fbus / bus + pen_ring + off)
         codes.append((RING, p))
 
     # ---- double binary tree (all-reduce): chain inside the node, tree across nodes ----------
@@ -311,15 +359,21 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
             chunk = float(STEP_BYTES[SIMPLE])
         alg = 0.5 * bus  # NCCL: tree moves the data up and down -> algbw = busBw / 2
         intra = HW_LAT_NVL[TREE][p] * s_in
+        base = BASE_LAT[TREE][p]
+        off = 0.0
+        if any_mesh:  # RCCL: no LL128; no tree/Simple on one gfx94 node (tuning.cc l.365)
+            intra = _sel(mesh, RCCL_HW_LAT_XGMI[TREE][p] * s_in, intra)
+            base = _sel(mesh, RCCL_BASE_LAT[p], base)
+            off = (mesh if p == LL128 else mesh1 if p == SIMPLE else 0.0) * _BIG
         if p == LL:
             intra = intra * (1.0 + 0.8 * multi)
-        lat = BASE_LAT[TREE][p] + 2.0 * ((k - 1.0) * intra + log2N * HW_LAT_NET[TREE][p] * s_out)
+        lat = base + 2.0 * ((k - 1.0) * intra + log2N * HW_LAT_NET[TREE][p] * s_out)
         # pipeline fill: a chunk needs `depth` hops to reach the last rank; with eta rounds of
         # `chunk` per channel the tree runs (eta + depth - 1) chunk slots (Echo's tree formula)
         nc_used = channels(p)
         chunk_all = np.minimum(chunk * nc_used, S)
         fill = np.maximum(depth - 1.0, 0.0) * chunk_all
-        times.append(lat + (S + fill) * 1e-3 / alg + pen_ar)
+        times.append(lat + (S + fill) * 1e-3 / alg + pen_ar + off)
         codes.append((TREE, p))
 
     if "nvls" in families:
@@ -370,10 +424,29 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
         better = (times[i] < best_t).astype(_DT)
         best_t = np.minimum(best_t, times[i])
         best_i = best_i + better * (i - best_i)
+
+    if any_mesh and "ring" in families:
+        # ---- RCCL's MSCCL all-pairs all-reduce on one 8-GPU mesh node ------------------------
+        # MSCCL takes the call before the tuner does (msccl_lifecycle.cc): each GPU sends S/n
+        # to every peer at once (reduce-scatter), then the reduced S/n back (all-gather), so
+        # every link carries 2S/n in 2 steps instead of the ring's 2(n - 1) hops.
+        ap = (mesh1 * is_ar * (n == MSCCL_GPUS) * (links + 1.0 == MSCCL_GPUS)
+              * (S <= MSCCL_MAX))
+        if bool(ap.any()):
+            ll = (S <= MSCCL_LL_MAX).astype(_DT)
+            hop = _sel(ll, RCCL_HW_LAT_XGMI[RING][LL], RCCL_HW_LAT_XGMI[RING][SIMPLE]) * s_in
+            lat = _sel(ll, RCCL_BASE_LAT[LL], RCCL_BASE_LAT[SIMPLE]) + 2.0 * hop
+            t_ap = lat + 2.0 * S_us / n / (link_bw * _sel(ll, LL_PAYLOAD, 1.0))
+            times.append(t_ap)
+            codes.append((ALLPAIRS, -2))
+            best_t = _sel(ap, t_ap, best_t)
+            best_i = _sel(ap, float(len(times) - 1), best_i)
     best_i = best_i.astype(np.int64)
     algo = np.array([c[0] for c in codes])[best_i]
     proto_tab = np.array([c[1] for c in codes])[best_i]
-    proto = np.where(proto_tab < 0, np.where(small > 0, LL, SIMPLE), proto_tab)
+    proto = np.where(proto_tab == -1, np.where(small > 0, LL, SIMPLE), proto_tab)
+    if (proto_tab == -2).any():  # all-pairs: LL up to MSCCL_LL_MAX, then Simple
+        proto = np.where(proto_tab == -2, np.where(S <= MSCCL_LL_MAX, LL, SIMPLE), proto)
     return best_t.astype(float) * 1e-6, algo, proto
 
 

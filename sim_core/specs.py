@@ -95,16 +95,24 @@ class GPUSpec:
     """One accelerator type. Throughputs are dense (no sparsity), per GPU."""
 
     name: str
-    peak_tflops: dict  # dtype -> dense TFLOP/s, keys fp32, tf32, bf16, fp8
+    peak_tflops: dict  # dtype -> dense TFLOP/s, keys fp32, tf32, bf16, fp8 (+ mxfp8, mxfp6,
+    # mxfp4, nvfp4 where the part has them: catalog.OPTIONAL_DTYPES)
     hbm_gib: float  # usable HBM capacity in GiB
     hbm_bw_gbs: float  # HBM bandwidth, GB/s
-    sm_count: int
-    sm_arch: int  # 80 Ampere, 90 Hopper, 100 Blackwell (selects NCCL tuning tables)
-    nvlink_bw_gbs: float  # NVLink bandwidth per GPU per direction, GB/s
+    sm_count: int  # SMs (NVIDIA) or compute units (AMD)
+    # 80 Ampere, 90 Hopper, 100 Blackwell; AMD Instinct by gfx target: 942 CDNA3 (MI300X,
+    # MI325X), 950 CDNA4 (MI355X). Selects the efficiency and NCCL/RCCL tables.
+    sm_arch: int
+    nvlink_bw_gbs: float  # scale-up (NVLink / Infinity Fabric) bandwidth per GPU per direction
     nvls: bool  # NVLink SHARP (in-switch reduction) available
     price_per_hour: float  # default on-demand price per GPU-hour, USD
     tdp_w: float = 0.0
     source: str = ""
+    vendor: str = "nvidia"  # nvidia (CUDA, NCCL) or amd (ROCm, RCCL)
+    # Switchless full mesh: the number of direct scale-up links per GPU (AMD Instinct: 7 x16
+    # Infinity Fabric links, one to each peer of an 8-GPU node); nvlink_bw_gbs is their sum.
+    # 0 = switched (NVSwitch): every GPU reaches every peer at its full bandwidth.
+    mesh_links: int = 0
 
 
 @dataclass(frozen=True)

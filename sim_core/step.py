@@ -28,6 +28,7 @@ def network(b: Batch) -> dict:
         "sm_arch": b.sm_arch,
         "nvlink_bw_gbs": b.nvlink_bw_gbs,
         "nvls": b.nvls > 0,
+        "mesh_links": b.mesh_links,
         "nic_bw_gbs": b.nic_bw_gbs * b.nics_per_node / b.gpus_per_node,
         "intra_latency_us": b.intra_latency_us,
         "inter_latency_us": b.inter_latency_us,

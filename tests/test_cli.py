@@ -131,7 +131,8 @@ def test_simulate_table(capsys):
 @pytest.mark.parametrize("change, expect", [
     ({"parallel": {"tp": 3}}, "configuration is invalid: num_gpus % (tp*pp*cp) != 0"),
     ({"parallel": {"tpp": 3}}, "unknown field 'parallel.tpp'; did you mean 'tp'?"),
-    ({"cluster": {"gpu": "b300", "num_gpus": 8}}, "cluster.gpu: unknown gpu 'b300'"),
+    # b300 is in the catalog now (issue 26): a GPU that is not
+    ({"cluster": {"gpu": "b100", "num_gpus": 8}}, "cluster.gpu: unknown gpu 'b100'"),
 ])
 def test_simulate_errors(change, expect, tmp_path, capsys):
     doc = {k: v for k, v in GOOD.items() if k not in ("name", "space")}

@@ -46,6 +46,10 @@ CASES = [
     ("nccl_tests_issue232_h100_2node_1gpu.log", 5, "all_reduce", 2, None),
     ("nccl_tests_issue176_old_error_column.log", 6, "all_reduce", 128, None),
     ("nccl_tests_issue119_console_rows_linear.log", 11, "all_reduce", 24, None),
+    # rccl-tests (AMD Instinct MI300X, issue 26): the same table under RCCL/HIP/ROCm headers
+    ("rocm_blog_mi300x_rccl_xgmi_8xMI300X.log", 32, "all_reduce", 8, 1),
+    ("rocm_blog_mi300x_rccl_xgmi_8xMI300X_graph.log", 32, "all_reduce", 8, 1),
+    ("rccl_issue1562_8xMI300X_VF_azure.log", 25, "all_reduce", 8, 1),
 ]
 
 

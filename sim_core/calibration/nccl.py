@@ -19,7 +19,9 @@ from .training import _gpu_row
 # =============================================================================================
 SCALES = ("nvlink_bw", "nic_bw", "intra_latency", "inter_latency")
 _NET_KEY = nccl.CALIBRATION_KEYS
-_GPU_HINTS = (("gb200", "gb200"), ("b200", "b200"), ("h200", "h200"), ("h800", "h800"),
+_GPU_HINTS = (("mi300x", "mi300x"), ("mi325x", "mi325x"), ("mi355x", "mi355x"),
+              ("gb300", "gb300"), ("b300", "b300"),
+              ("gb200", "gb200"), ("b200", "b200"), ("h200", "h200"), ("h800", "h800"),
               ("h100", "h100-sxm"), ("a100-sxm4-40gb", "a100-40gb"), ("a100", "a100-80gb"))
 
 
@@ -43,7 +45,7 @@ def base_network(gpu: str, cluster: str | None = None) -> dict:
 
     gpn = field("gpus_per_node")
     return {"sm_arch": float(r["sm_arch"]), "nvlink_bw_gbs": float(r["nvlink_bw_gbs"]),
-            "nvls": bool(r["nvls"]),
+            "nvls": bool(r["nvls"]), "mesh_links": float(r["mesh_links"]),
             "nic_bw_gbs": field("nic_bw_gbs") * field("nics_per_node") / gpn,
             "intra_latency_us": field("intra_latency_us"),
             "inter_latency_us": field("inter_latency_us")}

@@ -226,7 +226,10 @@ def megatron_args(row) -> list[str]:
     if d.get("precision") == "fp8":
         opt("--fp8-format", "hybrid")
         opt("--fp8-recipe", d.get("fp8_recipe") or "delayed")  # tensorwise|delayed|mxfp8|blockwise
-    opt("--attention-backend", "flash" if d.get("attention_kernel") == "fa2" else "fused")
+    # on ROCm, Transformer Engine's fused backend is the CK flash-attention (fa2 family) that
+    # AMD's fork runs by default (ROCm/Megatron-LM examples/llama/train_llama3.sh @32d5d428)
+    fused = d.get("attention_kernel") != "fa2" or is_rocm(d)
+    opt("--attention-backend", "fused" if fused else "flash")
     # model shape
     opt("--num-layers", m["layers"])
     opt("--hidden-size", m["hidden"])
@@ -287,6 +290,37 @@ def _moe_args(d: dict, opt) -> None:
         opt("--moe-shared-expert-overlap")
 
 
+def is_rocm(d: dict) -> bool:
+    """The configuration's GPU is an AMD part (ROCm, RCCL)."""
+    try:
+        from sim_core import catalog
+
+        return catalog.get_gpu(str(d.get("gpu"))).vendor == "amd"
+    except Exception:  # noqa: BLE001  (an inline or unknown GPU: not ROCm)
+        return False
+
+
+def rocm_lines(d: dict, framework: str, comment: str) -> list[str]:
+    """What differs on ROCm, for an AMD configuration (else nothing): the environment
+    `framework`'s ROCm launcher sets (catalogs/frameworks.yaml `rocm`, each cited), as shell
+    exports (comment "") or as comment lines (comment "# "), and the kernels it runs."""
+    if not is_rocm(d):
+        return []
+    from sim_core import frameworks
+
+    r = frameworks.profiles()[framework].get("rocm") or {}
+    if not r.get("runs"):
+        return [f"{comment or '# '}ROCm: this framework has no ROCm profile in sweep"]
+    c = comment or "# "
+    out = [f"{c}ROCm (AMD {d.get('gpu')}): {r['code']}; RCCL replaces NCCL under the same "
+           "NCCL_* names",
+           f"{c}attention: CK flash-attention (fa2 family; no FA3/cuDNN on ROCm)"]
+    out += [f"{comment}export {k}={v}" for k, v in r.get("env", {}).items()]
+    if r.get("env_not_set"):
+        out.append(f"{c}not set here: {r['env_not_set']}")
+    return out
+
+
 def _prediction_lines(d: dict) -> list[str]:
     out = []
     if d.get("step_time_s") is not None:
@@ -315,6 +349,7 @@ def megatron_text(row) -> str:
     if d.get("zero") in (2, 3):
         lines.append("# ZeRO-2/3 maps to Megatron FSDP (--use-megatron-fsdp); it may need "
                      "--ckpt-format fsdp_dtensor")
+    lines += rocm_lines(d, "megatron-core", "")
     lines.append("# add your data/tokenizer/optimizer flags (--data-path, --tokenizer-type, "
                  "--lr, --train-iters, ...)")
     lines.append("MEGATRON_ARGS=(")
@@ -426,6 +461,7 @@ def torchtitan_toml(row) -> str:
     if cfg["model"]["flavor"] == "custom":
         lines.append(f"# torchtitan ships no flavor of {d.get('model')}: register one with "
                      f"layers={model_shape(d)['layers']}, hidden={model_shape(d)['hidden']}")
+    lines += rocm_lines(d, "torchtitan", "# ")
     lines.append("# add [optimizer], [lr_scheduler], [training] dataset/steps, [checkpoint]")
     for section, body in cfg.items():
         lines += ["", f"[{section}]"]

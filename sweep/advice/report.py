@@ -664,6 +664,9 @@ def build(run_dir: str | Path, *, objective: str | None = None,
                          "nothing to report")
     front = frontier(fits)
     front_fail = failure_frontier(fits) if c.failures and has_goodput(fits) else fits.iloc[:0]
+    # each GPU type's own frontier: a type the overall frontier leaves out still shows what it
+    # costs and how fast it goes (a buyer may not be able to rent the winner)
+    gpu_front = pd.concat([frontier(g) for _, g in fits.groupby("gpu", sort=True)])
     best = d.loc[d["config_id"] == rec.best["config_id"]].iloc[0]
     col, asc = objective_column(obj, c.failures)
     topn = fits.sort_values([col, "config_id"], ascending=[asc, True]).head(top)
@@ -672,7 +675,7 @@ def build(run_dir: str | Path, *, objective: str | None = None,
     points = shown_points(fits, front)
     ids = {int(best["config_id"])} | set(topn["config_id"].astype(int)) \
         | set(front["config_id"].astype(int)) | set(points["config_id"].astype(int)) \
-        | set(front_fail["config_id"].astype(int))
+        | set(front_fail["config_id"].astype(int)) | set(gpu_front["config_id"].astype(int))
     if rot is not None:
         ids.add(int(rot["config_id"]))
     full = read_rows(run_dir, ids | set(rec_ids(rec)), c.tokens, prices, c.failures)
@@ -680,6 +683,7 @@ def build(run_dir: str | Path, *, objective: str | None = None,
     def whole(rows: pd.DataFrame) -> pd.DataFrame:
         return full.loc[rows["config_id"].astype(int)].reset_index(drop=True)
     front, topn, points = whole(front), whole(topn), whole(points)
+    gpu_front = whole(gpu_front)
     best = full.loc[int(best["config_id"])]
     rot = full.loc[int(rot["config_id"])] if rot is not None else None
     rec = read_full(run_dir, rec, rows=full)
@@ -722,6 +726,7 @@ def build(run_dir: str | Path, *, objective: str | None = None,
         "run": str(meta.get("space") or Path(run_dir).name), "meta": meta,
         "counts": result_counts(Path(run_dir)),
         "objective": obj, "constraints": c, "rec": rec, "best": best, "front": front,
+        "gpu_front": gpu_front,
         "fits": fits, "top": topn, "rot": rot, "rule": rule, "why": why(best, rot, rule),
         "model": str(best.get("model")), "gpus": sorted(d["gpu"].unique()),
         "sizes": sorted(int(x) for x in d["num_gpus"].unique()), "price_rows": price_rows,
@@ -791,6 +796,8 @@ def render_html(r: dict) -> str:
         + "the legend or the boxes toggle GPU types and cluster sizes.</p>",
         ia["controls"], ia["frontier"], html_table(fh, fr),
         *_scaling_html(r),
+        "<h3>Each GPU type's own frontier</h3>",
+        html_table(*frontier_rows(r["gpu_front"], c.tokens)),
         "<h2>Configurations: step time vs memory</h2>", ia["scatter"], ia["panel"],
         "<h2>Step-time breakdown of the top configurations</h2>",
         _img(r["png"]["breakdown"], "step time breakdown"),
@@ -826,6 +833,8 @@ def render_md(r: dict, plot_dir: str | None) -> str:
     if r.get("scaling") and r["scaling"][0]:
         out += ["## Failures, checkpoints and restarts: adding GPUs", "", SCALING_NOTE, "",
                 md_table(*r["scaling"]), ""]
+    out += ["### Each GPU type's own frontier", "",
+            md_table(*frontier_rows(r["gpu_front"], c.tokens)), ""]
     if plot_dir:
         out += ["## Step-time breakdown", "", f"![breakdown]({plot_dir}/breakdown.png)", "",
                 "## TP x PP heatmap", "", f"![heatmap]({plot_dir}/heatmap.png)", "",
