@@ -214,7 +214,7 @@ def test_rounds_evaluated_in_the_driver_equal_those_on_ray(tmp_path, monkeypatch
     assert not rt.in_process(None, 10) and not rt.in_process("auto", 10)
     cfg = parse_space(doc(trials=40, batch_size=4, sampler="random", inner=["zero"]))
     on_ray = run_search(cfg, tmp_path / "ray", **FAKE)
-    monkeypatch.setattr(rt, "in_process", lambda address, rows: True)
+    monkeypatch.setattr(rt, "in_process", lambda address, rows, limit=None: True)
     local = run_search(cfg, tmp_path / "local", **FAKE)
     a = read_results(tmp_path / "ray")[0].sort_values("config_id").reset_index(drop=True)
     b = read_results(tmp_path / "local")[0].sort_values("config_id").reset_index(drop=True)
