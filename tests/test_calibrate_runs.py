@@ -217,6 +217,65 @@ def test_fit_small_models_predict_large_ones_better_on_a_shipped_table():
         assert after["step"] < before["step"]
 
 
+def _split(table, small):
+    d = runs_fit.prepare(runs_fit.load_runs(table))
+    mask = d.runs.eval(small, engine="python").to_numpy(bool)
+    return d.subset(np.flatnonzero(mask)), d.subset(np.flatnonzero(~mask))
+
+
+def _held_errors(held, params):
+    return (runs_fit.metrics(held, runs_fit.predict_arrays(held, runs_fit.white_box().params))[
+        "step"], runs_fit.metrics(held, runs_fit.predict_arrays(held, params))["step"])
+
+
+@pytest.mark.parametrize("table,small", [
+    (LAUNCHER, "params_b < 175"), (MLM2020, "params_b < 8"), (JAN2021, "params_b < 1000"),
+    (LONGSEQ, "label == 'LLAMA2-7B'")])
+def test_held_out_larger_models_are_never_worse_than_the_white_box(table, small):
+    """The issue's bar: fitted on the smaller models of each shipped table, the held-out larger
+    models are predicted no worse than by the white-box model."""
+    train, held = _split(table, small)
+    cal = runs_fit.calibrate(train)
+    before, after = _held_errors(held, cal.fit.params)
+    assert after <= before + 1e-9
+
+
+def test_a_correction_that_drifts_with_model_size_is_not_extrapolated_upwards():
+    """Megatron 2020: the white-box error drifts with size (1-4B slower than predicted), so the
+    compute scale that grouped CV selects on 1-4B overshoots above them; the extrapolation check
+    sees the drift on the fitted runs alone, keeps the white-box, and the held-out 8B stays at
+    the white-box error (freeing the selected term would make it worse)."""
+    train, held = _split(MLM2020, "params_b < 8")
+    cal = runs_fit.calibrate(train)
+    assert cal.selected and not cal.accepted
+    assert cal.rejected_by == "extrapolation to a larger model"
+    ext = cal.extrapolation
+    assert abs(ext["calibrated"]) > abs(ext["white_box"]) and ext["trend_white_box"] > 0
+    forced = runs_fit.fit(train, cal.selected)
+    before, after = _held_errors(held, forced.params)
+    assert after > before  # what the check prevented
+
+
+def test_the_extrapolation_check_follows_the_trend_of_the_largest_sizes():
+    """A synthetic drift: measured = white-box x (1 + 5% per doubling of model size) on the
+    Jan-2021 table. The white-box error extrapolated one size up follows that trend (about -5%
+    per doubling), while a table with a flat error extrapolates flat."""
+    d = runs_fit.prepare(runs_fit.load_runs(JAN2021))
+    wb = runs_fit.predict_arrays(d, runs_fit.white_box().params)
+    x = runs_fit.model_size(d.runs)
+    d.t_meas = wb["step_s"] * np.exp(0.05 * (x - x.min()))
+    e = runs_fit.size_extrapolation(d, wb)
+    assert e["per_doubling"] == pytest.approx(-0.05, abs=1e-6)
+    top = np.unique(x)[-3:]
+    assert e["error"] == pytest.approx(np.expm1(-0.05 * (top[-1] + np.median(np.diff(top))
+                                                         - x.min())), rel=1e-6)
+    d.t_meas = wb["step_s"] * 1.1
+    assert runs_fit.size_extrapolation(d, wb)["per_doubling"] == pytest.approx(0.0, abs=1e-9)
+    two = d.subset(np.flatnonzero(x <= np.unique(x)[1]))  # two sizes: no trend to check
+    assert runs_fit.size_extrapolation(
+        two, runs_fit.predict_arrays(two, runs_fit.white_box().params)) is None
+
+
 def test_learning_curve_command_prints_a_row_per_size(capsys):
     from sweep.cli import main
 

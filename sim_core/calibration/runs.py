@@ -24,7 +24,10 @@ runs no term explains are listed as outliers and counted apart.
 Model selection: forward selection of terms by grouped cross-validation (leave one model out,
 leave one cluster size out); a term is freed only when it lowers the CV error, otherwise it
 stays at its prior mean, so the calibrated model is never worse than the white-box on grouped
-CV (with no term freed it IS the white-box).
+CV (with no term freed it IS the white-box). Grouped CV cannot see above the largest fitted
+model, so a calibration is also kept only when its step error, extrapolated one model-size step
+above the fitted runs from the trend over the largest fitted sizes (`size_extrapolation`), is no
+worse than the white-box model's.
 
 Input: the published-runs CSV format (sim_core/data/published_runs.csv, its README) with an
 optional `status` column: ok | oom | failed. `failed` is an unknown cause and is left out unless
@@ -523,6 +526,40 @@ def select(d: RunData, folds: dict, log=None) -> tuple[list, dict]:
     return chosen, trail
 
 
+# ---- extrapolation to a larger model ---------------------------------------------------------
+TREND_SIZES = 3  # the largest fitted model sizes whose error trend is extrapolated one step up
+
+
+def model_size(runs: pd.DataFrame) -> np.ndarray:
+    """log2(layers x hidden^2): the dense size that the white-box model's error drifts with."""
+    return np.log2(runs["layers"].to_numpy(float) * runs["hidden"].to_numpy(float) ** 2)
+
+
+def size_extrapolation(d: RunData, pred: dict, mask=None) -> dict | None:
+    """The step error one model-size step above the largest fitted model, extrapolated from the
+    trend of log(predicted / measured) over the TREND_SIZES largest fitted sizes.
+
+    Why: grouped CV over the fitted models cannot see what happens above them, and a term learned
+    where the white-box error drifts with size (small models slower than predicted, a larger one
+    not: Megatron 2020 1-4B vs 8B) carries the small models' correction upwards. The trend is
+    taken over the largest sizes only because the drift is not linear over a wide range (Jan-2021
+    Megatron: -26% at 1.7B, flat -5% from 18B up). None with fewer than TREND_SIZES sizes: no
+    trend to check."""
+    x = model_size(d.runs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.log(pred["step_s"] / d.t_meas)
+    ok = np.isfinite(r) & (np.ones(len(d), bool) if mask is None else ~mask)
+    sizes = np.unique(x[ok])
+    if len(sizes) < TREND_SIZES:
+        return None
+    top = sizes[-TREND_SIZES:]
+    m = ok & np.isin(x, top)
+    slope, icpt = np.polyfit(x[m], r[m], 1)
+    step = float(np.median(np.diff(top)))
+    return {"error": float(np.expm1(icpt + slope * (top[-1] + step))),
+            "per_doubling": float(slope), "size": float(2 ** (top[-1] + step))}
+
+
 @dataclass
 class Calibration:
     data: RunData
@@ -534,6 +571,10 @@ class Calibration:
     cv_after: dict
     outlier_mask: np.ndarray
     accepted: bool
+    # the step error extrapolated one model size up: {"white_box": .., "calibrated": ..}
+    extrapolation: dict | None = None
+    rejected_by: str = ""    # why a selected calibration was not kept ("" when kept or none)
+    selected: list = field(default_factory=list)  # the terms selection freed, kept or not
 
 
 def calibrate(d: RunData, free=None, log=None) -> Calibration:
@@ -553,12 +594,24 @@ def calibrate(d: RunData, free=None, log=None) -> Calibration:
         after[name] = metrics(d, cv_predict(d, free, groups), out)
     worse = any(after[k]["step"] > before[k]["step"] + 1e-9 for k in folds
                 if np.isfinite(after[k]["step"]))
-    accepted = bool(free) and not worse
+    rejected_by = "grouped CV" if free and worse else ""
+    # extrapolating to a larger model: the calibrated model must not be worse than the
+    # white-box one size step above the fitted runs (the guard the residual has by falling back)
+    ext = None
+    if free:
+        e0 = size_extrapolation(d, predict_arrays(d, white_box().params), out)
+        e1 = size_extrapolation(d, predict_arrays(d, f.params), out)
+        if e0 is not None and e1 is not None:
+            ext = {"white_box": e0["error"], "calibrated": e1["error"], "size": e0["size"],
+                   "trend_white_box": e0["per_doubling"], "trend_calibrated": e1["per_doubling"]}
+            if not rejected_by and abs(e1["error"]) > abs(e0["error"]) + 1e-9:
+                rejected_by = "extrapolation to a larger model"
+    accepted = bool(free) and not rejected_by
     if not accepted:
         f = Fit([], white_box().x, {})
         after = before
     return Calibration(d, free if accepted else [], f, folds, trail, before, after, out,
-                       accepted)
+                       accepted, ext, rejected_by, list(free))
 
 
 def learning_curve(d: RunData, sizes, repeats: int = 5, seed: int = 0) -> pd.DataFrame:

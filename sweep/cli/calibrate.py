@@ -429,8 +429,23 @@ def cmd_runs(args) -> int:
         raise SweepError(f"{path.name}: {exc}") from None
     if cal.accepted:
         print("fitted terms (robust soft-L1 MAP; +- one standard deviation from the Jacobian):")
+    elif cal.rejected_by == "extrapolation to a larger model":
+        many = len(cal.selected) > 1
+        print(f"the term{'s' if many else ''} {', '.join(cal.selected)} lower"
+              f"{'' if many else 's'} the grouped-CV error but not the error extrapolated to a "
+              "larger model: the white-box model is kept")
     else:
         print("no term lowered the grouped-CV error: the white-box model is kept")
+    ext = cal.extrapolation
+    if ext is not None:
+        print(f"extrapolated one model size up (to {ext['size']:.3g} layers x hidden^2; trend of "
+              f"the {runs_fit.TREND_SIZES} largest fitted sizes): step error "
+              f"{_pct(ext['white_box'])} -> {_pct(ext['calibrated'])} (trend per doubling "
+              f"{_pct(ext['trend_white_box'])} -> {_pct(ext['trend_calibrated'])})")
+    elif cal.selected:
+        k = len(np.unique(runs_fit.model_size(train.runs)))
+        print(f"extrapolation to a larger model: not checked (the fitted runs hold {k} model "
+              f"size{'s' if k != 1 else ''}; a trend needs {runs_fit.TREND_SIZES})")
     names = list(runs_fit.TIME_TERMS) + list(runs_fit.MEM_TERMS) + [
         n for n in cal.free if n.startswith(runs_fit.FW_PREFIX)]
     for n in names:
@@ -528,14 +543,15 @@ def cmd_runs(args) -> int:
             "selection": {"rows": args.rows, "fit": args.fit, "failed_as": args.failed_as},
             "cv_before": cv_before, "cv_after": cv_after, "cv_step_error": worst,
             "selection_trail": cal.trail, "outliers": int(cal.outlier_mask.sum()),
-            "residual_cv": rcv}
+            "residual_cv": rcv, "selected": cal.selected, "rejected_by": cal.rejected_by,
+            "size_extrapolation": cal.extrapolation}
     if keep_residual:
         info["residual"] = {"file": "runs/residual.json", "range": rng,
                             "params": residual_fit.PARAMS}
     man = profiles.save_component(args.profile, "runs", info, [path], write)
     print(f"saved profile {man['name']} version {man['version']} "
           f"({profiles.profile_dir(args.profile)})"
-          + ("" if cal.accepted else ": no term freed")
+          + ("" if cal.accepted else ": no term kept")
           + (" + learned residual" if keep_residual else
              ("" if cal.accepted else " (the white-box model)")))
     return 0
