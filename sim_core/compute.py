@@ -19,7 +19,7 @@ from importlib import resources
 import numpy as np
 import yaml
 
-from . import moe
+from . import frameworks, moe
 from .columns import Batch
 from .workload import ACT_BYTES, Workload
 
@@ -179,7 +179,14 @@ def fp8_recipe_arrays(b: Batch) -> dict:
     code = np.asarray(b.get("fp8_recipe", np.zeros(np.shape(b.sm_arch))), dtype=np.int64)
     pick = lambda key, typ: np.array([typ(table[r][key]) for r in FP8_RECIPE])[code]  # noqa: E731
     return {"extra_cast_bytes": pick("extra_cast_bytes", float),
+            "amax_in_norm": pick("amax_in_norm", bool),
             "wgrad_fp8": pick("wgrad_fp8", bool), "amax_reduce": pick("amax_reduce", str)}
+
+
+# GEMMs whose forward input a fused norm writes (Megatron-Core's TE spec, gpt_layer_specs.py:
+# linear_qkv and the dense linear_fc1 are TELayerNormColumnParallelLinear); every other GEMM
+# input, and every output gradient, is a plain bf16 tensor the quantizer reads by itself
+NORM_FED_GEMMS = frozenset({"qkv_proj", "fc1"})
 
 
 def _allreduce_latency_s(b: Batch, group) -> np.ndarray:
@@ -269,6 +276,13 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     # own quantisation traffic and decides whether the weight-gradient GEMM runs in FP8
     recipe = fp8_recipe_arrays(b)
     cast_bytes = _by_arch(b.sm_arch, "fp8_cast_bytes") + recipe["extra_cast_bytes"]
+    # current scaling's amax pass rides in the norm kernel where the framework fuses the norm
+    # into the FP8 Linear (TE LayerNormLinear: frameworks.yaml fp8_norm_amax): the forward
+    # input of qkv_proj / dense fc1 then costs delayed scaling's cast; gradients never do
+    fw = frameworks.column(b, "framework").astype(np.int64)
+    te_norm = frameworks._support_table()["fp8_norm_amax"][fw] & (b.fused_elementwise > 0)
+    norm_cast_bytes = cast_bytes - np.where(recipe["amax_in_norm"] & te_norm,
+                                            recipe["extra_cast_bytes"], 0.0)
     wgrad_hp = fp8 & ~recipe["wgrad_fp8"]
     grouped = {True: _by_arch(b.sm_arch, "grouped_gemm", "fp8"),
                False: _by_arch(b.sm_arch, "grouped_gemm", "bf16")}
@@ -294,7 +308,9 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             # FP8: each GEMM input is cast (input rows x k elements per 2*m*n*k FLOPs); backward
             # casts the output gradient too
             cast = np.where(is_fp8, cast_bytes / (2 * n) / hbm, 0.0)
-            fwd = fwd + op.fwd_flops * cast
+            cast_in = (np.where(is_fp8, norm_cast_bytes / (2 * n) / hbm, 0.0)
+                       if op.name in NORM_FED_GEMMS else cast)
+            fwd = fwd + op.fwd_flops * cast_in
             hp = is_fp8 & wgrad_hp
             if hp.any():  # rowwise_with_gw_hp: the weight gradient in bf16, uncast
                 wfrac = op.bwd_wgrad_flops / np.maximum(op.bwd_flops, 1e-30)

@@ -201,6 +201,7 @@ def _support_table() -> dict[str, np.ndarray]:
         "fp8_recipe": allowed("fp8_recipe", "fp8_recipes"),
         **{k: np.array([bool(s[k]) for s in sup])
            for k in ("pp", "vpp", "cp", "ep", "tp_comm_overlap", "fp8")},
+        "fp8_norm_amax": np.array([bool(s.get("fp8_norm_amax")) for s in sup]),
         "pp_zero_max": np.array([s.get("pp_zero_max", 3) for s in sup], dtype=np.float64),
         "rocm": np.array([bool((p.get("rocm") or {}).get("runs")) for p in profiles().values()]),
         "rocm_fp8": np.array([bool((p.get("rocm") or {}).get("fp8")) for p in profiles().values()]),

@@ -53,6 +53,42 @@ def test_recipes_cost_what_their_kernels_and_collectives_move():
     assert tw["rowwise"] < tw["rowwise_with_gw_hp"]
 
 
+def _layer_part(part="layer_gemm_fwd", **kw) -> float:
+    from sim_core import workload
+    from sim_core.columns import frame_to_batch
+
+    b = frame_to_batch(pd.DataFrame([{**ROW, "framework": "megatron-core", **kw}]))
+    return float(compute.stage_times(b, workload.build(b))[part][0])
+
+
+def test_current_scaling_amax_pass_is_fused_into_a_fused_norm_only():
+    from sim_core import workload
+    from sim_core.columns import frame_to_batch
+
+    # TE normalization.cpp FUSED_NORM_AMAX_FP8: LayerNormLinear's input (qkv_proj, dense fc1)
+    # gets its amax from the norm kernel; out_proj and fc2 inputs pay the amax read
+    extra = {f: _layer_part(fp8_recipe="tensorwise", fused_elementwise=f)
+             - _layer_part(fp8_recipe="delayed", fused_elementwise=f) for f in (True, False)}
+    assert 0 < extra[True] < extra[False]
+    # the forward bytes saved are exactly the amax read (2 B) of the two norm-fed inputs
+    b = frame_to_batch(pd.DataFrame([{**ROW, "framework": "megatron-core"}]))
+    wl = workload.build(b)
+    hbm = float(b.hbm_bw_gbs[0]) * 1e9 * compute._by_arch(b.sm_arch, "elementwise")[0]
+    # m*k elements of all layers (the cast is priced per element of the GEMM input)
+    fed = sum(float(op.fwd_flops[0] / op.gemm_n[0]) for op in wl.ops
+              if op.name in compute.NORM_FED_GEMMS) / 2
+    assert extra[False] - extra[True] == pytest.approx(2.0 * fed / hbm, rel=1e-6)
+    # gradients pay the amax read whatever the norm: the backward is the same
+    bwd = {f: _layer_part("layer_bwd", fp8_recipe="tensorwise", fused_elementwise=f)
+           - _layer_part("layer_bwd", fp8_recipe="delayed", fused_elementwise=f)
+           for f in (True, False)}
+    assert bwd[True] > 0 and bwd[True] == pytest.approx(bwd[False], rel=1e-12)
+    # torchao's tensorwise (torchtitan) takes its amax in a reduction of its own, compiled or not
+    tt = [_layer_part(framework="torchtitan", zero=3, fp8_recipe="tensorwise",
+                          fused_elementwise=f) for f in (True, False)]
+    assert tt[0] == tt[1]
+
+
 def test_current_scaling_all_reduces_only_sequence_parallel_tp_tensors():
     from sim_core.columns import frame_to_batch
 
