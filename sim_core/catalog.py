@@ -64,6 +64,19 @@ def _suggest(word: str, choices) -> str | None:
     return close[0] if close else None
 
 
+def _check_entry(d, name: str, file: str, allowed) -> None:
+    """A catalog file's entry is a mapping of known fields: one line naming the entry, the
+    unknown field (with did-you-mean) and what is allowed, otherwise."""
+    if not isinstance(d, dict):
+        raise CatalogError(f"{file}: entry {name!r}: expected a mapping of fields, got {d!r}")
+    for key in d:
+        if key not in allowed:
+            hint = _suggest(str(key), allowed)
+            tail = f"; did you mean {hint!r}?" if hint else ""
+            raise CatalogError(f"{file}: entry {name!r}: unknown field {key!r}{tail} "
+                               f"allowed: {', '.join(allowed)}")
+
+
 def _unknown(kind: str, name, choices) -> CatalogError:
     choices = list(choices)
     hint = _suggest(_norm(name), choices)
@@ -146,15 +159,8 @@ INLINE_MODEL_KEYS = tuple(k for k in _MODEL_FIELDS if k != "name") + ("name", "b
 
 def _build_model(d: dict, name: str, file: str) -> ModelSpec:
     """Validate one model mapping and build its ModelSpec (``file`` is used in messages)."""
-    if not isinstance(d, dict):
-        raise CatalogError(f"{file}: entry {name!r}: expected a mapping of fields, got {d!r}")
     allowed = [k for k in _MODEL_FIELDS if k != "name"]
-    for key in d:
-        if key not in allowed:
-            hint = _suggest(str(key), allowed)
-            tail = f"; did you mean {hint!r}?" if hint else ""
-            raise CatalogError(f"{file}: entry {name!r}: unknown field {key!r}{tail} "
-                               f"allowed: {', '.join(allowed)}")
+    _check_entry(d, name, file, allowed)
     d = dict(d)
     moe = bool(d.get("experts"))
     if moe and "ffn" not in d and not d.get("first_dense_layers") and d.get("expert_ffn"):
@@ -343,14 +349,7 @@ _GPU_REQUIRED = tuple(f.name for f in dataclasses.fields(GPUSpec)
 
 
 def _build_gpu(d: dict, name: str, file: str) -> GPUSpec:
-    if not isinstance(d, dict):
-        raise CatalogError(f"{file}: entry {name!r}: expected a mapping of fields, got {d!r}")
-    for key in d:
-        if key not in _GPU_KEYS:
-            hint = _suggest(str(key), _GPU_KEYS)
-            tail = f"; did you mean {hint!r}?" if hint else ""
-            raise CatalogError(f"{file}: entry {name!r}: unknown field {key!r}{tail} "
-                               f"allowed: {', '.join(_GPU_KEYS)}")
+    _check_entry(d, name, file, _GPU_KEYS)
     for key in _GPU_REQUIRED:
         if key not in d or d[key] is None:
             raise CatalogError(f"{_where(file, name, key)}: required field is missing")
@@ -427,14 +426,7 @@ _CLUSTER_KEYS = tuple(f.name for f in dataclasses.fields(ClusterSpec) if f.name 
 
 
 def _build_cluster(d: dict, name: str, file: str) -> ClusterSpec:
-    if not isinstance(d, dict):
-        raise CatalogError(f"{file}: entry {name!r}: expected a mapping of fields, got {d!r}")
-    for key in d:
-        if key not in _CLUSTER_KEYS:
-            hint = _suggest(str(key), _CLUSTER_KEYS)
-            tail = f"; did you mean {hint!r}?" if hint else ""
-            raise CatalogError(f"{file}: entry {name!r}: unknown field {key!r}{tail} "
-                               f"allowed: {', '.join(_CLUSTER_KEYS)}")
+    _check_entry(d, name, file, _CLUSTER_KEYS)
     w = functools.partial(_where, file, name)
     if "gpu" not in d or d["gpu"] is None:
         raise CatalogError(f"{w('gpu')}: required field is missing")
@@ -576,14 +568,7 @@ def _build_transport(d: dict, name: str, file: str) -> dict:
 
 
 def _build_instance(d: dict, name: str, file: str, transports: dict) -> InstanceSpec:
-    if not isinstance(d, dict):
-        raise CatalogError(f"{file}: entry {name!r}: expected a mapping of fields, got {d!r}")
-    for key in d:
-        if key not in _INSTANCE_KEYS:
-            hint = _suggest(str(key), _INSTANCE_KEYS)
-            tail = f"; did you mean {hint!r}?" if hint else ""
-            raise CatalogError(f"{file}: entry {name!r}: unknown field {key!r}{tail} "
-                               f"allowed: {', '.join(_INSTANCE_KEYS)}")
+    _check_entry(d, name, file, _INSTANCE_KEYS)
     w = functools.partial(_where, file, name)
     for key in _INSTANCE_REQUIRED:
         if d.get(key) is None:
