@@ -70,6 +70,12 @@ def progress_bar(total: int, initial: int, unit: str, enabled: bool):
                 file=sys.stderr, dynamic_ncols=True, smoothing=0.3, leave=False)
 
 
+def one_line(exc: ValueError) -> SweepError:
+    """A ValueError raised by the work (e.g. a CatalogError inside the simulator) as the one-line
+    SweepError the CLI prints, wherever the work ran."""
+    return SweepError(str(exc).strip().splitlines()[0])
+
+
 def task_result(ref):
     import ray
 
@@ -77,8 +83,8 @@ def task_result(ref):
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
         cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-        if isinstance(cause, ValueError):  # e.g. a CatalogError raised inside the simulator
-            raise SweepError(str(cause).strip().splitlines()[0]) from None
+        if isinstance(cause, ValueError):
+            raise one_line(cause) from None
         raise cause from None
     except ray.exceptions.WorkerCrashedError:
         raise SweepError(f"a Ray worker died {TASK_RETRIES + 1} times on the same batch; "
@@ -118,8 +124,8 @@ class Deferred:
             return self.fn(*self.args)
         except SweepError:
             raise
-        except ValueError as exc:  # e.g. a CatalogError raised inside the simulator, as on Ray
-            raise SweepError(str(exc).strip().splitlines()[0]) from None
+        except ValueError as exc:  # as task_result does on Ray
+            raise one_line(exc) from None
 
 
 class DriverExecutor:
