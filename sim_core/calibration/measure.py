@@ -268,17 +268,17 @@ def time_layer(torch, timer, model: str, seq: int, backend: str, compiled: bool 
 
 
 def time_attention(torch, timer, backend: str, heads: int, seq: int, head_dim: int,
-                   l2_bytes: float) -> dict:
+                   l2_bytes: float, batch: int = 1) -> dict:
     """Causal SDPA forward, and backward as (forward + backward) - forward."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     f = torch.nn.functional.scaled_dot_product_attention
     kind = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
-    nbytes = 4 * 2 * heads * seq * head_dim
+    nbytes = 4 * 2 * batch * heads * seq * head_dim
     sets = _copies(nbytes, l2_bytes)
-    qkv = [[torch.randn(1, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+    qkv = [[torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
                         requires_grad=True) for _ in range(3)] for _ in range(sets)]
-    g = torch.randn(1, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
+    g = torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
     with sdpa_kernel(kind):
         def fwd(i):
             with torch.no_grad():
@@ -319,6 +319,235 @@ def elementwise_ops(torch, tokens: int, hidden: int, ffn: int) -> dict:
 
 
 # =============================================================================================
+# Edges of the range users sweep (--only edges): small models, short sequences, launch costs,
+# FP8 recipes' GEMMs
+# =============================================================================================
+SMALL_MODELS = ("mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "llama3.2-1b")
+SMALL_TOKENS = (512, 2048, 8192, 32768)
+SHORT_SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+SHORT_ATTN = ((64, 12), (64, 16), (128, 8), (128, 16), (128, 32))  # (head_dim, heads)
+SHORT_ATTN_TOKENS = 16384  # batch = tokens / seq sequences, as an FSDP micro-batch packs them
+FP8_RECIPE_MODELS = ("llama3-8b", "llama3-70b")
+FP8_RECIPE_TP = (1, 4, 8)
+FP8_RECIPE_TOKENS = (4096, 8192)
+
+
+def time_launch(torch, timer, how: str) -> tuple[float, float]:
+    """Time per launch of a kernel that does no work: `eager` is what back-to-back eager
+    PyTorch ops cost (the host's dispatch, when it is slower than the GPU), `graph` the
+    device-side floor (100 launches replayed from a CUDA graph), `gemm` an eager 16x16x16
+    bf16 matmul (cuBLAS dispatch)."""
+    x = torch.zeros(1, device="cuda")
+    if how == "eager":
+        return timer(lambda _: x.add_(1.0))
+    if how == "gemm":
+        a = torch.randn(16, 16, device="cuda", dtype=torch.bfloat16)
+        return timer(lambda _: torch.matmul(a, a))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            x.add_(1.0)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(100):
+            x.add_(1.0)
+    t, spread = timer(lambda _: graph.replay())
+    return t / 100, spread
+
+
+def _fp8_operands(torch, m, n, k, sets):
+    a = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+         for _ in range(sets)]
+    b = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+         for _ in range(sets)]
+    return a, b
+
+
+def time_fp8_recipe_gemm(torch, timer, m, n, k, recipe: str, l2_bytes: float):
+    """One FP8 GEMM as each recipe runs it on Hopper, bf16 output: `tensorwise` (one scale
+    per tensor: TE delayed/current, torchao tensorwise), `rowwise` (a scale per row of A and
+    per column of B: torchao rowwise, a CUTLASS kernel in PyTorch), `blockwise` (1x128 scales
+    for A, 128x128 for B, DeepSeek-V3 style: cuBLAS 12.9+ through F.scaled_mm, as torchao's
+    blockwise_fp8_training calls it). A recipe the stack cannot run raises."""
+    sets = _copies(m * k + n * k, l2_bytes)
+    a, b = _fp8_operands(torch, m, n, k, sets)
+    f32 = dict(device="cuda", dtype=torch.float32)
+    if recipe == "tensorwise":
+        sa = sb = torch.ones((), **f32)
+        return timer(lambda i: torch._scaled_mm(a[i % sets], b[i % sets].t(), scale_a=sa,
+                                                scale_b=sb, out_dtype=torch.bfloat16))
+    if recipe == "rowwise":
+        sa, sb = torch.ones(m, 1, **f32), torch.ones(1, n, **f32)
+        return timer(lambda i: torch._scaled_mm(a[i % sets], b[i % sets].t(), scale_a=sa,
+                                                scale_b=sb, out_dtype=torch.bfloat16))
+    if recipe == "blockwise":
+        F = torch.nn.functional
+        st = getattr(F, "ScalingType", None) or getattr(torch._C, "_ScalingType")
+        kb, nb = math.ceil(k / 128), math.ceil(n / 128)
+        sa = torch.ones(kb, m, **f32).t()  # (m, k/128), column-major
+        kb4 = (kb + 3) // 4 * 4  # cuBLASLt's 128x128 layout: K-major, K blocks padded to 4
+        sb = torch.ones(nb, kb4, **f32).t()[:kb]  # (k/128, n/128), K-major
+        return timer(lambda i: F.scaled_mm(a[i % sets], b[i % sets].t(), scale_a=sa,
+                                           scale_recipe_a=st.BlockWise1x128, scale_b=sb,
+                                           scale_recipe_b=st.BlockWise128x128,
+                                           output_dtype=torch.bfloat16))
+    raise ValueError(recipe)
+
+
+def quantize_ops(torch, tokens: int, hidden: int) -> dict:
+    """The memory-bound passes of FP8 scaling in eager PyTorch, bf16 input: a tensor's amax
+    (tensorwise), per-row amax (rowwise), and the scaled cast to e4m3 (read 2, write 1 byte)."""
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    s = torch.ones((), device="cuda", dtype=torch.float32)
+    n = tokens * hidden
+    return {
+        "amax_tensor": (lambda _: x.abs().amax(), 2 * n),
+        "amax_rows": (lambda _: x.abs().amax(dim=-1), 2 * n),
+        "cast_fp8": (lambda _: (x * s).to(torch.float8_e4m3fn), 3 * n),
+    }
+
+
+def time_flex_attention(torch, timer, heads, seq, head_dim, batch):
+    """Causal attention through FlexAttention (a Triton flash kernel generated by
+    torch.compile; torchtitan's `flex` attention), forward and (forward + backward) - forward."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    flex = torch.compile(flex_attention, dynamic=False)
+    mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, seq, seq, device="cuda")
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=True) for _ in range(3))
+    g = torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16)
+
+    def fwd(_):
+        with torch.no_grad():
+            flex(q, k, v, block_mask=mask)
+
+    def both(_):
+        out = flex(q, k, v, block_mask=mask)
+        torch.autograd.grad(out, (q, k, v), g)
+    t_fwd, s_fwd = timer(fwd)
+    t_both, s_both = timer(both)
+    return {"fwd": (t_fwd, s_fwd), "bwd": (max(t_both - t_fwd, 1e-3), s_both)}
+
+
+def run_edges(torch, timer, w, gpu, source, l2_bytes, over, log, t0) -> None:
+    """The --only edges suite; each part is caught on its own so that one refusal keeps the rest."""
+    def failed(exc):
+        return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+
+    # launches
+    for how in ("eager", "graph", "gemm"):
+        try:
+            t, s = time_launch(torch, timer, how)
+            w.add(_row(gpu, source, op_class="elementwise", dtype="fp32", m=1, n=1, k=1,
+                       time_us=t, spread=s, op=f"launch_{how}", bytes=4, kernel="torch"))
+        except Exception as exc:
+            w.add(_row(gpu, source, op_class="elementwise", op=f"launch_{how}", note=failed(exc)))
+    log(f"launch: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+
+    # memory-bound ops from launch-bound to bandwidth-bound sizes, and FP8 quantisation passes
+    for tokens_e in (512, 2048, 8192, 32768):
+        for hidden in (768, 2048, 4096):
+            try:
+                for name, (fn, nbytes) in elementwise_ops(torch, tokens_e, hidden,
+                                                          4 * hidden).items():
+                    t, s = timer(fn)
+                    w.add(_row(gpu, source, op_class="elementwise", dtype="bf16", m=tokens_e,
+                               n=hidden, k=4 * hidden, time_us=t, spread=s, op=name,
+                               bytes=nbytes, kernel="torch"))
+                for name, (fn, nbytes) in quantize_ops(torch, tokens_e, hidden).items():
+                    t, s = timer(fn)
+                    w.add(_row(gpu, source, op_class="elementwise", dtype="bf16", m=tokens_e,
+                               n=hidden, time_us=t, spread=s, op=name, bytes=nbytes,
+                               kernel="torch"))
+            except Exception as exc:
+                w.add(_row(gpu, source, op_class="elementwise", m=tokens_e, n=hidden,
+                           note=failed(exc)))
+        torch.cuda.empty_cache()
+    log(f"elementwise: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+
+    # small-model GEMMs (bf16), smallest first
+    g = gemm_shapes(SMALL_MODELS, (1,), SMALL_TOKENS)
+    uniq = g.drop_duplicates(["m", "n", "k"]).assign(
+        flops=lambda d: 2.0 * d.m * d.n * d.k).sort_values("flops")
+    for r in uniq.itertuples():
+        if over():
+            break
+        row = dict(op_class="gemm", dtype="bf16", m=r.m, n=r.n, k=r.k, batch=1, kernel="cublas",
+                   model=r.model, tp=r.tp, tokens=r.tokens, op=r.op, phase=r.phase)
+        try:
+            t, s = time_gemm(torch, timer, r.m, r.n, r.k, "bf16", l2_bytes)
+            w.add(_row(gpu, source, **row, time_us=t, spread=s, note="small"))
+        except Exception as exc:
+            w.add(_row(gpu, source, **row, note=failed(exc)))
+    torch.cuda.empty_cache()
+    log(f"small gemm: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+
+    # short-sequence attention: a micro-batch of SHORT_ATTN_TOKENS tokens in batch x seq
+    for backend in ("cudnn", "flash"):
+        for head_dim, heads in SHORT_ATTN:
+            for seq in SHORT_SEQS:
+                if over():
+                    break
+                batch = max(SHORT_ATTN_TOKENS // seq, 1)
+                row = dict(op_class="attention", dtype="bf16", batch=batch, heads=heads, seq=seq,
+                           head_dim=head_dim, causal=1, kernel=backend, note="short")
+                try:
+                    res = time_attention(torch, timer, backend, heads, seq, head_dim, l2_bytes,
+                                         batch=batch)
+                except Exception as exc:
+                    w.add(_row(gpu, source, **{**row, "note": failed(exc)}))
+                    continue
+                for direction, (t, s) in res.items():
+                    w.add(_row(gpu, source, **row, direction=direction, time_us=t, spread=s))
+        torch.cuda.empty_cache()
+    log(f"short attention: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+
+    # FP8 recipes on the same shapes, with the bf16 GEMM beside them (same card, same clocks)
+    g = gemm_shapes(FP8_RECIPE_MODELS, FP8_RECIPE_TP, FP8_RECIPE_TOKENS)
+    uniq = g.drop_duplicates(["m", "n", "k"]).assign(
+        flops=lambda d: 2.0 * d.m * d.n * d.k).sort_values("flops")
+    uniq = uniq[(uniq.n % 128 == 0) & (uniq.k % 128 == 0)]
+    for r in uniq.itertuples():
+        if over():
+            break
+        base = dict(op_class="gemm", m=r.m, n=r.n, k=r.k, batch=1, model=r.model, tp=r.tp,
+                    tokens=r.tokens, op=r.op, phase=r.phase)
+        for recipe in ("bf16", "tensorwise", "rowwise", "blockwise"):
+            row = dict(base, dtype="bf16" if recipe == "bf16" else "fp8",
+                       kernel="cublas" if recipe == "bf16" else f"scaled_mm_{recipe}",
+                       note=f"fp8_recipe {recipe}")
+            try:
+                t, s = (time_gemm(torch, timer, r.m, r.n, r.k, "bf16", l2_bytes)
+                        if recipe == "bf16" else
+                        time_fp8_recipe_gemm(torch, timer, r.m, r.n, r.k, recipe, l2_bytes))
+                w.add(_row(gpu, source, **row, time_us=t, spread=s))
+            except Exception as exc:
+                w.add(_row(gpu, source, **{**row, "note": f"fp8_recipe {recipe} " + failed(exc)}))
+    torch.cuda.empty_cache()
+    log(f"fp8 recipes: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+
+    # the Triton flash kernel (FlexAttention), a few shapes: each compiles
+    for head_dim, heads, seq in ((128, 16, 1024), (128, 16, 4096), (64, 12, 2048),
+                                 (128, 16, 16384)):
+        if over():
+            break
+        batch = max(SHORT_ATTN_TOKENS // seq, 1)
+        row = dict(op_class="attention", dtype="bf16", batch=batch, heads=heads, seq=seq,
+                   head_dim=head_dim, causal=1, kernel="flex", note="short")
+        try:
+            res = time_flex_attention(torch, timer, heads, seq, head_dim, batch)
+        except Exception as exc:
+            w.add(_row(gpu, source, **{**row, "note": failed(exc)}))
+            continue
+        for direction, (t, s) in res.items():
+            w.add(_row(gpu, source, **row, direction=direction, time_us=t, spread=s))
+    log(f"flex attention: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+
+
+# =============================================================================================
 # The run
 # =============================================================================================
 def _device(torch) -> dict:
@@ -352,7 +581,7 @@ class _Writer:
 
 
 def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, moe: bool = False,
-        dense: bool = True, layers: bool = False, log=print) -> int:
+        dense: bool = True, layers: bool = False, edges: bool = False, log=print) -> int:
     try:
         import torch
     except ImportError:
@@ -369,7 +598,7 @@ def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, moe: b
               f"{torch.backends.cudnn.version()}, python {platform.python_version()}",
               "time_us: median over blocks of back-to-back launches (CUDA events); "
               "spread: (max-min)/median over blocks",
-              "attention: batch 1, causal, bwd = (fwd+bwd) - fwd; elementwise: bytes = the "
+              "attention: causal, batch x heads x seq x head_dim, bwd = (fwd+bwd) - fwd; elementwise: bytes = the "
               "least the op must move"]
     w = _Writer(out, header)
     timer = Timer(torch)
@@ -475,6 +704,8 @@ def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, moe: b
                 w.add(_row(gpu, source, **row, time_us=t, spread=s))
             torch.cuda.empty_cache()
         log(f"moe: {w.rows} rows, {time.monotonic() - t0:.0f} s")
+    if edges:
+        run_edges(torch, timer, w, gpu, source, dev["l2_bytes"], over, log, t0)
     if over():
         log(f"stopped at the {budget_s:.0f} s budget: the table is partial (smallest shapes first)")
     log(f"wrote {w.rows} rows to {out}")
@@ -501,7 +732,7 @@ def main(argv=None) -> int:
                    help="also time MoE expert GEMMs (torch._grouped_mm and a per-expert loop)")
     p.add_argument("--layers", action="store_true",
                    help="also time whole eager Llama decoder layers (forward, backward)")
-    p.add_argument("--only", choices=["moe", "layers"], help="measure only this part")
+    p.add_argument("--only", choices=["moe", "layers", "edges"], help="measure only this part")
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="stop starting new measurements after this many seconds")
     p.add_argument("--shapes-only", action="store_true",
@@ -515,7 +746,7 @@ def main(argv=None) -> int:
         return 0
     return run(a.out, models, _ints(a.tp), _ints(a.tokens), _ints(a.seqs), a.fp8, a.budget_s,
                moe=a.moe or a.only == "moe", dense=a.only is None,
-               layers=a.layers or a.only == "layers")
+               layers=a.layers or a.only == "layers", edges=a.only == "edges")
 
 
 if __name__ == "__main__":
