@@ -207,11 +207,14 @@ LAYER_MODELS = ("llama3-8b", "llama3-70b", "llama3.1-405b")
 LAYER_SEQS = (2048, 4096, 8192)
 
 
-def time_layer(torch, timer, model: str, seq: int, backend: str, compiled: bool = False) -> dict:
-    """One Llama-style decoder layer on one GPU (tp 1), micro-batch 1, bf16 weights: RMSNorm
-    (nn.RMSNorm), fused QKV, rotary, causal SDPA with GQA, output projection, SwiGLU MLP,
-    residual adds, as eager PyTorch (torchtitan without compile). Forward, and backward as
-    (forward + backward) - forward."""
+def time_layer(torch, timer, model: str, seq: int, backend: str, compiled: bool = False,
+               batch: int = 1) -> dict:
+    """One decoder layer on one GPU (tp 1), `batch` sequences, bf16 weights, as eager PyTorch
+    (torchtitan or llm-foundry without compile): Llama-style (SwiGLU models: nn.RMSNorm, fused
+    QKV, rotary, causal SDPA with GQA, output projection, SwiGLU MLP) or MPT-style (GeLU
+    models: LayerNorm without bias, fused QKV, causal SDPA, output projection, GeLU MLP; no
+    position term, as ALiBi is a bias inside the kernel), residual adds. Forward, and backward
+    as (forward + backward) - forward."""
     from torch import nn
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -224,13 +227,18 @@ def time_layer(torch, timer, model: str, seq: int, backend: str, compiled: bool 
     f = torch.nn.functional
     dev, bf = "cuda", torch.bfloat16
 
+    swiglu = spec.activation == "swiglu"
+
     class Layer(nn.Module):
         def __init__(self):
             super().__init__()
-            self.n1, self.n2 = nn.RMSNorm(h), nn.RMSNorm(h)
+            if swiglu:
+                self.n1, self.n2 = nn.RMSNorm(h), nn.RMSNorm(h)
+            else:
+                self.n1, self.n2 = nn.LayerNorm(h, bias=False), nn.LayerNorm(h, bias=False)
             self.wqkv = nn.Linear(h, (heads + 2 * kv) * hd, bias=False)
             self.wo = nn.Linear(heads * hd, h, bias=False)
-            self.w13 = nn.Linear(h, 2 * spec.ffn, bias=False)
+            self.w13 = nn.Linear(h, (2 if swiglu else 1) * spec.ffn, bias=False)
             self.w2 = nn.Linear(spec.ffn, h, bias=False)
 
         def forward(self, x, cos, sin):
@@ -241,18 +249,22 @@ def time_layer(torch, timer, model: str, seq: int, backend: str, compiled: bool 
             def rope(t):
                 t1, t2 = t[..., : hd // 2], t[..., hd // 2:]
                 return t * cos + torch.cat([-t2, t1], dim=-1) * sin
-            q, k, v = rope(q).transpose(1, 2), rope(k).transpose(1, 2), v.transpose(1, 2)
-            o = f.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            if swiglu:
+                q, k = rope(q), rope(k)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            o = f.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != heads)
             x = x + self.wo(o.transpose(1, 2).reshape(b, s, heads * hd))
-            g, u = self.w13(self.n2(x)).chunk(2, dim=-1)
-            return x + self.w2(f.silu(g) * u)
+            if swiglu:
+                g, u = self.w13(self.n2(x)).chunk(2, dim=-1)
+                return x + self.w2(f.silu(g) * u)
+            return x + self.w2(f.gelu(self.w13(self.n2(x)), approximate="tanh"))
 
     layer = Layer().to(dev, bf)
     step = torch.compile(layer) if compiled else layer
-    x = torch.randn(1, seq, h, device=dev, dtype=bf, requires_grad=True)
+    x = torch.randn(batch, seq, h, device=dev, dtype=bf, requires_grad=True)
     ang = torch.randn(seq, 1, hd, device=dev, dtype=bf)
     cos, sin = ang.cos(), ang.sin()
-    g = torch.randn(1, seq, h, device=dev, dtype=bf)
+    g = torch.randn(batch, seq, h, device=dev, dtype=bf)
     kind = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
     with sdpa_kernel(kind):
         def fwd(_):
@@ -388,7 +400,7 @@ def time_fp8_recipe_gemm(torch, timer, m, n, k, recipe: str, l2_bytes: float):
         kb, nb = math.ceil(k / 128), math.ceil(n / 128)
         sa = torch.ones(kb, m, **f32).t()  # (m, k/128), column-major
         kb4 = (kb + 3) // 4 * 4  # cuBLASLt's 128x128 layout: K-major, K blocks padded to 4
-        sb = torch.ones(nb, kb4, **f32).t()[:kb]  # (k/128, n/128), K-major
+        sb = torch.ones(nb, kb4, **f32).t()  # (k/128 padded to 4, n/128), K-major
         return timer(lambda i: F.scaled_mm(a[i % sets], b[i % sets].t(), scale_a=sa,
                                            scale_recipe_a=st.BlockWise1x128, scale_b=sb,
                                            scale_recipe_b=st.BlockWise128x128,
@@ -430,6 +442,33 @@ def time_flex_attention(torch, timer, heads, seq, head_dim, batch):
     t_fwd, s_fwd = timer(fwd)
     t_both, s_both = timer(both)
     return {"fwd": (t_fwd, s_fwd), "bwd": (max(t_both - t_fwd, 1e-3), s_both)}
+
+
+SMALL_LAYER_MODELS = ("mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "llama3.2-1b")
+SMALL_LAYER_SHAPES = ((512, 8), (512, 32), (2048, 2), (2048, 8), (8192, 1), (8192, 2))  # seq, mb
+
+
+def run_small_layers(torch, timer, w, gpu, source, over, log, t0) -> None:
+    """Whole eager decoder layers of small models at the micro-batches FSDP frameworks run
+    (4k-16k tokens): where launch gaps and small kernels decide the time."""
+    for model in SMALL_LAYER_MODELS:
+        for seq, mb in SMALL_LAYER_SHAPES:
+            for backend in ("flash", "cudnn"):
+                if over():
+                    return
+                row = dict(op_class="layer", dtype="bf16", batch=mb, seq=seq, kernel=backend,
+                           model=model, tp=1, tokens=seq * mb, op="decoder_layer_eager",
+                           note="small")
+                try:
+                    res = time_layer(torch, timer, model, seq, backend, batch=mb)
+                except Exception as exc:
+                    w.add(_row(gpu, source, **row, note=f"failed: {type(exc).__name__}: "
+                                                        f"{str(exc).splitlines()[0][:120]}"))
+                    continue
+                for direction, (t, s) in res.items():
+                    w.add(_row(gpu, source, **row, direction=direction, time_us=t, spread=s))
+            torch.cuda.empty_cache()
+    log(f"small layers: {w.rows} rows, {time.monotonic() - t0:.0f} s")
 
 
 def run_edges(torch, timer, w, gpu, source, l2_bytes, over, log, t0) -> None:
@@ -581,7 +620,8 @@ class _Writer:
 
 
 def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, moe: bool = False,
-        dense: bool = True, layers: bool = False, edges: bool = False, log=print) -> int:
+        dense: bool = True, layers: bool = False, edges: bool = False, small_layers: bool = False,
+        log=print) -> int:
     try:
         import torch
     except ImportError:
@@ -706,6 +746,8 @@ def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, moe: b
         log(f"moe: {w.rows} rows, {time.monotonic() - t0:.0f} s")
     if edges:
         run_edges(torch, timer, w, gpu, source, dev["l2_bytes"], over, log, t0)
+    if small_layers:
+        run_small_layers(torch, timer, w, gpu, source, over, log, t0)
     if over():
         log(f"stopped at the {budget_s:.0f} s budget: the table is partial (smallest shapes first)")
     log(f"wrote {w.rows} rows to {out}")
@@ -732,7 +774,7 @@ def main(argv=None) -> int:
                    help="also time MoE expert GEMMs (torch._grouped_mm and a per-expert loop)")
     p.add_argument("--layers", action="store_true",
                    help="also time whole eager Llama decoder layers (forward, backward)")
-    p.add_argument("--only", choices=["moe", "layers", "edges"], help="measure only this part")
+    p.add_argument("--only", choices=["moe", "layers", "edges", "small-layers"], help="measure only this part")
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="stop starting new measurements after this many seconds")
     p.add_argument("--shapes-only", action="store_true",
@@ -746,7 +788,8 @@ def main(argv=None) -> int:
         return 0
     return run(a.out, models, _ints(a.tp), _ints(a.tokens), _ints(a.seqs), a.fp8, a.budget_s,
                moe=a.moe or a.only == "moe", dense=a.only is None,
-               layers=a.layers or a.only == "layers", edges=a.only == "edges")
+               layers=a.layers or a.only == "layers", edges=a.only == "edges",
+               small_layers=a.only == "small-layers")
 
 
 if __name__ == "__main__":
