@@ -106,12 +106,38 @@ def roofline_gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
     return gemm_curve(m, n, k, emax, k_half, b.sm_count)
 
 
+# Split factors of the K loop a GEMM library may run: cuBLAS's split-K kernels and CUTLASS's
+# stream-K scheduler (Osama et al. 2023, "Stream-K: Work-centric Parallel Decomposition for Dense
+# Matrix-Matrix Multiplication on the GPU", arXiv:2301.03598; CUTLASS 3.x
+# `KernelTmaWarpSpecializedCooperative` with `StreamKScheduler`) hand the K loop of few output
+# tiles to otherwise idle SMs. Each split keeps at least SPLIT_K_MIN of K.
+SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
+SPLIT_K_MIN = 128
+
+
 def gemm_curve(m, n, k, emax, k_half, sm_count):
-    """The GEMM curve's form (also what `python -m sim_core.accuracy.fit --kernels` fits): emax x wave
-    quantization of 128x128 output tiles over the SMs x K/(K + k_half)."""
-    tiles = np.ceil(m / TILE_M) * np.ceil(n / TILE_N)
-    waves = tiles / sm_count
-    return emax * waves / np.ceil(waves) * k / (k + k_half)
+    """The GEMM curve's form (also what `python -m sim_core.accuracy.fit --kernels` fits): emax x
+    the best, over K-split factors s, of wave quantization of tiles x s work units (128x128
+    output tiles) over the SMs x (K/s)/(K/s + k_half). s = 1 is the plain tiled kernel; a
+    shape of few output tiles and a long K (a small model's weight gradient, a high-TP
+    projection, an LM head's input gradient) runs near full speed split, not at tiles/SMs.
+    The split's partial-sum reduction is not charged: fitted on the measured H100/H200 tables
+    its cost came out at 0.1% (data/kernels, `fit --kernels`). MoE expert GEMMs are priced at
+    one expert's shape: against the measured torch._grouped_mm table (h100-sxm-moe.csv) that
+    is within 0.95 median (10-90%: 0.83-1.06), closer than pooling all local experts' tiles
+    into one wave count (0.89)."""
+    tiles = np.ceil(np.asarray(m, dtype=np.float64) / TILE_M) * np.ceil(
+        np.asarray(n, dtype=np.float64) / TILE_N)
+    k = np.asarray(k, dtype=np.float64)
+    best = None
+    for s in SPLIT_K:
+        ks = k / s
+        waves = tiles * s / sm_count
+        eff = waves / np.ceil(waves) * ks / (ks + k_half)
+        if s > 1:
+            eff = np.where(ks >= SPLIT_K_MIN, eff, 0.0)
+        best = eff if best is None else np.maximum(best, eff)
+    return emax * best
 
 
 ATTN_TILE = 128  # query rows per FlashAttention / cuDNN attention thread block
@@ -180,7 +206,8 @@ def fp8_recipe_arrays(b: Batch) -> dict:
     pick = lambda key, typ: np.array([typ(table[r][key]) for r in FP8_RECIPE])[code]  # noqa: E731
     return {"extra_cast_bytes": pick("extra_cast_bytes", float),
             "amax_in_norm": pick("amax_in_norm", bool),
-            "wgrad_fp8": pick("wgrad_fp8", bool), "amax_reduce": pick("amax_reduce", str)}
+            "wgrad_fp8": pick("wgrad_fp8", bool), "amax_reduce": pick("amax_reduce", str),
+            "gemm_time": pick("gemm_time", float)}
 
 
 # GEMMs whose forward input a fused norm writes (Megatron-Core's TE spec, gpt_layer_specs.py:
@@ -299,7 +326,8 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             eff = gemm_efficiency(b, m, n, k, is_fp8)
             if op.name.startswith("expert_"):
                 eff = eff * np.where(is_fp8, grouped[True], grouped[False])
-            rate = np.where(is_fp8, peak_gemm, peak_bf16) * eff
+            # an FP8 GEMM with finer scales (rowwise, blockwise) runs slower than per-tensor
+            rate = np.where(is_fp8, peak_gemm / recipe["gemm_time"], peak_bf16) * eff
             # memory-bound floor: bytes moved per FLOP of the representative GEMM
             bytes_per_flop = (m * k + k * n + m * n) / (m * n * k)  # 2 bytes / 2 flops
             sec_per_flop = np.maximum(1.0 / rate, bytes_per_flop / hbm)

@@ -200,15 +200,16 @@ def gemm_curve(m, n, k, emax, k_half, sm_count=132):
 
 
 def attention_curve(heads, seq, emax, seq_half, tiles_half):
-    """compute.attention_curve for one sequence of `heads` heads (batch 1, one GPU)."""
+    """compute.attention_curve for `heads` heads (x sequences in the batch) on one GPU."""
     return compute.attention_curve(heads * np.ceil(seq / compute.ATTN_TILE), seq, emax,
                                    seq_half, tiles_half)
 
 
 def _attention_rows(df: pd.DataFrame, family: str, direction: str) -> pd.DataFrame:
+    """Head dimension 128 only: the curve is fitted there; head_dim_factor carries the rest."""
     kern = {v: k for k, v in ATTN_FAMILY.items()}[family]
     return df[(df["op_class"] == "attention") & (df["kernel"] == kern)
-              & (df["direction"] == direction)]
+              & (df["direction"] == direction) & (df["head_dim"] == 128)]
 
 
 def _fit_log(model, x0, y):
@@ -219,10 +220,19 @@ def _fit_log(model, x0, y):
     return np.exp(r.x)
 
 
+HOST_BOUND = 1.5  # a GEMM timed under 1.5x its table's fastest launch measures the host
+
+
 def _dense_gemms(df: pd.DataFrame, dtype: str) -> pd.DataFrame:
-    """One GEMM per launch (not the MoE grouped or per-expert rows) of a dtype."""
-    return df[(df["op_class"] == "gemm") & (df["dtype"] == dtype)
-              & df["kernel"].isin(["cublas", "scaled_mm"])]
+    """One GEMM per launch (not the MoE grouped or per-expert rows) of a dtype, per-tensor
+    scaled where FP8, without the host-bound ones: back-to-back eager launches of a tiny GEMM
+    time PyTorch's dispatch (14-21 us a launch on the lent H100s, `launch_*` rows), not the
+    kernel, so rows within HOST_BOUND x the fastest launch of their table and kernel go."""
+    g = df[(df["op_class"] == "gemm") & (df["dtype"] == dtype)
+           & df["kernel"].isin(["cublas", "scaled_mm", "scaled_mm_tensorwise"])
+           & (df["batch"].fillna(1) == 1)]
+    floor = g.groupby(["gpu", "kernel", "source"])["time_us"].transform("min")
+    return g[g["time_us"] >= HOST_BOUND * floor]
 
 
 def grouped_over_dense(df: pd.DataFrame, params: dict) -> pd.DataFrame:
@@ -249,7 +259,8 @@ def fit_kernel_curves(df: pd.DataFrame) -> dict:
         for d in ("fwd", "bwd"):
             a = _attention_rows(df, fam, d)
             if len(a):
-                h, s = a["heads"].to_numpy(float), a["seq"].to_numpy(float)
+                h = (a["heads"] * a["batch"].fillna(1)).to_numpy(float)
+                s = a["seq"].to_numpy(float)
                 out[("attention", fam, d)] = _fit_log(
                     lambda p: attention_curve(h, s, *p), [0.5, 500, 200],
                     np.log(a["eff"].to_numpy()))
@@ -285,10 +296,26 @@ def kernel_curve_errors(df: pd.DataFrame, params: dict) -> dict:
             pred = gemm_curve(g["m"], g["n"], g["k"], *p)
         else:
             g = _attention_rows(df, sub, d)
-            pred = attention_curve(g["heads"], g["seq"], *p)
+            pred = attention_curve(g["heads"] * g["batch"].fillna(1), g["seq"], *p)
         if len(g):
             out[(what, sub, d)] = float(np.median(np.abs(g["eff"] / pred - 1)))
     return out
+
+
+def fp8_recipe_gemm_time(df: pd.DataFrame, min_flops: float = 2e11) -> pd.Series:
+    """Median time of each FP8 recipe's GEMM over the per-tensor-scaled one, on the shapes timed
+    under every recipe on the same card (measure --only edges), shapes over `min_flops`: what
+    efficiency.yaml's fp8_recipes gemm_time holds."""
+    f = df[(df["op_class"] == "gemm") & df["note"].astype(str).str.startswith("fp8_recipe")]
+    if not len(f):
+        return pd.Series(dtype=float)
+    recipe = f["kernel"].str.replace("scaled_mm_", "").str.replace("cublas", "bf16")
+    p = f.assign(recipe=recipe).pivot_table(index=["gpu", "m", "n", "k"], columns="recipe",
+                                            values="time_us")
+    flops = np.array([2.0 * m * n * k for _, m, n, k in p.index])
+    p = p[flops > min_flops]
+    return pd.Series({r: float((p[r] / p["tensorwise"]).median()) for r in p.columns
+                      if r != "tensorwise"})
 
 
 def layer_errors(df: pd.DataFrame) -> pd.DataFrame:
@@ -305,7 +332,8 @@ def layer_errors(df: pd.DataFrame) -> pd.DataFrame:
     for fused in (True, False):
         frame = pd.DataFrame({
             "model": lay["model"].to_numpy(), "seq_len": lay["seq"].to_numpy(int),
-            "micro_batch": 1, "global_batch": 8, "gpu": lay["gpu"].to_numpy(), "num_gpus": 1,
+            "micro_batch": lay["batch"].fillna(1).to_numpy(int),
+            "global_batch": 64 * lay["batch"].fillna(1).to_numpy(int), "gpu": lay["gpu"].to_numpy(), "num_gpus": 1,
             "tp": 1, "pp": 1, "recompute": "none", "fused_elementwise": fused,
             "attention_kernel": np.where(lay["kernel"] == "flash", "fa2", "fa3")})
         b = frame_to_batch(frame)
@@ -313,7 +341,9 @@ def layer_errors(df: pd.DataFrame) -> pd.DataFrame:
         st = compute.stage_times(b, wl)
         per_layer = {d: st[f"layer_{d}"] / wl.layers_per_stage * 1e6 for d in ("fwd", "bwd")}
         pred = np.where(lay["direction"] == "fwd", per_layer["fwd"], per_layer["bwd"])
-        out.append(lay[["gpu", "model", "seq", "kernel", "direction"]].assign(
+        out.append(lay[["gpu", "model", "seq", "batch", "op", "kernel", "direction"]].assign(
+            layers=np.where(lay["note"].astype(str).str.startswith("small"), "small models",
+                            "Llama 8B-405B"),
             fused_elementwise=fused, error=pred / lay["time_us"].to_numpy() - 1))
     return pd.concat(out, ignore_index=True)
 
@@ -442,14 +472,20 @@ def main_kernels() -> None:
         print("MoE expert GEMMs, measured / dense curve at one expert's shape (median per "
               "model; compute.py's grouped_gemm, fitted on MoE runs, is 0.65):")
         print(ratio.to_string(float_format=lambda x: f"{x:.2f}"))
+    ratio = fp8_recipe_gemm_time(df)
+    if len(ratio):
+        print("FP8 recipes: GEMM time over the per-tensor-scaled GEMM, median over shapes of "
+              "over 200 GFLOP (efficiency.yaml fp8_recipes gemm_time): "
+              + ", ".join(f"{r} {v:.2f}" for r, v in ratio.items()))
     lay = layer_errors(df)
     if len(lay):
-        print("whole eager decoder layers, one GPU: compute model / measured - 1, median "
-              "[min, max] (the FA2 level is fitted on runs, not on these):")
-        for (fused, kern, d), e in lay.groupby(["fused_elementwise", "kernel", "direction"])[
-                "error"]:
-            print(f"  elementwise {'fused  ' if fused else 'unfused'} {kern:<5} {d}: "
-                  f"{e.median():+.3f} [{e.min():+.3f}, {e.max():+.3f}] over {len(e)} layers")
+        print("whole decoder layers, one GPU: compute model / measured - 1, median [min, max] "
+              "(the FA2 level is fitted on runs, not on these):")
+        for (op, layers, fused, kern, d), e in lay.groupby(
+                ["op", "layers", "fused_elementwise", "kernel", "direction"])["error"]:
+            print(f"  {op:<22} {layers:<13} elementwise {'fused  ' if fused else 'unfused'} "
+                  f"{kern:<5} {d}: {e.median():+.3f} [{e.min():+.3f}, {e.max():+.3f}] over "
+                  f"{len(e)} layers")
 
 
 def main() -> None:
