@@ -170,11 +170,22 @@ def attention_head_dim(b: Batch) -> np.ndarray:
     return hd
 
 
-def attention_efficiency(b: Batch, direction: str) -> np.ndarray:
+def attention_efficiency(b: Batch, direction: str, keys=None) -> np.ndarray:
     """Fraction of the bf16 peak causal flash attention reaches, forward or backward: the
     kernel family's maximum x s/(s + seq_half) (short rows do little work per loaded tile) x
     tiles/(tiles + tiles_half) (a micro-batch of few heads per GPU and short local sequences
-    has too few query blocks to fill the SMs; tiles_half 0 turns the term off)."""
+    has too few query blocks to fill the SMs; tiles_half 0 turns the term off).
+
+    `keys` (a sliding window's width) replaces s in the first term; the query blocks, hence
+    the tiles term, stay those of the whole local sequence. Why the window is the right
+    length: FlashAttention and cuDNN compute every 128x128 block the mask touches, masked
+    entries included. A causal row of s keys computes (s + 128)/s times its useful pairs (the
+    diagonal blocks); a window of w keys spans w/128 + 1 key blocks per query block for w
+    useful keys: (w + 128)/w, the same waste as a causal row of s = w. Its per-query-block
+    costs (load Q, write O and the log-sum-exp) are spread over w/128 + 1 key blocks, where a
+    causal row of w averages half that, so the curve at s = w errs slow; the kernel tables
+    (data/kernels) start at s = 1024 and the papers' (published/attention-papers.csv) at 512,
+    so no measured row settles it."""
     arch = b.sm_arch
     fa2 = b.attention_kernel == 1
 
@@ -183,7 +194,8 @@ def attention_efficiency(b: Batch, direction: str) -> np.ndarray:
 
     tiles = (b.micro_batch * np.maximum(b.heads / b.tp, 1.0)
              * np.ceil(np.maximum(b.seq_len / b.cp, 1.0) / ATTN_TILE))
-    return attention_curve(tiles, b.seq_len, pick(f"attn_{direction}"),
+    seq = b.seq_len if keys is None else keys
+    return attention_curve(tiles, seq, pick(f"attn_{direction}"),
                            pick(f"attn_seq_half_{direction}"),
                            pick(f"attn_tiles_half_{direction}")) * head_dim_factor(
                                attention_head_dim(b), pick("attn_head_dim_half"))
@@ -265,6 +277,34 @@ def power_clock_scale(b: Batch) -> np.ndarray:
     return np.cbrt(np.maximum(ratio, 1e-3))
 
 
+def _attention_rates(b: Batch, peak_bf16, keys=None) -> tuple[np.ndarray, np.ndarray]:
+    """FLOP/s of attention forward and backward: the curve, a learned model where it has an
+    opinion, a run calibration's scale. With `keys` (a sliding window) the learned model, which
+    knows causal kernels of (batch x heads, local sequence), is asked for causal rows of the
+    window's length, as many as keep the query blocks: (s/cp)/w rows per sequence."""
+    attn_f = peak_bf16 * attention_efficiency(b, "fwd", keys)
+    attn_b = peak_bf16 * attention_efficiency(b, "bwd", keys)
+    if _attention_model is not None:
+        bm = b
+        if keys is not None:
+            win = keys < b.seq_len
+            bm = Batch(b)
+            bm["seq_len"] = np.where(win, keys * b.cp, b.seq_len)
+            bm["micro_batch"] = np.where(win, b.micro_batch * b.seq_len / (b.cp * keys),
+                                         b.micro_batch)
+        for bwd in (False, True):
+            eff = np.asarray(_attention_model(bm, bwd), dtype=np.float64)
+            learned = np.where(np.isnan(eff), np.nan, peak_bf16 * eff)
+            if bwd:
+                attn_b = np.where(np.isnan(learned), attn_b, learned)
+            else:
+                attn_f = np.where(np.isnan(learned), attn_f, learned)
+    if _efficiency_scale is not None:
+        attn_f = np.minimum(attn_f * _scale(b, 1), peak_bf16)
+        attn_b = np.minimum(attn_b * _scale(b, 1), peak_bf16)
+    return attn_f, attn_b
+
+
 def stage_times(b: Batch, wl: Workload) -> dict:
     """Seconds per micro-batch on one GPU: forward, backward, recompute, by stage part.
 
@@ -278,19 +318,7 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     hbm = b.hbm_bw_gbs * 1e9 * _by_arch(b.sm_arch, "elementwise")
     # eager (unfused) elementwise ops move more bytes per useful byte
     hbm_elem = hbm / np.where(b.fused_elementwise, 1.0, _by_arch(b.sm_arch, "unfused_elementwise"))
-    attn_f = peak_bf16 * attention_efficiency(b, "fwd")
-    attn_b = peak_bf16 * attention_efficiency(b, "bwd")
-    if _attention_model is not None:
-        for bwd in (False, True):
-            eff = np.asarray(_attention_model(b, bwd), dtype=np.float64)
-            learned = np.where(np.isnan(eff), np.nan, peak_bf16 * eff)
-            if bwd:
-                attn_b = np.where(np.isnan(learned), attn_b, learned)
-            else:
-                attn_f = np.where(np.isnan(learned), attn_f, learned)
-    if _efficiency_scale is not None:
-        attn_f = np.minimum(attn_f * _scale(b, 1), peak_bf16)
-        attn_b = np.minimum(attn_b * _scale(b, 1), peak_bf16)
+    attn_f, attn_b = _attention_rates(b, peak_bf16)
     moe_frac = wl.dims["n_moe_layers"] / b.layers  # share of layers that are MoE
     # launch gaps of a layer's kernels; a MoE layer adds its router, permutation, dispatcher
     # and per-expert GEMM launches and one host sync (moe.launch_overhead_s)
@@ -352,8 +380,15 @@ def stage_times(b: Batch, wl: Workload) -> dict:
                 bwd = bwd + op.bwd_flops * cast
             parts[op.where]["gemm_fwd"] = parts[op.where]["gemm_fwd"] + fwd
         elif op.op_class == "attention":
-            fwd = op.fwd_flops / attn_f
-            bwd = op.bwd_flops / attn_b
+            if op.attn_keys is None:
+                fwd = op.fwd_flops / attn_f
+                bwd = op.bwd_flops / attn_b
+            elif not np.any(op.fwd_flops > 0):
+                continue  # no sliding-window layer in this batch
+            else:
+                win_f, win_b = _attention_rates(b, peak_bf16, op.attn_keys)
+                fwd = op.fwd_flops / win_f
+                bwd = op.bwd_flops / win_b
             parts[op.where]["attn_fwd"] = parts[op.where]["attn_fwd"] + fwd
         else:
             fwd = op.fwd_bytes / hbm_elem

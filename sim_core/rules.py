@@ -24,7 +24,18 @@ def rules(b: Batch) -> list[tuple[str, np.ndarray]]:
         *moe_rules(b, np.where(b.etp > 0, b.etp, b.tp)),
         *frameworks.rules(b),
         *fp8_rules(b),
+        *attention_rules(b),
     ]
+
+
+def attention_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
+    """Transformer Engine runs a sliding window under context parallelism only with
+    all-gathered (or all-to-all) K/V: TE v2.8 attention/dot_product_attention/
+    context_parallel.py attn_forward_func_with_cp asserts cp_comm_type in (a2a, all_gather)
+    whenever a window is set."""
+    win = np.asarray(b.get("sliding_window", 0 * b.tp)) > 0
+    return [("sliding-window attention with cp > 1 needs cp_comm allgather (TE refuses the "
+             "p2p ring)", win & (b.cp > 1) & (b.cp_comm == 0))]
 
 
 def fp8_rules(b: Batch) -> list[tuple[str, np.ndarray]]:

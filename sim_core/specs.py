@@ -76,6 +76,14 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    # Sliding-window attention (Mistral, Gemma, GPT-OSS): a windowed layer's query attends to
+    # the last `sliding_window` keys, itself included (HF transformers masking_utils
+    # sliding_window_overlay: kv_idx > q_idx - sliding_window); 0 = every layer full causal.
+    # window_attn_skip_freq N: Megatron-Core's field of the same name (core_v0.15.3
+    # transformer/utils.py is_layer_window_attention): layer l (1-indexed) is windowed unless
+    # l % N == 0, i.e. one full layer after N-1 windowed ones; 0 = every layer windowed
+    sliding_window: int = 0
+    window_attn_skip_freq: int = 0
     source: str = ""
 
     @property
@@ -181,6 +189,8 @@ MODEL_COLUMNS = {
     "qk_rope_head_dim": 0,
     "qk_nope_head_dim": 0,
     "v_head_dim": 0,
+    "sliding_window": 0,  # 0 = no sliding-window attention (ModelSpec)
+    "window_attn_skip_freq": 0,  # one full-attention layer in N; 0 = all windowed
 }
 
 RUN_COLUMNS = {

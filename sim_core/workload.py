@@ -42,6 +42,9 @@ class Op:
     gemm_n: np.ndarray = None
     gemm_k: np.ndarray = None
     where: str = "layer"  # layer | first_stage | last_stage
+    # attention only: keys per query the kernel's efficiency curve sees (a sliding window's
+    # width); None = the sequence length
+    attn_keys: np.ndarray = None
 
 
 @dataclass
@@ -103,6 +106,43 @@ def model_dims(b: Batch) -> dict:
                 attn_params=attn_params, mlp_params=mlp_params, n_mats=n_mats, moe=moe,
                 expert_params=expert_params, n_moe_layers=n_moe_layers,
                 n_dense_layers=n_dense_layers)
+
+
+def window_layers(b: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """(share of layers that are sliding-window layers, window in keys) per configuration.
+
+    Layer l (1-indexed) is windowed unless l % window_attn_skip_freq == 0 (Megatron-Core
+    core_v0.15.3 transformer/utils.py is_layer_window_attention; 0 = every layer). A window
+    that covers the whole sequence is full causal attention: its share is 0.
+    """
+    zero = np.zeros(np.shape(b.layers))
+    w = np.asarray(b.get("sliding_window", zero), dtype=np.float64)
+    freq = np.asarray(b.get("window_attn_skip_freq", zero), dtype=np.float64)
+    n_win = np.where(freq > 0, b.layers - np.floor(b.layers / np.maximum(freq, 1.0)), b.layers)
+    binds = (w > 0) & (w < b.seq_len)
+    return np.where(binds, n_win / b.layers, 0.0), np.where(binds, w, b.seq_len)
+
+
+def window_pairs(n, w):
+    """Query-key pairs of the first n positions of a causal sliding window of w keys:
+    sum over i < n of min(i + 1, w) (HF's mask: key j visible to query i iff i - w < j <= i)."""
+    n = np.asarray(n, dtype=np.float64)
+    return np.where(n <= w, n * (n + 1) / 2, w * (w + 1) / 2 + (n - w) * w)
+
+
+def window_pairs_per_gpu(b: Batch, w) -> np.ndarray:
+    """Pairs one micro-batch's windowed layer computes on the busiest CP rank.
+
+    CP splits the sequence into 2*cp chunks, rank r holding chunks r and 2cp-1-r (Megatron's
+    load balancing of the causal mask); Transformer Engine runs a window under CP only with
+    all-gathered K/V (TE v2.8 attention/dot_product_attention/context_parallel.py:
+    attn_forward_func_with_cp asserts cp_comm_type a2a or all_gather; AttnFuncWithCPAndKVAllGather
+    narrows each chunk's K/V range to its window). A chunk's pairs rise with its position until
+    the window fills, concavely, so the middle rank cp-1 (chunks cp-1 and cp) is the busiest.
+    """
+    c = b.cp
+    L = b.seq_len / (2 * c)
+    return b.micro_batch * (window_pairs((c + 1) * L, w) - window_pairs((c - 1) * L, w))
 
 
 def _gemm_shapes(b: Batch, d: dict, T, t, etp, moe_frac, load, tok_expert) -> list:
@@ -189,7 +229,12 @@ def build(b: Batch) -> Workload:
 
     # ---- attention core (flash-style, causal) -------------------------------------------------
     # Each query attends to on average s/2 keys (causal); CP load-balances the causal mask.
-    attn_core_fwd = 2 * T * (s / 2) * (a / t) * (d["dqk"] + d["dv"])
+    # Sliding-window layers (a share win_frac of the layers) attend to at most `window` keys:
+    # their pairs are counted exactly (window_pairs_per_gpu); full layers keep the s/2 convention
+    win_frac, window = window_layers(b)
+    attn_core_fwd = 2 * T * (s / 2) * (a / t) * (d["dqk"] + d["dv"]) * (1.0 - win_frac)
+    swa_core_fwd = (2 * window_pairs_per_gpu(b, window) * (a / t) * (d["dqk"] + d["dv"])
+                    * win_frac)
 
     # ---- memory-bound elementwise ops (norms, residuals, rotary, activation function) ---------
     h_shard = np.where(sp, t, 1.0)
@@ -206,6 +251,9 @@ def build(b: Batch) -> Workload:
     ops += [
         Op("attention", "attention", attn_core_fwd * L_stage, 2.5 * attn_core_fwd * L_stage,
            0 * T, 0 * T, 0 * T),
+        # the kernel skips key blocks outside the window; its efficiency follows the window
+        Op("attention_window", "attention", swa_core_fwd * L_stage,
+           2.5 * swa_core_fwd * L_stage, 0 * T, 0 * T, 0 * T, attn_keys=window),
         Op("elementwise", "elementwise", 0 * T, 0 * T, 0 * T, elem_fwd_bytes * L_stage,
            2 * elem_fwd_bytes * L_stage),
         # the MoE layer's own memory-bound work (moe.MLP_OPS: scheduled with the experts)

@@ -128,6 +128,20 @@ def test_megatron_moe_and_mla(rows):
     assert ns.moe_layer_freq.startswith("([0]*")
 
 
+def test_megatron_sliding_window(rows):
+    """GPT-OSS: HF's 128-key window is TE's (127, 0) on every other layer; windowless models
+    pass no window flag."""
+    row = _row({"model": "gpt-oss-120b", "seq_len": 4096, "global_batch": 512,
+                "cluster": {"gpu": "h100-sxm", "num_gpus": 64}},
+               {"tp": 1, "pp": 4, "ep": 8, "micro_batch": 1})
+    args = export.megatron_args(row)
+    known = export.known_megatron_flags()
+    assert all(f in known for f in args if f.startswith("--"))
+    ns = export.megatron_parser().parse_args(args)
+    assert ns.window_size == "127,0" and int(ns.window_attn_skip_freq) == 2
+    assert all("--window-size" not in export.megatron_args(r) for r in rows)
+
+
 def test_gpt3_175b_1024_a100_flags(gpt3_best):
     args = export.megatron_args(gpt3_best)
     d = export.config_of(gpt3_best)

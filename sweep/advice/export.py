@@ -255,6 +255,12 @@ def megatron_args(row) -> list[str]:
         if m.get("first_dense_layers"):
             k = m["first_dense_layers"]
             opt("--moe-layer-freq", f"([0]*{k}+[1]*{m['layers'] - k})")
+    if m.get("sliding_window"):
+        # TE's window (left, right) spans keys [i - left, i + right]: a window of w keys, the
+        # query included, is (w - 1, 0) (Megatron-Bridge v0.4.0 gpt_oss_bridge.py does the same)
+        opt("--window-size", f"{int(m['sliding_window']) - 1},0")
+        if m.get("window_attn_skip_freq"):
+            opt("--window-attn-skip-freq", int(m["window_attn_skip_freq"]))
     if m.get("kv_lora_rank"):
         opt("--multi-latent-attention")
         if m.get("q_lora_rank"):

@@ -64,7 +64,7 @@ EXPECT: dict[str, tuple[str, str]] = {
     **{k: _NONNEG for k in ("kv_heads", "head_dim", "experts", "top_k", "expert_ffn", "etp",
                             "shared_experts", "first_dense_layers", "q_lora_rank",
                             "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                            "v_head_dim")},
+                            "v_head_dim", "sliding_window", "window_attn_skip_freq")},
     **{k: _BOOL for k in ("sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                           "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap", "fsdp",
                           "tied_embeddings", "grad_reduce_fp32", "fused_elementwise", "fused_glu",
