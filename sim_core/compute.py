@@ -76,21 +76,23 @@ def _by_arch(arch: np.ndarray, key: str, sub: str | None = None) -> np.ndarray:
     return out
 
 
-def gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
-    """Fraction of dense peak a GEMM of shape (m, n, k) achieves on each configuration's GPU."""
+def gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray, split_k: bool = True) -> np.ndarray:
+    """Fraction of dense peak a GEMM of shape (m, n, k) achieves on each configuration's GPU;
+    split_k False for kernels that cannot split K (grouped GEMMs, see gemm_curve)."""
     if _gemm_model is not None:
         learned = np.asarray(_gemm_model(b, m, n, k, fp8), dtype=np.float64)
         miss = np.isnan(learned)
         eff = learned if not miss.any() else np.where(
-            miss, roofline_gemm_efficiency(b, m, n, k, fp8), learned)
+            miss, roofline_gemm_efficiency(b, m, n, k, fp8, split_k), learned)
     else:
-        eff = roofline_gemm_efficiency(b, m, n, k, fp8)
+        eff = roofline_gemm_efficiency(b, m, n, k, fp8, split_k)
     if _efficiency_scale is None:
         return eff
     return np.minimum(eff * _scale(b, 0), 1.0)
 
 
-def roofline_gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
+def roofline_gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray,
+                              split_k: bool = True) -> np.ndarray:
     """The default curve: gemm_max x wave quantization x K/(K + k_half). gemm_max is the
     architecture's (efficiency.yaml) unless the GPU has a published ceiling of its own
     (gemm_max_bf16 / gemm_max_fp8 > 0, data/kernels/published: MI300X and MI325X share CDNA3
@@ -103,7 +105,7 @@ def roofline_gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray) -> np.ndarray:
     # FP8 kernels take K in 128-wide tiles (bf16: 64), so a short K costs them more
     k_half = np.where(fp8, _by_arch(arch, "gemm_k_half", "fp8"),
                       _by_arch(arch, "gemm_k_half", "bf16"))
-    return gemm_curve(m, n, k, emax, k_half, b.sm_count)
+    return gemm_curve(m, n, k, emax, k_half, b.sm_count, split_k)
 
 
 # Split factors of the K loop a GEMM library may run: cuBLAS's split-K kernels and CUTLASS's
@@ -115,22 +117,27 @@ SPLIT_K = (1, 2, 3, 4, 6, 8, 12, 16)
 SPLIT_K_MIN = 128
 
 
-def gemm_curve(m, n, k, emax, k_half, sm_count):
+def gemm_curve(m, n, k, emax, k_half, sm_count, split_k: bool = True):
     """The GEMM curve's form (also what `python -m sim_core.accuracy.fit --kernels` fits): emax x
     the best, over K-split factors s, of wave quantization of tiles x s work units (128x128
     output tiles) over the SMs x (K/s)/(K/s + k_half). s = 1 is the plain tiled kernel; a
     shape of few output tiles and a long K (a small model's weight gradient, a high-TP
     projection, an LM head's input gradient) runs near full speed split, not at tiles/SMs.
     The split's partial-sum reduction is not charged: fitted on the measured H100/H200 tables
-    its cost came out at 0.1% (data/kernels, `fit --kernels`). MoE expert GEMMs are priced at
-    one expert's shape: against the measured torch._grouped_mm table (h100-sxm-moe.csv) that
-    is within 0.95 median (10-90%: 0.83-1.06), closer than pooling all local experts' tiles
-    into one wave count (0.89)."""
+    its cost came out at 0.1% (data/kernels, `fit --kernels`).
+
+    split_k False: one split only, for MoE expert GEMMs. A grouped GEMM cannot split K: CUTLASS's
+    SM90 ptr-array / grouped cooperative kernel, which torch._grouped_mm runs
+    (aten/src/ATen/native/cuda/GroupMM.cu, KernelPtrArrayTmaWarpSpecializedCooperative), only
+    takes its group tile scheduler (include/cutlass/gemm/kernel/
+    sm90_gemm_array_tma_warpspecialized_cooperative.hpp: "only supports the default
+    scheduler"). They stay priced at one expert's tiles, as before (docs/accuracy-edges.md
+    says what pooling the local experts' tiles would do)."""
     tiles = np.ceil(np.asarray(m, dtype=np.float64) / TILE_M) * np.ceil(
         np.asarray(n, dtype=np.float64) / TILE_N)
     k = np.asarray(k, dtype=np.float64)
     best = None
-    for s in SPLIT_K:
+    for s in (SPLIT_K if split_k else (1,)):
         ks = k / s
         waves = tiles * s / sm_count
         eff = waves / np.ceil(waves) * ks / (ks + k_half)
@@ -351,8 +358,9 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             # an op absent from a configuration (e.g. expert GEMMs of a dense model) has zero
             # FLOPs; clamp its dims so that its efficiency stays finite
             m, n, k = (np.maximum(x, 1.0) for x in (op.gemm_m, op.gemm_n, op.gemm_k))
-            eff = gemm_efficiency(b, m, n, k, is_fp8)
-            if op.name.startswith("expert_"):
+            expert = op.name.startswith("expert_")
+            eff = gemm_efficiency(b, m, n, k, is_fp8, split_k=not expert)
+            if expert:
                 eff = eff * np.where(is_fp8, grouped[True], grouped[False])
             # an FP8 GEMM with finer scales (rowwise, blockwise) runs slower than per-tensor
             rate = np.where(is_fp8, peak_gemm / recipe["gemm_time"], peak_bf16) * eff
@@ -370,8 +378,8 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             hp = is_fp8 & wgrad_hp
             if hp.any():  # rowwise_with_gw_hp: the weight gradient in bf16, uncast
                 wfrac = op.bwd_wgrad_flops / np.maximum(op.bwd_flops, 1e-30)
-                eff_hp = gemm_efficiency(b, m, n, k, np.zeros_like(is_fp8))
-                if op.name.startswith("expert_"):
+                eff_hp = gemm_efficiency(b, m, n, k, np.zeros_like(is_fp8), split_k=not expert)
+                if expert:
                     eff_hp = eff_hp * grouped[False]
                 sec_hp = np.maximum(1.0 / (peak_bf16 * eff_hp), bytes_per_flop / hbm)
                 bwd = np.where(hp, op.bwd_flops * ((1 - wfrac) * (sec_per_flop + cast)

@@ -194,9 +194,9 @@ def kernel_tables() -> pd.DataFrame:
     return df
 
 
-def gemm_curve(m, n, k, emax, k_half, sm_count=132):
+def gemm_curve(m, n, k, emax, k_half, sm_count=132, split_k=True):
     """compute.gemm_curve on an H100/H200's 132 SMs."""
-    return compute.gemm_curve(m, n, k, emax, k_half, sm_count)
+    return compute.gemm_curve(m, n, k, emax, k_half, sm_count, split_k)
 
 
 def attention_curve(heads, seq, emax, seq_half, tiles_half):
@@ -236,12 +236,13 @@ def _dense_gemms(df: pd.DataFrame, dtype: str) -> pd.DataFrame:
 
 
 def grouped_over_dense(df: pd.DataFrame, params: dict) -> pd.DataFrame:
-    """Measured MoE expert GEMMs against the fitted dense curve at one expert's shape: what
-    compute.py's `grouped_gemm` multiplies (fitted on MoE runs: 0.65)."""
+    """Measured MoE expert GEMMs against the fitted dense curve at one expert's shape, one K
+    split (grouped kernels do not split K): what compute.py's `grouped_gemm` multiplies
+    (fitted on MoE runs: 0.65)."""
     g = df[(df["op_class"] == "gemm") & df["kernel"].isin(["grouped_mm", "loop"])]
     if not len(g) or ("gemm", "bf16", "") not in params:
         return pd.DataFrame()
-    dense = gemm_curve(g["m"], g["n"], g["k"], *params[("gemm", "bf16", "")])
+    dense = gemm_curve(g["m"], g["n"], g["k"], *params[("gemm", "bf16", "")], split_k=False)
     return (g.assign(ratio=g["eff"] / dense).groupby(["kernel", "model"])["ratio"].median()
             .unstack(0))
 
