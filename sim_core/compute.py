@@ -135,15 +135,25 @@ def gemm_curve(m, n, k, emax, k_half, sm_count, split_k: bool = True):
     says what pooling the local experts' tiles would do)."""
     tiles = np.ceil(np.asarray(m, dtype=np.float64) / TILE_M) * np.ceil(
         np.asarray(n, dtype=np.float64) / TILE_N)
-    k = np.asarray(k, dtype=np.float64)
-    best = None
-    for s in (SPLIT_K if split_k else (1,)):
-        ks = k / s
-        waves = tiles * s / sm_count
-        eff = waves / np.ceil(waves) * ks / (ks + k_half)
-        if s > 1:
-            eff = np.where(ks >= SPLIT_K_MIN, eff, 0.0)
-        best = eff if best is None else np.maximum(best, eff)
+    tiles, k, sm, kh = np.broadcast_arrays(tiles, np.asarray(k, dtype=np.float64),
+                                           np.asarray(sm_count, dtype=np.float64),
+                                           np.asarray(k_half, dtype=np.float64))
+    waves = tiles / sm
+    best = waves / np.ceil(waves) * k / (k + kh)
+    if split_k:
+        # only where a split can win: no split s >= 2 beats (K/2)/(K/2 + k_half), a full
+        # last wave at half the K (exact pruning, the result is that of trying every s)
+        idx = np.flatnonzero((best < k / (k + 2 * kh)) & (k >= 2 * SPLIT_K_MIN))
+        if idx.size:
+            t, kk, ss, hh = (a.ravel()[idx] for a in (tiles, k, sm, kh))
+            sub = best.ravel()[idx]
+            for s in SPLIT_K[1:]:
+                ks = kk / s
+                w = t * s / ss
+                sub = np.maximum(sub, np.where(ks >= SPLIT_K_MIN,
+                                               w / np.ceil(w) * ks / (ks + hh), 0.0))
+            best = best.copy()
+            best.ravel()[idx] = sub
     return emax * best
 
 

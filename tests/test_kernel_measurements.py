@@ -318,3 +318,22 @@ def test_the_gemm_curve_holds_on_the_measured_small_shapes():
     assert small[("bf16", "K", "K<1k")] < 0.05 and small[("bf16", "m x n", "mn<16M")] < 0.05
     assert small[("fp8", "K", "K<1k")] < 0.08 and small[("fp8", "m x n", "mn<16M")] < 0.06
     assert small[("bf16", "K", "K>=4k")] < 0.025
+
+
+def test_split_k_pruning_gives_the_exhaustive_best():
+    """gemm_curve tries the K splits only where one could win; that is exact: on random shapes
+    it equals the best over every split (and one split where split_k is off)."""
+    rng = np.random.default_rng(7)
+    m, n, k = (rng.integers(16, 70000, 20000).astype(float) for _ in range(3))
+    tiles = np.ceil(m / 128) * np.ceil(n / 128)
+    best = None
+    for s in compute.SPLIT_K:
+        ks = k / s
+        w = tiles * s / 132
+        e = np.where((ks >= compute.SPLIT_K_MIN) | (s == 1), w / np.ceil(w) * ks / (ks + 138), 0)
+        best = e if best is None else np.maximum(best, e)
+    assert np.allclose(compute.gemm_curve(m, n, k, 0.74, 138, 132), 0.74 * best, rtol=0,
+                       atol=1e-12)
+    one = tiles / 132 / np.ceil(tiles / 132) * k / (k + 138)
+    assert np.allclose(compute.gemm_curve(m, n, k, 0.74, 138, 132, split_k=False), 0.74 * one)
+    assert (best > one).mean() > 0.05  # the splits do win somewhere
