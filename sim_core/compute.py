@@ -21,6 +21,7 @@ import yaml
 
 from . import frameworks, moe
 from .columns import Batch
+from .specs import ATTENTION_KERNEL
 from .workload import ACT_BYTES, Workload
 
 TILE_M, TILE_N = 128, 128  # output tile of a tensor-core GEMM kernel (cuBLAS/CUTLASS default)
@@ -204,10 +205,10 @@ def attention_efficiency(b: Batch, direction: str, keys=None) -> np.ndarray:
     (data/kernels) start at s = 1024 and the papers' (published/attention-papers.csv) at 512,
     so no measured row settles it."""
     arch = b.sm_arch
-    fa2 = b.attention_kernel == 1
+    code = np.asarray(b.attention_kernel, dtype=np.int64)
 
-    def pick(key):
-        return np.where(fa2, _by_arch(arch, key, "fa2"), _by_arch(arch, key, "fa3"))
+    def pick(key):  # each configuration's kernel family's constant (specs.ATTENTION_KERNEL codes)
+        return np.choose(code, [_by_arch(arch, key, k) for k in ATTENTION_KERNEL])
 
     tiles = (b.micro_batch * np.maximum(b.heads / b.tp, 1.0)
              * np.ceil(np.maximum(b.seq_len / b.cp, 1.0) / ATTN_TILE))

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .specs import CATEGORICAL, FRAMEWORK, PARALLEL_COLUMNS
+from .specs import ATTENTION_KERNEL, CATEGORICAL, FRAMEWORK, PARALLEL_COLUMNS
 
 DEFAULT_FRAMEWORK = "megatron-core"
 
@@ -199,6 +199,7 @@ def _support_table() -> dict[str, np.ndarray]:
         "cp_comm": allowed("cp_comm"),
         "recompute": allowed("recompute"),
         "fp8_recipe": allowed("fp8_recipe", "fp8_recipes"),
+        "attention_kernel": allowed("attention_kernel", "attention_kernels"),
         **{k: np.array([bool(s[k]) for s in sup])
            for k in ("pp", "vpp", "cp", "ep", "tp_comm_overlap", "fp8")},
         "fp8_norm_amax": np.array([bool(s.get("fp8_norm_amax")) for s in sup]),
@@ -260,7 +261,19 @@ def rules(b) -> list[tuple[str, np.ndarray]]:
              s["rocm"][fw] & rocm & (b.attention_kernel == 0)),
             ("FP8 training on ROCm", s["rocm"][fw] & ~s["rocm_fp8"][fw] & rocm
              & (b.precision == 1)),
+            # flash-attn v1 (HazyResearch flash-attention v1.0.x) built CUDA kernels only; ROCm's
+            # flash-attention ports start at FA2. Triton has a ROCm backend: triton stays valid.
+            ("FlashAttention-1 on ROCm (flash-attn v1 had no ROCm build)",
+             s["rocm"][fw] & rocm & (b.attention_kernel == ATTENTION_KERNEL.index("fa1"))),
         ]
+    # Attention kernels a framework's code does not have, after the ROCm rules (an AMD row names
+    # what ROCm lacks first). Peeked at as `rocm` is: fa3 and fa2 are open to every framework,
+    # so a space without triton or fa1 keeps attention_kernel out of the rules' axes.
+    kern = np.asarray(dict.get(b, "attention_kernel", np.zeros(len(fw))))
+    if (kern > 1).any():
+        kern = np.asarray(b["attention_kernel"]).astype(np.int64)
+        checks += [(f"{v} attention kernel", ~s["attention_kernel"][fw, i] & (kern == i))
+                   for i, v in enumerate(ATTENTION_KERNEL)]
     out = []
     for what, bad in checks:
         if bad.any():
@@ -312,7 +325,8 @@ def markdown() -> str:
         offered += [f"CP {s['cp_comm'] if s['cp'] else 'none'}",
                     f"EP {'yes' if s['ep'] else 'no'}",
                     f"TP comm overlap {'yes' if s['tp_comm_overlap'] else 'no'}",
-                    f"FP8 {'recipes ' + str(s['fp8_recipes']) if s['fp8'] else 'no'}"]
+                    f"FP8 {'recipes ' + str(s['fp8_recipes']) if s['fp8'] else 'no'}",
+                    f"attention kernels {s['attention_kernels']}"]
         lines += ["Offers: " + "; ".join(o.replace("'", "") for o in offered)
                   + f". From: {s['source']}.", ""]
         c = p["checkpoint"]

@@ -355,9 +355,13 @@ def layer_errors(df: pd.DataFrame) -> pd.DataFrame:
 # non-causal ones. Ampere's attention shape and every family's hd_half come from here.
 PAPER_SERIES = [  # (gpu, kernel in the table, direction, compute.py family it sets or "")
     ("a100-80gb", "flash", "fwd_bwd", "80 (fa2 and fa3: Ampere runs FA2) seq_half, hd_half, max"),
-    ("a100-80gb", "flash_triton", "fwd_bwd", ""),
+    ("a100-80gb", "flash1", "fwd_bwd", "80/fa1 seq_half, hd_half, max"),
+    ("a100-80gb", "flash_triton", "fwd_bwd",
+     "80/triton seq_half, hd_half, max; 90/triton (DERIVED: no H100 series) hd_half, level and "
+     "seq_half as ratios to this GPU's FA2"),
     ("a100-80gb", "xformers", "fwd_bwd", ""),
-    ("h100-sxm", "flash", "fwd_bwd", "90/fa2 hd_half"),
+    ("h100-sxm", "flash", "fwd_bwd", "90/fa2 hd_half; the 90/fa1 level's reference"),
+    ("h100-sxm", "flash1", "fwd_bwd", "90/fa1 hd_half, level and seq_half as ratios to FA2"),
     ("h100-sxm", "flash", "fwd", ""),
     ("h100-sxm", "fa3", "fwd", ""),
     ("h100-sxm", "cudnn", "fwd", "90/fa3 hd_half (cuDNN: the fa3 family's measured kernel)"),
@@ -423,6 +427,60 @@ def paper_held_out(df: pd.DataFrame, kernel: str, direction: str) -> dict:
     return out
 
 
+# The FA2 paper's A100 forward and backward maxima (~70% and ~58% of 312 TFLOP/s; Dao 2023,
+# arXiv:2307.08691): how a fwd+bwd maximum is split into efficiency.yaml's attn_fwd / attn_bwd
+# where only fwd+bwd was published (Ampere's fa2 row, and the older kernels on both GPUs).
+FA2_FWD_BWD = (0.70, 0.58)
+# kernel family (specs.ATTENTION_KERNEL) -> its series in the papers' table, and the GPU its
+# shape is read from on Hopper (flash_attn_triton was only benchmarked on the A100)
+OLDER_KERNELS = {"fa1": ("flash1", "h100-sxm"), "triton": ("flash_triton", "a100-80gb")}
+
+
+def split_fwd_bwd(fwd_bwd: float) -> tuple[float, float]:
+    """(fwd, bwd) maxima whose fwd+bwd time (bwd = 2.5 x fwd FLOPs) gives `fwd_bwd`, in the FA2
+    paper's fwd : bwd proportion."""
+    f, b = FA2_FWD_BWD
+    scale = fwd_bwd / (3.5 / (1 / f + 2.5 / b))
+    return f * scale, b * scale
+
+
+def older_kernel_constants(df: pd.DataFrame, shipped: dict | None = None) -> dict:
+    """efficiency.yaml's triton and fa1 entries for Ampere (80) and Hopper (90), from the causal
+    fwd+bwd series of the papers' table. {(arch, family): {efficiency.yaml key: value}}.
+    Ampere: the kernel's own A100 fit, split fwd/bwd as the FA2 paper's maxima, seq_half for
+    both directions, tiles_half as Ampere's fa2 (0: not measured). Hopper: the level is the
+    shipped 90/fa2 level (FITTED on runs) x the kernel's max / FA2's max on one GPU (the H100
+    for fa1; the A100 for triton, which has no H100 series: DERIVED), so both inherit the same
+    run-level correction; seq_half likewise FA2's measured Hopper seq_half x the kernel's
+    seq_half / FA2's on that GPU (closer to the H100 table's fa1 : fa2 ratios at short rows than
+    the fit's own seq_half); hd_half the kernel's own fit; tiles_half as Hopper's fa2 (not
+    measured; the older kernels parallelise no better)."""
+    shipped = shipped or compute.efficiency_table()
+    fits = {(g, k): fit_paper_series(_paper_rows(df, g, k, "fwd_bwd"))
+            for g in ("a100-80gb", "h100-sxm") for k in ("flash", "flash1", "flash_triton")
+            if len(_paper_rows(df, g, k, "fwd_bwd")) >= 3}
+    out = {}
+    for fam, (series, hopper_gpu) in OLDER_KERNELS.items():
+        emax, seq_half, hd_half = fits[("a100-80gb", series)]
+        fwd, bwd = split_fwd_bwd(emax)
+        out[(80, fam)] = _entry(fwd, bwd, seq_half, seq_half, hd_half, shipped[80], "fa2")
+        emax, seq_half, hd_half = fits[(hopper_gpu, series)]
+        ratio = emax / fits[(hopper_gpu, "flash")][0]
+        sh_ratio = seq_half / fits[(hopper_gpu, "flash")][1]
+        h = shipped[90]
+        out[(90, fam)] = _entry(ratio * h["attn_fwd"]["fa2"], ratio * h["attn_bwd"]["fa2"],
+                                sh_ratio * h["attn_seq_half_fwd"]["fa2"],
+                                sh_ratio * h["attn_seq_half_bwd"]["fa2"], hd_half, h, "fa2")
+        out[(90, fam)].update(ratio_to_fa2=ratio, seq_half_ratio=sh_ratio)
+    return out
+
+
+def _entry(fwd, bwd, sh_fwd, sh_bwd, hd_half, row, like) -> dict:
+    return {"attn_fwd": fwd, "attn_bwd": bwd, "attn_seq_half_fwd": sh_fwd,
+            "attn_seq_half_bwd": sh_bwd, "attn_tiles_half_fwd": row["attn_tiles_half_fwd"][like],
+            "attn_tiles_half_bwd": row["attn_tiles_half_bwd"][like], "attn_head_dim_half": hd_half}
+
+
 def main_paper_attention() -> None:
     df = published_attention()
     print(f"\npublished attention tables (FlashAttention-2/3 papers, {len(df)} rows, "
@@ -438,7 +496,20 @@ def main_paper_attention() -> None:
                   f", seq_half {p[1]:.0f}, hd_half {p[2]:.1f} | in-sample median |err| "
                   f"{paper_errors(rows, p):.3f} over {len(rows)}"
                   + (f"  -> efficiency.yaml {sets}" if sets and causal else ""))
-    for kern, d in (("flash", "fwd_bwd"),):
+    print("  the older kernels (llm-foundry's attn_impl: triton, FlashAttention-1), causal fwd+bwd"
+          f" split fwd : bwd as the FA2 paper's {FA2_FWD_BWD[0]} : {FA2_FWD_BWD[1]}; Hopper's "
+          "level = max / FA2's max on one GPU x the shipped 90/fa2 level (FITTED on runs):")
+    for (arch, fam), c in older_kernel_constants(df).items():
+        how = "" if arch == 80 else (
+            f" (max ratio to FA2 {c['ratio_to_fa2']:.3f}, seq_half ratio "
+            f"{c['seq_half_ratio']:.3f}, on the "
+            + ("H100" if OLDER_KERNELS[fam][1] == "h100-sxm" else "A100: DERIVED") + ")")
+        print(f"  -> efficiency.yaml {arch}/{fam}: attn_fwd {c['attn_fwd']:.3f}, attn_bwd "
+              f"{c['attn_bwd']:.3f}, seq_half {c['attn_seq_half_fwd']:.0f} / "
+              f"{c['attn_seq_half_bwd']:.0f}, tiles_half "
+              f"{c['attn_tiles_half_fwd']:.0f} / {c['attn_tiles_half_bwd']:.0f}, hd_half "
+              f"{c['attn_head_dim_half']:.0f}{how}")
+    for kern, d in (("flash", "fwd_bwd"), ("flash1", "fwd_bwd")):  # flash_triton: A100 only
         held = paper_held_out(df, kern, d)
         print(f"  leave-one-GPU-out, {kern} {d} causal (shape from the other GPU, level from the "
               "held-out GPU's 16k hd-128 point): "

@@ -228,7 +228,9 @@ def megatron_args(row) -> list[str]:
         opt("--fp8-recipe", d.get("fp8_recipe") or "delayed")  # tensorwise|delayed|mxfp8|blockwise
     # on ROCm, Transformer Engine's fused backend is the CK flash-attention (fa2 family) that
     # AMD's fork runs by default (ROCm/Megatron-LM examples/llama/train_llama3.sh @32d5d428)
-    fused = d.get("attention_kernel") != "fa2" or is_rocm(d)
+    # fa3 (cuDNN) is TE's fused backend; the FlashAttention kernels (fa2, and the fa1 / triton
+    # kernels Megatron-Core has no backend for, so such rows are invalid for it) map to flash
+    fused = d.get("attention_kernel") not in ("fa2", "fa1", "triton") or is_rocm(d)
     opt("--attention-backend", "fused" if fused else "flash")
     # model shape
     opt("--num-layers", m["layers"])
@@ -577,8 +579,68 @@ def deepspeed_json(row) -> str:
     return json.dumps(deepspeed_config(row), indent=2) + "\n"
 
 
+# ---------------------------------------------------------------------------------------------
+# llm-foundry
+# ---------------------------------------------------------------------------------------------
+LLMFOUNDRY_SOURCE = ("mosaicml/llm-foundry 8c8dd48 (llmfoundry/utils/config_utils.py, "
+                     "models/mpt/configuration_mpt.py, models/layers/attention.py)")
+# attention kernel family -> model.attn_config.attn_impl. llm-foundry registers `flash`
+# (flash_attn_fn) and `torch` (attention.py at 8c8dd48); `triton` (triton_flash_attn_fn) exists
+# from v0.1.1 to v0.6.0. `flash` is FlashAttention-1 where setup.py pins flash-attn 1.x (v0.1.1:
+# 1.0.3.post0 ... v0.5.0's `gpu` extra: 1.0.9), FlashAttention-2 otherwise; llm-foundry has no
+# FlashAttention-3/cuDNN path, so fa3 is written as flash (its nearest kernel) with a note.
+LLMFOUNDRY_ATTN_IMPL = {"fa2": "flash", "fa1": "flash", "fa3": "flash", "triton": "triton"}
+LLMFOUNDRY_SHARDING = {0: "NO_SHARD", 1: "SHARD_GRAD_OP", 2: "SHARD_GRAD_OP", 3: "FULL_SHARD"}
+
+
+def llmfoundry_config(row) -> dict:
+    """The model, batch, precision and FSDP keys of an llm-foundry train YAML (MPT model; keys
+    as in sweep/advice/data/known_flags/llmfoundry.tsv)."""
+    d = config_of(row)
+    m = model_shape(d)
+    kernel = d.get("attention_kernel") or "fa2"
+    attn = {"attn_impl": LLMFOUNDRY_ATTN_IMPL[kernel]}
+    kv = m["kv_heads"] or m["heads"]
+    if kv < m["heads"]:
+        attn.update(attn_type="grouped_query_attention", kv_n_heads=kv)
+    ratio = m["ffn"] / m["hidden"]
+    return {
+        "max_seq_len": d["seq_len"],
+        "model": {"name": "mpt_causal_lm", "d_model": m["hidden"], "n_heads": m["heads"],
+                  "n_layers": m["layers"],
+                  "expansion_ratio": int(ratio) if float(ratio).is_integer() else ratio,
+                  "max_seq_len": d["seq_len"], "vocab_size": m["vocab"], "attn_config": attn,
+                  # SwiGLU: layers/ffn.py registers mptglu; ffn_act_fn names a torch.nn.functional
+                  **({"ffn_config": {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}}}
+                     if m["activation"] == "swiglu" else {})},
+        "global_train_batch_size": d["global_batch"],
+        "device_train_microbatch_size": d["micro_batch"],
+        "precision": "amp_fp8" if d.get("precision") == "fp8" else "amp_bf16",
+        "fsdp_config": {"sharding_strategy": LLMFOUNDRY_SHARDING[int(d.get("zero", 3))],
+                        "mixed_precision": "PURE",
+                        "activation_checkpointing": d["recompute"] == "full"},
+    }
+
+
+def llmfoundry_yaml(row) -> str:
+    d = config_of(row)
+    kernel = d.get("attention_kernel") or "fa2"
+    note = {"fa1": "attn_impl: flash runs FlashAttention-1 with llm-foundry <= v0.5.0 and "
+                   "flash-attn 1.0.x installed (setup.py `gpu` extra)",
+            "triton": "attn_impl: triton needs llm-foundry v0.1.1-v0.6.0 (removed in v0.7.0)",
+            "fa3": "llm-foundry has no FlashAttention-3/cuDNN attention: attn_impl: flash "
+                   "(FlashAttention-2) is the nearest"}.get(kernel)
+    head = [f"# llm-foundry train YAML (keys to merge into your config) for {d.get('model')}: "
+            f"{describe(d)}", f"# keys: {LLMFOUNDRY_SOURCE}",
+            f"# run: composer scripts/train/train.py this.yaml (on {d['num_gpus']} GPUs)",
+            *[f"# {x}" for x in _prediction_lines(d)],
+            *([f"# {note}"] if note else []),
+            "# add tokenizer, train_loader, optimizer, scheduler and max_duration"]
+    return "\n".join(head) + "\n" + yaml.safe_dump(llmfoundry_config(row), sort_keys=False)
+
+
 def known_keys(name: str) -> set[str]:
-    """Dotted keys of sweep/advice/data/known_flags/{nanotron,deepspeed}.tsv."""
+    """Dotted keys of sweep/advice/data/known_flags/{nanotron,deepspeed,llmfoundry}.tsv."""
     text = (KNOWN_FLAGS_DIR / f"{name}.tsv").read_text()
     return {ln.split("\t")[0] for ln in text.splitlines() if ln and not ln.startswith("#")}
 
@@ -680,12 +742,13 @@ def run_yaml(row) -> str:
 
 
 FORMATS = {"megatron": megatron_text, "torchtitan": torchtitan_toml, "yaml": run_yaml,
-           "deepspeed": deepspeed_json, "nanotron": nanotron_yaml}
+           "deepspeed": deepspeed_json, "nanotron": nanotron_yaml, "llmfoundry": llmfoundry_yaml}
 FILES = {"megatron": "megatron_args.sh", "torchtitan": "torchtitan.toml", "yaml": "run.yaml",
-         "deepspeed": "deepspeed_config.json", "nanotron": "nanotron.yaml"}
+         "deepspeed": "deepspeed_config.json", "nanotron": "nanotron.yaml",
+         "llmfoundry": "llmfoundry.yaml"}
 # the recipe each framework launches from (besides run.yaml); Megatron flags and the torchtitan
 # TOML are always written, as before
-FRAMEWORK_FORMATS = {"deepspeed": "deepspeed", "nanotron": "nanotron"}
+FRAMEWORK_FORMATS = {"deepspeed": "deepspeed", "nanotron": "nanotron", "llm-foundry": "llmfoundry"}
 
 
 def export(row, fmt: str) -> str:

@@ -572,7 +572,7 @@ def write_recipe(rec: Recommendation, out_dir: str | Path) -> list[Path]:
         own = export.FRAMEWORK_FORMATS.get(str(rec.best.get("framework", "")))
         for fmt, name in export.FILES.items():
             if fmt in export.FRAMEWORK_FORMATS.values() and fmt != own:
-                continue  # a DeepSpeed / nanotron recipe only for a run of that framework
+                continue  # a DeepSpeed / nanotron / llm-foundry recipe only for a run of it
             (d / name).write_text(export.export(rec.best, fmt))
             paths.append(d / name)
         from . import launch  # Slurm and SkyPilot files that start the recipe above
@@ -598,7 +598,8 @@ def recommend_after_search(out_dir: str | Path, objective: str | None = None) ->
     except Exception as exc:  # noqa: BLE001 - a finished search must not fail here
         return f"(no recommendation: {type(exc).__name__}: {exc})"
     if rec.found:
-        own = {"deepspeed": "DeepSpeed JSON, ", "nanotron": "nanotron YAML, "}.get(
+        own = {"deepspeed": "DeepSpeed JSON, ", "nanotron": "nanotron YAML, ",
+               "llm-foundry": "llm-foundry YAML, "}.get(
             str(rec.best.get("framework", "")), "")
         text += (f"\nrecipes ({own}Megatron-LM, torchtitan, run YAML, Slurm, SkyPilot): "
                  f"{Path(out_dir) / 'recipe'}/")

@@ -29,7 +29,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="runner-ups: percent of the best objective value (default 5)")
     p.add_argument("--runner-ups", type=int, default=3, help="how many runner-ups (default 3)")
     p.add_argument("--format", choices=["table", "megatron", "torchtitan", "deepspeed",
-                                        "nanotron", "yaml", "json"],
+                                        "nanotron", "llmfoundry", "yaml", "json"],
                    default="table", help="what to print (default: the table)")
     p.add_argument("--out", help="where to write the recipe files (default RUN/recipe/)")
     p.add_argument("--no-write", action="store_true", help="write no recipe files")

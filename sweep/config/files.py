@@ -368,7 +368,9 @@ def _one_line(exc: ValidationError, cls: type[BaseModel]) -> str:
         return f"{where}: expected {EXPECT[field][0]} up to {MAX_INT}, got {_show(got)}"
     if kind == "literal_error":
         see = " (`sweep catalog frameworks` lists them)" if field == "framework" else ""
-        return f"{where}: expected one of {err['ctx']['expected']}, got {_show(got)}{see}"
+        choices = re.findall(r"'([^']*)'", str(err["ctx"]["expected"]))
+        hint = did_you_mean(got, choices) if isinstance(got, str) else ""
+        return f"{where}: expected one of {err['ctx']['expected']}, got {_show(got)}{hint}{see}"
     expect = EXPECT.get(field, (None, None))[0]
     if expect:
         return f"{where}: expected {expect}, got {_show(got)}"
