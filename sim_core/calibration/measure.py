@@ -448,26 +448,31 @@ SMALL_LAYER_MODELS = ("mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "llama3.2-1b
 SMALL_LAYER_SHAPES = ((512, 8), (512, 32), (2048, 2), (2048, 8), (8192, 1), (8192, 2))  # seq, mb
 
 
+def time_layers(torch, timer, w, gpu, source, cases, over) -> None:
+    """Whole decoder layers, one row per direction: `cases` yields (model, seq, micro-batch,
+    attention backend, note); a layer that fails is written with its reason, the rest go on."""
+    for model, seq, mb, backend, note in cases:
+        if over():
+            return
+        row = dict(op_class="layer", dtype="bf16", batch=mb, seq=seq, kernel=backend,
+                   model=model, tp=1, tokens=seq * mb, op="decoder_layer_eager", note=note)
+        try:
+            res = time_layer(torch, timer, model, seq, backend, batch=mb)
+        except Exception as exc:
+            w.add(_row(gpu, source, **{**row, "note": f"failed: {type(exc).__name__}: "
+                                                      f"{str(exc).splitlines()[0][:120]}"}))
+            continue
+        for direction, (t, s) in res.items():
+            w.add(_row(gpu, source, **row, direction=direction, time_us=t, spread=s))
+        torch.cuda.empty_cache()
+
+
 def run_small_layers(torch, timer, w, gpu, source, over, log, t0) -> None:
     """Whole eager decoder layers of small models at the micro-batches FSDP frameworks run
     (4k-16k tokens): where launch gaps and small kernels decide the time."""
-    for model in SMALL_LAYER_MODELS:
-        for seq, mb in SMALL_LAYER_SHAPES:
-            for backend in ("flash", "cudnn"):
-                if over():
-                    return
-                row = dict(op_class="layer", dtype="bf16", batch=mb, seq=seq, kernel=backend,
-                           model=model, tp=1, tokens=seq * mb, op="decoder_layer_eager",
-                           note="small")
-                try:
-                    res = time_layer(torch, timer, model, seq, backend, batch=mb)
-                except Exception as exc:
-                    w.add(_row(gpu, source, **row, note=f"failed: {type(exc).__name__}: "
-                                                        f"{str(exc).splitlines()[0][:120]}"))
-                    continue
-                for direction, (t, s) in res.items():
-                    w.add(_row(gpu, source, **row, direction=direction, time_us=t, spread=s))
-            torch.cuda.empty_cache()
+    cases = ((model, seq, mb, backend, "small") for model in SMALL_LAYER_MODELS
+             for seq, mb in SMALL_LAYER_SHAPES for backend in ("flash", "cudnn"))
+    time_layers(torch, timer, w, gpu, source, cases, over)
     log(f"small layers: {w.rows} rows, {time.monotonic() - t0:.0f} s")
 
 
@@ -704,22 +709,9 @@ def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, moe: b
                 f"{time.monotonic() - t0:.0f} s")
     # 5. whole decoder layers (with --layers): what the compute model predicts end to end
     if layers:
-        for model in LAYER_MODELS:
-            for seq in LAYER_SEQS:
-                for backend in ("cudnn", "flash"):
-                    if over():
-                        break
-                    row = dict(op_class="layer", dtype="bf16", batch=1, seq=seq, kernel=backend,
-                               model=model, tp=1, tokens=seq, op="decoder_layer_eager")
-                    try:
-                        res = time_layer(torch, timer, model, seq, backend)
-                    except Exception as exc:
-                        w.add(_row(gpu, source, **row, note=f"failed: {type(exc).__name__}: "
-                                                            f"{str(exc).splitlines()[0][:120]}"))
-                        continue
-                    for direction, (t, s) in res.items():
-                        w.add(_row(gpu, source, **row, direction=direction, time_us=t, spread=s))
-                torch.cuda.empty_cache()
+        cases = ((model, seq, 1, backend, None) for model in LAYER_MODELS
+                 for seq in LAYER_SEQS for backend in ("cudnn", "flash"))
+        time_layers(torch, timer, w, gpu, source, cases, over)
         log(f"layers: {w.rows} rows, {time.monotonic() - t0:.0f} s")
 
     # 4. MoE expert GEMMs (with --moe): grouped kernel and a per-expert loop, bf16
