@@ -65,16 +65,16 @@ def efficiency_table() -> dict:
 
 
 def _by_arch(arch: np.ndarray, key: str, sub: str | None = None) -> np.ndarray:
+    """A constant of efficiency.yaml per configuration, by its GPU architecture; unknown
+    architectures use the newest known one. Reads the table on every call (the accuracy fit
+    edits it in place)."""
     table = efficiency_table()
-    out = np.empty_like(arch, dtype=np.float64)
-    for a, row in table.items():
-        val = row[key][sub] if sub else row[key]
-        out[arch == a] = val
-    known = np.isin(arch, list(table))
-    if not known.all():  # unknown architectures use the newest known one
-        newest = table[max(table)]
-        out[~known] = newest[key][sub] if sub else newest[key]
-    return out
+    keys = sorted(table)
+    vals = np.array([table[a][key][sub] if sub else table[a][key] for a in keys],
+                    dtype=np.float64)
+    arch = np.asarray(arch, dtype=np.float64)
+    idx = np.minimum(np.searchsorted(np.asarray(keys, dtype=np.float64), arch), len(keys) - 1)
+    return np.where(np.asarray(keys, dtype=np.float64)[idx] == arch, vals[idx], vals[-1])
 
 
 def gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray, split_k: bool = True) -> np.ndarray:
@@ -206,9 +206,15 @@ def attention_efficiency(b: Batch, direction: str, keys=None) -> np.ndarray:
     so no measured row settles it."""
     arch = b.sm_arch
     code = np.asarray(b.attention_kernel, dtype=np.int64)
+    present = np.unique(code)
 
     def pick(key):  # each configuration's kernel family's constant (specs.ATTENTION_KERNEL codes)
-        return np.choose(code, [_by_arch(arch, key, k) for k in ATTENTION_KERNEL])
+        if present.size == 1:  # the usual batch: one family, one lookup
+            return _by_arch(arch, key, ATTENTION_KERNEL[present[0]])
+        out = np.empty(np.shape(code), dtype=np.float64)
+        for c in present:
+            out[code == c] = _by_arch(arch, key, ATTENTION_KERNEL[c])[code == c]
+        return out
 
     tiles = (b.micro_batch * np.maximum(b.heads / b.tp, 1.0)
              * np.ceil(np.maximum(b.seq_len / b.cp, 1.0) / ATTN_TILE))
