@@ -69,12 +69,12 @@ def _by_arch(arch: np.ndarray, key: str, sub: str | None = None) -> np.ndarray:
     architectures use the newest known one. Reads the table on every call (the accuracy fit
     edits it in place)."""
     table = efficiency_table()
-    keys = sorted(table)
-    vals = np.array([table[a][key][sub] if sub else table[a][key] for a in keys],
+    archs = np.array(sorted(table), dtype=np.float64)
+    vals = np.array([table[a][key][sub] if sub else table[a][key] for a in sorted(table)],
                     dtype=np.float64)
     arch = np.asarray(arch, dtype=np.float64)
-    idx = np.minimum(np.searchsorted(np.asarray(keys, dtype=np.float64), arch), len(keys) - 1)
-    return np.where(np.asarray(keys, dtype=np.float64)[idx] == arch, vals[idx], vals[-1])
+    idx = np.minimum(np.searchsorted(archs, arch), len(archs) - 1)
+    return np.where(archs[idx] == arch, vals[idx], vals[-1])
 
 
 def gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray, split_k: bool = True) -> np.ndarray:
@@ -213,7 +213,9 @@ def attention_efficiency(b: Batch, direction: str, keys=None) -> np.ndarray:
             return _by_arch(arch, key, ATTENTION_KERNEL[present[0]])
         out = np.empty(np.shape(code), dtype=np.float64)
         for c in present:
-            out[code == c] = _by_arch(arch, key, ATTENTION_KERNEL[c])[code == c]
+            mine = code == c
+            out[mine] = _by_arch(np.broadcast_to(arch, code.shape)[mine], key,
+                                 ATTENTION_KERNEL[c])
         return out
 
     tiles = (b.micro_batch * np.maximum(b.heads / b.tp, 1.0)

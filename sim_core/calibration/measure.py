@@ -162,25 +162,14 @@ def _copies(nbytes: float, l2_bytes: float) -> int:
 
 def time_gemm(torch, timer, m, n, k, dtype: str, l2_bytes: float) -> tuple[float, float]:
     """C[m,n] = A[m,k] B[k,n] with A row-major and B column-major (a Linear layer's weight
-    W[n,k] used as W^T): torch.matmul in bf16, torch._scaled_mm in fp8 (e4m3, per-tensor scales,
-    bf16 output, as Transformer Engine's delayed-scaling recipe)."""
-    dev = "cuda"
-    esize = 1 if dtype == "fp8" else 2
-    sets = _copies(esize * (m * k + n * k), l2_bytes)
-    a = [torch.randn(m, k, device=dev, dtype=torch.bfloat16) for _ in range(sets)]
-    b = [torch.randn(n, k, device=dev, dtype=torch.bfloat16) for _ in range(sets)]
+    W[n,k] used as W^T): torch.matmul in bf16; in fp8 the per-tensor-scaled torch._scaled_mm
+    of time_fp8_recipe_gemm (e4m3, bf16 output, as Transformer Engine's delayed scaling)."""
     if dtype == "fp8":
-        a = [x.to(torch.float8_e4m3fn) for x in a]
-        b = [x.to(torch.float8_e4m3fn) for x in b]
-        one = torch.ones((), device=dev, dtype=torch.float32)
-
-        def fn(i):
-            torch._scaled_mm(a[i % sets], b[i % sets].t(), scale_a=one, scale_b=one,
-                             out_dtype=torch.bfloat16)
-    else:
-        def fn(i):
-            torch.matmul(a[i % sets], b[i % sets].t())
-    return timer(fn)  # the tensors go with this frame
+        return time_fp8_recipe_gemm(torch, timer, m, n, k, "tensorwise", l2_bytes)
+    sets = _copies(2 * (m * k + n * k), l2_bytes)
+    a = [torch.randn(m, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    b = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for _ in range(sets)]
+    return timer(lambda i: torch.matmul(a[i % sets], b[i % sets].t()))
 
 
 def time_grouped_gemm(torch, timer, groups, m, n, k, how: str, l2_bytes: float):
