@@ -137,3 +137,24 @@ def test_validate_prints_signed_median_by_sequence_and_model_size(capsys):
     sel = table[(table["seq_len"] >= 1536) & (table["seq_len"] < 3072)]["step_error"]
     assert seq.loc["2k", "n"] == len(sel) and seq.loc["2k", "signed_median"] == sel.median()
     assert b["model size (total parameters)"]["n"].sum() == table["step_error"].notna().sum()
+
+
+def test_power_limit_column_slows_a_run_and_a_bad_value_is_skipped_with_the_reason(tmp_path):
+    """The optional `power_limit_w` column of the published-runs format is the run's
+    cluster.power_limit_w: a 700 W H100 SXM held to 400 W is predicted slower, by less than
+    the tensor clock's (700/400)^(1/3) (memory-bound work keeps HBM's clock); '400 W' reads
+    as 400; a value that is not a power skips the row naming the column."""
+    from sim_core.accuracy import validation
+
+    path = _user_rows(tmp_path, ["190"])
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    rows = pd.concat([raw] * 4, ignore_index=True)
+    rows["id"] = ["free", "cap", "cap_w", "bad"]
+    rows["power_limit_w"] = ["", "400", "400 W", "lots"]
+    rows.to_csv(path, index=False)
+    data = validation.load_published(path).set_index("id")
+    assert data.loc["bad", "skip"] == "power_limit_w 'lots' is not a power in watts"
+    table = validation.validate(data.reset_index()).set_index("id")
+    free, cap = table.loc["free", "predicted_step_s"], table.loc["cap", "predicted_step_s"]
+    assert 1.05 < cap / free < (700 / 400) ** (1 / 3)
+    assert table.loc["cap_w", "predicted_step_s"] == cap

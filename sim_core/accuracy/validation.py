@@ -248,6 +248,13 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         else "none" if rc.startswith("none") else ""
     if not recompute and "2021" in str(r["framework"]):
         recompute = "full"
+    # optional column: a board power limit the run was held to (cluster.power_limit_w)
+    cap_text = str(r.get("power_limit_w", "")).strip()
+    if cap_text:
+        cap = _num(re.sub(r"\s*w$", "", cap_text, flags=re.I))
+        if not cap > 0:
+            return {}, f"power_limit_w '{cap_text}' is not a power in watts"
+        run["power_limit_w"] = cap
     ic = str(r["interconnect"]).lower()
     nic = 50.0 if "400gb/s rdma/gpu" in ic else 25.0 if ("1600 gbps" in ic or "hdr" in ic) else 0.0
     framework = _framework(fw)
