@@ -139,22 +139,45 @@ def test_validate_prints_signed_median_by_sequence_and_model_size(capsys):
     assert b["model size (total parameters)"]["n"].sum() == table["step_error"].notna().sum()
 
 
-def test_power_limit_column_slows_a_run_and_a_bad_value_is_skipped_with_the_reason(tmp_path):
-    """The optional `power_limit_w` column of the published-runs format is the run's
-    cluster.power_limit_w: a 700 W H100 SXM held to 400 W is predicted slower, by less than
-    the tensor clock's (700/400)^(1/3) (memory-bound work keeps HBM's clock); '400 W' reads
-    as 400; a value that is not a power skips the row naming the column."""
+def test_stated_run_fields_override_defaults_and_bad_values_are_skipped_with_the_reason(
+        tmp_path):
+    """Optional columns named after run fields (validation.STATED_FIELDS): a 700 W H100 SXM
+    held to `power_limit_w` 400 is predicted slower, by less than the tensor clock's
+    (700/400)^(1/3) (memory-bound work keeps HBM's clock), and '400 W' reads as 400; an
+    `attention_kernel` the row states replaces its framework's default (llm-foundry: fa2 ->
+    triton is slower); a kernel the framework does not offer says why the row has no error;
+    a value that is not of the field's kind skips the row naming the field."""
     from sim_core.accuracy import validation
 
     path = _user_rows(tmp_path, ["190"])
     raw = pd.read_csv(path, dtype=str, keep_default_na=False)
-    rows = pd.concat([raw] * 4, ignore_index=True)
-    rows["id"] = ["free", "cap", "cap_w", "bad"]
-    rows["power_limit_w"] = ["", "400", "400 W", "lots"]
+    cases = {"free": {}, "cap": {"power_limit_w": "400"}, "cap_w": {"power_limit_w": "400 W"},
+             "triton": {"attention_kernel": "Triton"}, "bad_cap": {"power_limit_w": "lots"},
+             "bad_kernel": {"attention_kernel": "flash9"},
+             "bad_bool": {"fused_elementwise": "maybe"}}
+    rows = pd.concat([raw] * len(cases), ignore_index=True)
+    rows["id"] = list(cases)
+    for col in ("power_limit_w", "attention_kernel", "fused_elementwise"):
+        rows[col] = [c.get(col, "") for c in cases.values()]
     rows.to_csv(path, index=False)
     data = validation.load_published(path).set_index("id")
-    assert data.loc["bad", "skip"] == "power_limit_w 'lots' is not a power in watts"
+    assert data.loc["bad_cap", "skip"] == "power_limit_w 'lots' is not a number >= 0"
+    assert data.loc["bad_kernel", "skip"].startswith("attention_kernel 'flash9' is not one of fa3")
+    assert data.loc["bad_bool", "skip"] == "fused_elementwise 'maybe' is not yes or no"
     table = validation.validate(data.reset_index()).set_index("id")
     free, cap = table.loc["free", "predicted_step_s"], table.loc["cap", "predicted_step_s"]
     assert 1.05 < cap / free < (700 / 400) ** (1 / 3)
     assert table.loc["cap_w", "predicted_step_s"] == cap
+    assert table.loc["triton", "predicted_step_s"] > 1.02 * free
+
+
+def test_a_kernel_the_framework_does_not_offer_says_why_there_is_no_error(tmp_path):
+    from sim_core.accuracy import validation
+
+    path = _user_rows(tmp_path, ["55"])  # torchtitan: no Triton flash kernel of 2022
+    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    raw["attention_kernel"] = "triton"
+    raw.to_csv(path, index=False)
+    table = validation.validate(validation.load_published(path)).set_index("id")
+    why = table.loc["55", "no_error_because"]
+    assert why.startswith("the simulator rejects the layout: ") and "triton" in why

@@ -14,7 +14,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from .. import catalog, frameworks
+from .. import catalog, frameworks, specs
 from ..simulate import simulate_frame
 
 # How unstated fields are filled; printed with the report so that nothing is hidden.
@@ -248,13 +248,6 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         else "none" if rc.startswith("none") else ""
     if not recompute and "2021" in str(r["framework"]):
         recompute = "full"
-    # optional column: a board power limit the run was held to (cluster.power_limit_w)
-    cap_text = str(r.get("power_limit_w", "")).strip()
-    if cap_text:
-        cap = _num(re.sub(r"\s*w$", "", cap_text, flags=re.I))
-        if not cap > 0:
-            return {}, f"power_limit_w '{cap_text}' is not a power in watts"
-        run["power_limit_w"] = cap
     ic = str(r["interconnect"]).lower()
     nic = 50.0 if "400gb/s rdma/gpu" in ic else 25.0 if ("1600 gbps" in ic or "hdr" in ic) else 0.0
     framework = _framework(fw)
@@ -287,7 +280,52 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
                    moe_a2a_overlap=a2a)
     if zero == 3 and pp > 1:
         run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
+    stated, skip = _stated_fields(r)
+    if skip:
+        return {}, skip
+    run.update(stated)
     return run, ""
+
+
+# Run fields a table may state in a column of the field's own name, beyond the published
+# format's columns (docs/calibration.md): what a row states wins over its framework's default
+# and over what its free text implies. Fields the format already carries under another name
+# (tp, mbs, recompute, zero_fsdp, ...) or that are derived together (zero and the distributed
+# optimizer, dp) are not among them.
+STATED_FIELDS = ("power_limit_w", "attention_kernel", "fp8_recipe", "loss_impl",
+                 "fused_elementwise", "fused_glu", "tp_comm_overlap", "overlap_grad_reduce",
+                 "overlap_param_gather", "grad_reduce_fp32", "fp8_param_gather", "cp_comm",
+                 "pp_schedule", "gpus_per_node", "nics_per_node", "nic_bw_gbs",
+                 "moe_dispatcher", "moe_a2a_overlap", "moe_permute_fusion",
+                 "moe_router_fusion", "moe_dropless", "capacity_factor", "expert_skew")
+_STATED_YES, _STATED_NO = ("yes", "true", "1", "on"), ("no", "false", "0", "off")
+
+
+def _stated_fields(r: pd.Series) -> tuple[dict, str]:
+    """The STATED_FIELDS a row fills (an empty cell says nothing), parsed by the field's type:
+    yes/no, one of the field's choices, or a number with an optional unit ('400 W')."""
+    out = {}
+    for field in STATED_FIELDS:
+        text = str(r.get(field, "")).strip()
+        if not text:
+            continue
+        default = specs.ALL_COLUMNS[field]
+        if field in specs.CATEGORICAL:
+            allowed = specs.CATEGORICAL[field]
+            if text.lower() not in allowed:
+                return {}, f"{field} '{text}' is not one of {', '.join(allowed)}"
+            out[field] = text.lower()
+        elif isinstance(default, bool):
+            if text.lower() not in _STATED_YES + _STATED_NO:
+                return {}, f"{field} '{text}' is not yes or no"
+            out[field] = text.lower() in _STATED_YES
+        else:
+            num = re.fullmatch(r"([-+0-9.eE]+)\s*[A-Za-z/]*", text)
+            value = _num(num.group(1)) if num else np.nan
+            if not value >= 0:
+                return {}, f"{field} '{text}' is not a number >= 0"
+            out[field] = value
+    return out, ""
 
 
 _FP8_RECIPES = [(r"\bCS\b|current", "tensorwise"), (r"\bMX|mxfp8", "mxfp8"),
@@ -485,7 +523,7 @@ def validate(data: pd.DataFrame | None = None) -> pd.DataFrame:
     out["predicted_mem_gib"] = pred["peak_reserved_gib"]  # torchtitan logs peak reserved
     out["mem_error"] = out["predicted_mem_gib"] / out["measured_mem_gib"] - 1
     out["fits"] = pred["fits"]
-    out["no_error_because"] = _why_no_error(out)
+    out["no_error_because"] = _why_no_error(out, pred)
     out["params_b"] = [_params_b(r) for _, r in use.iterrows()]
     return out
 
@@ -504,7 +542,7 @@ def _params_b(r: pd.Series) -> float:
         return np.nan
 
 
-def _why_no_error(out: pd.DataFrame) -> pd.Series:
+def _why_no_error(out: pd.DataFrame, sim: pd.DataFrame) -> pd.Series:
     """Why a compared row has no step-time error ('' where it has one): nothing is NaN
     without a reason."""
     why = pd.Series("", index=out.index, dtype=object)
@@ -513,6 +551,8 @@ def _why_no_error(out: pd.DataFrame) -> pd.Series:
     bad = meas.notna() & ~np.isfinite(pred.astype(float))
     why[bad & ~out["fits"].astype(bool)] = "the simulator finds the layout does not fit memory"
     why[bad & out["fits"].astype(bool)] = "the simulator returned no step time for this layout"
+    invalid = bad & ~sim["valid"].astype(bool)
+    why[invalid] = "the simulator rejects the layout: " + sim.loc[invalid, "invalid_reason"]
     return why
 
 
