@@ -66,12 +66,13 @@ def efficiency_table() -> dict:
 
 def _by_arch(arch: np.ndarray, key: str, sub: str | None = None) -> np.ndarray:
     """A constant of efficiency.yaml per configuration, by its GPU architecture; unknown
-    architectures use the newest known one. Reads the table on every call (the accuracy fit
-    edits it in place)."""
+    architectures use the newest known one. A kernel family an architecture has no entry for
+    (flex off Hopper: never measured, and rules.attention_rules refuses it) is NaN. Reads the
+    table on every call (the accuracy fit edits it in place)."""
     table = efficiency_table()
     archs = np.array(sorted(table), dtype=np.float64)
-    vals = np.array([table[a][key][sub] if sub else table[a][key] for a in sorted(table)],
-                    dtype=np.float64)
+    vals = np.array([table[a][key].get(sub, np.nan) if sub else table[a][key]
+                     for a in sorted(table)], dtype=np.float64)
     arch = np.asarray(arch, dtype=np.float64)
     idx = np.minimum(np.searchsorted(archs, arch), len(archs) - 1)
     return np.where(archs[idx] == arch, vals[idx], vals[-1])

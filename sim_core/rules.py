@@ -9,6 +9,7 @@ import numpy as np
 
 from . import frameworks
 from .columns import Batch
+from .specs import ATTENTION_KERNEL
 
 
 def _divides(a, b):
@@ -34,8 +35,16 @@ def attention_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
     context_parallel.py attn_forward_func_with_cp asserts cp_comm_type in (a2a, all_gather)
     whenever a window is set."""
     win = np.asarray(b.get("sliding_window", 0 * b.tp)) > 0
-    return [("sliding-window attention with cp > 1 needs cp_comm allgather (TE refuses the "
-             "p2p ring)", win & (b.cp > 1) & (b.cp_comm == 0))]
+    out = [("sliding-window attention with cp > 1 needs cp_comm allgather (TE refuses the "
+            "p2p ring)", win & (b.cp > 1) & (b.cp_comm == 0))]
+    # FlexAttention is priced from H100/H200 kernels only (efficiency.yaml 90/flex); no other
+    # architecture has a measured or published flex figure, so it is refused there. The GPU is
+    # read only where a configuration asks for flex (a space's count factors it out otherwise).
+    flex = np.asarray(dict.get(b, "attention_kernel", 0 * b.tp)) == ATTENTION_KERNEL.index("flex")
+    if flex.any():
+        out.append(("attention_kernel flex is priced on Hopper GPUs only (sm_arch 90: H100, "
+                    "H200, H800); use fa3 or fa2 here", flex & (b.sm_arch != 90)))
+    return out
 
 
 def fp8_rules(b: Batch) -> list[tuple[str, np.ndarray]]:

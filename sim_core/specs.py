@@ -20,9 +20,11 @@ ATTENTION = ("mha", "mla")  # mha covers MHA/GQA/MQA through kv_heads
 # Flash-attention kernel family: fa2 (FlashAttention-2, torch SDPA's flash backend) or fa3
 # (FlashAttention-3 / cuDNN fused attention, what Transformer Engine uses on Hopper+); triton
 # (flash-attention's Triton kernel flash_attn_triton, llm-foundry's `attn_impl: triton`) and fa1
-# (FlashAttention-1, what llm-foundry's `attn_impl: flash` ran before flash-attn 2). Appended:
-# the codes of fa3 (0) and fa2 (1) keep their meaning.
-ATTENTION_KERNEL = ("fa3", "fa2", "triton", "fa1")
+# (FlashAttention-1, what llm-foundry's `attn_impl: flash` ran before flash-attn 2); flex
+# (FlexAttention: torch.nn.attention.flex_attention, a Triton kernel torch.compile generates;
+# torchtitan's model arg attn_type "flex", pytorch/torchtitan e347b1e
+# torchtitan/models/llama3/model/args.py). Appended: earlier codes keep their meaning.
+ATTENTION_KERNEL = ("fa3", "fa2", "triton", "fa1", "flex")
 CP_COMM = ("ring", "allgather")
 # FP8 scaling recipe (compute.fp8_recipe_table prices each from the code that implements it):
 # delayed (TE DelayedScaling: amax history), tensorwise (TE Float8CurrentScaling / torchao

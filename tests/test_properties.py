@@ -35,7 +35,7 @@ def configs(draw):
         precision=draw(st.sampled_from(["bf16", "fp8"])),
         tp_comm_overlap=draw(st.booleans()),
         overlap_grad_reduce=draw(st.booleans()),
-        attention_kernel=draw(st.sampled_from(["fa3", "fa2", "triton", "fa1"])),
+        attention_kernel=draw(st.sampled_from(["fa3", "fa2", "triton", "fa1", "flex"])),
         loss_impl=draw(st.sampled_from(["fused", "compiled", "eager", "eager_parallel"])),
         expert_skew=draw(st.sampled_from([0.0, 0.8])) if moe else 0.0,
     )

@@ -47,7 +47,7 @@ def wide_configs(draw):
         "precision": draw(st.sampled_from(["bf16", "fp8"])),
         "tp_comm_overlap": draw(st.booleans()),
         "overlap_grad_reduce": draw(st.booleans()),
-        "attention_kernel": draw(st.sampled_from(["fa3", "fa2", "triton", "fa1"])),
+        "attention_kernel": draw(st.sampled_from(["fa3", "fa2", "triton", "fa1", "flex"])),
         "loss_impl": draw(st.sampled_from(["fused", "compiled", "eager", "eager_parallel",
                                            "fp32_parallel"])),
         "pp_schedule": draw(st.sampled_from(["1f1b", "afab"])),

@@ -303,6 +303,65 @@ def kernel_curve_errors(df: pd.DataFrame, params: dict) -> dict:
     return out
 
 
+# FlexAttention (torch.nn.attention.flex_attention, a Triton kernel torch.compile generates;
+# torchtitan's attn_type "flex"): 4 causal shapes x fwd/bwd per GPU in the edge tables
+# (`kernel` flex, data/kernels/README.md), 3 of them at head dim 128. Three shapes cannot
+# identify a curve of three parameters (emax, seq_half, tiles_half: an exact fit, no test left),
+# so only the maxima are fitted, on Hopper's MEASURED fa2 shape (seq_half, tiles_half) and fa2's
+# hd_half; the hd-64 row is scored, not fitted.
+FLEX_GPUS = ("h100-sxm", "h200")
+
+
+def _flex_rows(df: pd.DataFrame, direction: str, head_dim: float | None = 128) -> pd.DataFrame:
+    r = df[(df["op_class"] == "attention") & (df["kernel"] == "flex")
+           & (df["direction"] == direction)]
+    return r if head_dim is None else r[r["head_dim"] == head_dim]
+
+
+def _flex_pred(rows: pd.DataFrame, emax: float, d: str, h90: dict) -> np.ndarray:
+    return attention_curve(rows["heads"] * rows["batch"].fillna(1), rows["seq"], emax,
+                           h90[f"attn_seq_half_{d}"]["fa2"], h90[f"attn_tiles_half_{d}"]["fa2"]
+                           ) * compute.head_dim_factor(rows["head_dim"],
+                                                       h90["attn_head_dim_half"]["fa2"])
+
+
+def fit_flex_max(rows: pd.DataFrame, d: str, h90: dict) -> float:
+    """FlexAttention's maximum on `rows` with Hopper's fa2 shape (least squares in log)."""
+    return float(_fit_log(lambda p: _flex_pred(rows, p[0], d, h90), [0.4],
+                          np.log(rows["eff"].to_numpy()))[0])
+
+
+def flex_constants(df: pd.DataFrame, shipped: dict | None = None) -> dict:
+    """efficiency.yaml's 90/flex entry: {key: value} plus the fit's numbers. The maxima are
+    fitted on both GPUs' hd-128 flex rows with the fa2 shape; fa2's maxima on the same tables
+    (fit_kernel_curves) give the kernel ratio; the shipped level is the shipped 90/fa2 level
+    (FITTED on runs) x that ratio, so flex carries fa2's run-level correction (as triton and
+    fa1 on Hopper). Held out: the maximum fitted on one GPU, median |time error| on the other's
+    flex rows (hd 64 included). Only Hopper: no other architecture has a flex row."""
+    h = (shipped or compute.efficiency_table())[90]
+    params = fit_kernel_curves(df[df["gpu"].isin(FLEX_GPUS)])
+    out = {"attn_seq_half_fwd": h["attn_seq_half_fwd"]["fa2"],
+           "attn_seq_half_bwd": h["attn_seq_half_bwd"]["fa2"],
+           "attn_tiles_half_fwd": h["attn_tiles_half_fwd"]["fa2"],
+           "attn_tiles_half_bwd": h["attn_tiles_half_bwd"]["fa2"],
+           "attn_head_dim_half": h["attn_head_dim_half"]["fa2"]}
+    for d in ("fwd", "bwd"):
+        rows = _flex_rows(df, d)
+        emax = fit_flex_max(rows, d, h)
+        ratio = emax / params[("attention", "fa2", d)][0]
+        every = _flex_rows(df, d, None)
+        held = {}
+        for g in FLEX_GPUS:
+            e = fit_flex_max(rows[rows["gpu"] != g], d, h)
+            test = every[every["gpu"] == g]
+            held[g] = float(np.median(np.abs(test["eff"] / _flex_pred(test, e, d, h) - 1)))
+        out.update({f"attn_{d}": ratio * h[f"attn_{d}"]["fa2"], f"kernel_max_{d}": emax,
+                    f"ratio_to_fa2_{d}": ratio, f"held_out_{d}": held, f"rows_{d}": len(every),
+                    f"in_sample_{d}": float(np.median(np.abs(
+                        every["eff"] / _flex_pred(every, emax, d, h) - 1)))})
+    return out
+
+
 def fp8_recipe_gemm_time(df: pd.DataFrame, min_flops: float = 2e11) -> pd.Series:
     """Median time of each FP8 recipe's GEMM over the per-tensor-scaled one, on the shapes timed
     under every recipe on the same card (measure --only edges), shapes over `min_flops`: what
@@ -534,6 +593,19 @@ def main_kernels() -> None:
         vals = ", ".join(f"{n} {v:.3g}" for n, v in zip(names[what], p))
         loo = "; ".join(f"held-out {g} {h[key]:.3f}" for g, h in held.items() if key in h)
         print(f"  {what} {sub} {d}: {vals}  | in-sample median |err| {err[key]:.3f}; {loo}")
+    if len(_flex_rows(df, "fwd")):
+        c = flex_constants(df)
+        print("  FlexAttention (kernel flex), maxima on Hopper's fa2 shape (3 shapes at hd 128 "
+              "cannot fit a 3-parameter curve); level = kernel max / FA2's kernel max x the "
+              "shipped 90/fa2 level (FITTED on runs):")
+        for d in ("fwd", "bwd"):
+            loo = "; ".join(f"held-out {g} {e:.3f}" for g, e in c[f"held_out_{d}"].items())
+            print(f"  -> efficiency.yaml 90/flex {d}: attn_{d} {c[f'attn_{d}']:.4f} (kernel max "
+                  f"{c[f'kernel_max_{d}']:.3f}, ratio to FA2 {c[f'ratio_to_fa2_{d}']:.3f}), "
+                  f"seq_half {c[f'attn_seq_half_{d}']:.0f}, tiles_half "
+                  f"{c[f'attn_tiles_half_{d}']:.0f}, hd_half {c['attn_head_dim_half']:.0f} "
+                  f"(fa2's) | in-sample median |err| {c[f'in_sample_{d}']:.3f} over "
+                  f"{c[f'rows_{d}']}; {loo}")
     small = small_shape_errors(df, params)
     if len(small):
         print("the GEMM curve on small shapes (median |time error| by reduction depth K and by "

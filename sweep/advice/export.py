@@ -55,6 +55,11 @@ TORCHTITAN_FLAVORS = {
     "qwen3-30b-a3b": ("qwen3", "30B-A3B"), "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
     "gpt-oss-120b": ("gpt_oss", "120b"),
 }
+# FlexAttention is a model arg (attn_type "flex", attn_mask_type "block_causal"), not a TOML
+# key: a flavor sets it (torchtitan/models/*/__init__.py at e347b1e). sweep model id -> the
+# flavor that runs flex; deepseek_v3 671B and gpt_oss 120b run flex in their only flavor.
+TORCHTITAN_FLEX_FLAVORS = {"llama3-8b": "8B_flex", "llama3.1-8b": "8B_flex",
+                           "deepseek-v3": "671B", "gpt-oss-120b": "120b"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,6 +396,8 @@ def torchtitan_config(row) -> dict:
     m = model_shape(d)
     dp, zero = d["dp"], d.get("zero", 1)
     name, flavor = TORCHTITAN_FLAVORS.get(str(d.get("model")), (None, None))
+    if flavor and d.get("attention_kernel") == "flex":
+        flavor = TORCHTITAN_FLEX_FLAVORS.get(str(d.get("model")), flavor)
     model = {"name": name or str(d.get("model")), "flavor": flavor or "custom"}
     recipe = d.get("fp8_recipe") or "tensorwise"
     if d.get("precision") == "fp8":  # MXFP8 is torchtitan's mx converter, the rest float8's
@@ -469,6 +476,15 @@ def torchtitan_toml(row) -> str:
     if cfg["model"]["flavor"] == "custom":
         lines.append(f"# torchtitan ships no flavor of {d.get('model')}: register one with "
                      f"layers={model_shape(d)['layers']}, hidden={model_shape(d)['hidden']}")
+    flex_flavor = TORCHTITAN_FLEX_FLAVORS.get(str(d.get("model")))
+    if d.get("attention_kernel") == "flex" and cfg["model"]["flavor"] != flex_flavor:
+        lines.append(f"# FlexAttention: torchtitan ships no flex flavor of {d.get('model')}: "
+                     "register one with attn_type=\"flex\", attn_mask_type=\"block_causal\" "
+                     f"(torchtitan/models/{cfg['model']['name']}/__init__.py)")
+    elif d.get("attention_kernel") != "flex" and flex_flavor == cfg["model"]["flavor"]:
+        lines.append(f"# flavor {flex_flavor} runs FlexAttention (attn_type \"flex\"), not the "
+                     f"simulated {d.get('attention_kernel')}: attention_kernel flex prices what it "
+                     "runs")
     lines += rocm_lines(d, "torchtitan", "# ")
     lines.append("# add [optimizer], [lr_scheduler], [training] dataset/steps, [checkpoint]")
     for section, body in cfg.items():
