@@ -228,6 +228,48 @@ def attention_efficiency(b: Batch, direction: str, keys=None) -> np.ndarray:
                                attention_head_dim(b), pick("attn_head_dim_half"))
 
 
+# Memory passes over the s x s scores of the unfused attention, beyond its two batched GEMMs
+# (Megatron-Core core_v0.15.3 megatron/core/transformer/dot_product_attention.py, the same path
+# as Megatron-LM v2.5 megatron/model/transformer.py ParallelAttention): the fused scale-mask-
+# softmax reads the scores and writes the probabilities (2), its backward reads the gradient
+# and the probabilities and writes the score gradient (3); dropout, when on, reads and writes
+# the probabilities and writes a 1-byte mask (2.5), its backward reads gradient and mask and
+# writes (2.5). The GEMMs' own score traffic (baddbmm's write, bmm's read of the
+# probabilities; in backward the four GEMMs' reads/writes) bounds each GEMM from below.
+UNFUSED_SOFTMAX_PASSES = (2.0, 3.0)  # forward, backward
+UNFUSED_DROPOUT_PASSES = (2.5, 2.5)
+
+
+def unfused_attention_times(b: Batch, dims: dict, peak_bf16, hbm) -> tuple[np.ndarray,
+                                                                           np.ndarray]:
+    """Seconds of one layer's unfused attention per micro-batch on one GPU, forward and
+    backward: scores = Q K^T (a batched GEMM over all s x s pairs; the causal mask is applied
+    by the softmax, not skipped), softmax, dropout, probabilities x V; backward the four GEMMs
+    (dP, dV, dQ, dK) and the softmax/dropout backward. Each GEMM is the slower of its FLOPs at
+    the GEMM curve (batched over micro-batch x heads) and its score traffic; the softmax and
+    dropout passes are memory-bound (2 bytes per score element, 1 for the dropout mask)."""
+    heads = dims["a"] / b.tp
+    s = b.seq_len
+    n_scores = b.micro_batch * heads * s * s
+    rows = b.micro_batch * heads * s
+    bf16 = np.zeros(np.shape(s), dtype=bool)
+    score_s = 2.0 * n_scores / hbm  # one pass over the bf16 scores
+
+    def gemm(n, k, width):
+        flops = 2.0 * n_scores * width
+        rate = peak_bf16 * gemm_efficiency(b, rows, n, k, bf16)
+        return np.maximum(flops / rate, score_s)
+
+    qk = gemm(s, dims["dqk"], dims["dqk"])  # [rows x dqk] x [dqk x s] -> scores
+    pv = gemm(dims["dv"], s, dims["dv"])  # [rows x s] x [s x dv] -> context
+    drop = np.asarray(b.get("attention_dropout", 0.0 * s)) > 0
+    mem_f = UNFUSED_SOFTMAX_PASSES[0] + np.where(drop, UNFUSED_DROPOUT_PASSES[0], 0.0)
+    mem_b = UNFUSED_SOFTMAX_PASSES[1] + np.where(drop, UNFUSED_DROPOUT_PASSES[1], 0.0)
+    fwd = qk + pv + mem_f * score_s
+    bwd = 2.0 * (qk + pv) + mem_b * score_s  # dQ, dK like QK^T; dP, dV like PV
+    return fwd, bwd
+
+
 @functools.lru_cache(maxsize=1)
 def fp8_recipe_table() -> dict:
     """catalogs/efficiency.yaml `fp8_recipes`: per recipe, the quantisation bytes beyond
@@ -346,6 +388,11 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     # eager (unfused) elementwise ops move more bytes per useful byte
     hbm_elem = hbm / np.where(b.fused_elementwise, 1.0, _by_arch(b.sm_arch, "unfused_elementwise"))
     attn_f, attn_b = _attention_rates(b, peak_bf16)
+    # the unfused kernel has no flash curve (its constants are NaN): priced from its passes
+    unfused = np.asarray(b.attention_kernel) == ATTENTION_KERNEL.index("unfused")
+    unf_f = unf_b = 0.0
+    if unfused.any():
+        unf_f, unf_b = unfused_attention_times(b, wl.dims, peak_bf16, hbm)
     moe_frac = wl.dims["n_moe_layers"] / b.layers  # share of layers that are MoE
     # launch gaps of a layer's kernels; a MoE layer adds its router, permutation, dispatcher
     # and per-expert GEMM launches and one host sync (moe.launch_overhead_s)
@@ -411,12 +458,15 @@ def stage_times(b: Batch, wl: Workload) -> dict:
             if op.attn_keys is None:
                 fwd = op.fwd_flops / attn_f
                 bwd = op.bwd_flops / attn_b
+                if unfused.any():  # every layer computes all s x s scores, windowed or not
+                    fwd = np.where(unfused, unf_f * wl.layers_per_stage, fwd)
+                    bwd = np.where(unfused, unf_b * wl.layers_per_stage, bwd)
             elif not np.any(op.fwd_flops > 0):
                 continue  # no sliding-window layer in this batch
             else:
                 win_f, win_b = _attention_rates(b, peak_bf16, op.attn_keys)
-                fwd = op.fwd_flops / win_f
-                bwd = op.bwd_flops / win_b
+                fwd = np.where(unfused, 0.0, op.fwd_flops / win_f)
+                bwd = np.where(unfused, 0.0, op.bwd_flops / win_b)
             parts[op.where]["attn_fwd"] = parts[op.where]["attn_fwd"] + fwd
         else:
             fwd = op.fwd_bytes / hbm_elem

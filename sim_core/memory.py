@@ -22,6 +22,7 @@ import numpy as np
 
 from . import frameworks, moe
 from .columns import Batch
+from .specs import ATTENTION_KERNEL
 from .workload import ACT_BYTES, Workload
 
 GIB = 1024.0**3
@@ -77,6 +78,12 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
     qkv = dims["q_dim"] + 2 * dims["kv_dim"]
     attn = ((ACT_BYTES + g_in) * T * h / rep + ACT_BYTES * T * qkv / t
             + g_in * T * dims["a"] * dims["dv"] / t + 4.0 * T * dims["a"] / t)
+    # the unfused kernel keeps the s x s softmax output for its backward, and with dropout the
+    # 1-byte mask and the dropped probabilities (Korthikanti et al. 2022's 5as/h term;
+    # compute.unfused_attention_times): T x s scores per head, cp == 1 (rules)
+    unfused = np.asarray(b.attention_kernel) == ATTENTION_KERNEL.index("unfused")
+    score_bytes = np.where(np.asarray(b.get("attention_dropout", 0.0 * T)) > 0, 5.0, 2.0)
+    attn = attn + np.where(unfused, score_bytes * T * b.seq_len * dims["a"] / t, 0.0)
     # MLP block: norm input, FC1 input, FC1 output(s) and the activation output (FC2 input).
     # An eager GLU, act(gate) * up (torchtitan without compile, nanotron's GLUActivation, Hugging
     # Face modules), also keeps act(gate) for the multiply: one more ffn-wide tensor than a fused
@@ -187,6 +194,10 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # during backward one layer's full set of activations is live again (recomputed or not),
     # plus its gradients (same order of size)
     working = 2.0 * per_layer["live"]
+    # the unfused kernel's scores: a buffer of T x s x heads (Megatron's global memory buffer)
+    working = working + np.where(
+        np.asarray(b.attention_kernel) == ATTENTION_KERNEL.index("unfused"),
+        ACT_BYTES * T * b.seq_len * dims["a"] / t, 0.0)
     # SP / TP: the all-gathered input of a column-parallel GEMM is materialised
     working = working + np.where(sp, ACT_BYTES * T * dims["h"], 0.0)
     working = working * act_scale

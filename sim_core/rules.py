@@ -40,7 +40,14 @@ def attention_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
     # FlexAttention is priced from H100/H200 kernels only (efficiency.yaml 90/flex); no other
     # architecture has a measured or published flex figure, so it is refused there. The GPU is
     # read only where a configuration asks for flex (a space's count factors it out otherwise).
-    flex = np.asarray(dict.get(b, "attention_kernel", 0 * b.tp)) == ATTENTION_KERNEL.index("flex")
+    kernel = np.asarray(dict.get(b, "attention_kernel", 0 * b.tp))
+    # Megatron-Core's unfused DotProductAttention asserts context_parallel_size == 1 (core_v0.15.3
+    # megatron/core/transformer/dot_product_attention.py: "Context parallelism is only supported
+    # by TEDotProductAttention!")
+    out.append(("attention_kernel unfused needs cp = 1 (context parallelism runs only in "
+                "Transformer Engine's attention)",
+                (kernel == ATTENTION_KERNEL.index("unfused")) & (b.cp > 1)))
+    flex = kernel == ATTENTION_KERNEL.index("flex")
     if flex.any():
         out.append(("attention_kernel flex is priced on Hopper GPUs only (sm_arch 90: H100, "
                     "H200, H800); use fa3 or fa2 here", flex & (b.sm_arch != 90)))

@@ -23,8 +23,11 @@ ATTENTION = ("mha", "mla")  # mha covers MHA/GQA/MQA through kv_heads
 # (FlashAttention-1, what llm-foundry's `attn_impl: flash` ran before flash-attn 2); flex
 # (FlexAttention: torch.nn.attention.flex_attention, a Triton kernel torch.compile generates;
 # torchtitan's model arg attn_type "flex", pytorch/torchtitan e347b1e
-# torchtitan/models/llama3/model/args.py). Appended: earlier codes keep their meaning.
-ATTENTION_KERNEL = ("fa3", "fa2", "triton", "fa1", "flex")
+# torchtitan/models/llama3/model/args.py); unfused (no flash kernel: the full s x s scores are
+# written by one batched GEMM, softmaxed, dropped out and multiplied by V: Megatron-Core's
+# `--attention-backend unfused` / local DotProductAttention, Megatron-LM before FlashAttention;
+# compute.unfused_attention_times). Appended: earlier codes keep their meaning.
+ATTENTION_KERNEL = ("fa3", "fa2", "triton", "fa1", "flex", "unfused")
 CP_COMM = ("ring", "allgather")
 # FP8 scaling recipe (compute.fp8_recipe_table prices each from the code that implements it):
 # delayed (TE DelayedScaling: amax history), tensorwise (TE Float8CurrentScaling / torchao
@@ -256,6 +259,10 @@ PARALLEL_COLUMNS = {
     # FP8 primary weights: parameters stored and all-gathered in FP8 (TE fp8_model_params)
     "fp8_param_gather": False,
     "fp8_recipe": "delayed",  # FP8_RECIPE; the framework profile sets it (frameworks.yaml)
+    # attention dropout probability (Megatron --attention-dropout): a flash kernel applies it
+    # in-kernel; the unfused kernel runs it as a pass over the s x s probabilities and keeps its
+    # mask and output for backward. 0 = none (Llama-style recipes; Megatron's CLI default is 0.1)
+    "attention_dropout": 0.0,
     "moe_dropless": True,
     "capacity_factor": 1.0,
     "expert_skew": 0.0,

@@ -292,8 +292,9 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
 # and over what its free text implies. Fields the format already carries under another name
 # (tp, mbs, recompute, zero_fsdp, ...) or that are derived together (zero and the distributed
 # optimizer, dp) are not among them.
-STATED_FIELDS = ("power_limit_w", "attention_kernel", "fp8_recipe", "loss_impl",
-                 "fused_elementwise", "fused_glu", "tp_comm_overlap", "overlap_grad_reduce",
+STATED_FIELDS = ("power_limit_w", "attention_kernel", "attention_dropout", "fp8_recipe",
+                 "loss_impl", "fused_elementwise", "fused_glu", "tp_comm_overlap",
+                 "overlap_grad_reduce",
                  "overlap_param_gather", "grad_reduce_fp32", "fp8_param_gather", "cp_comm",
                  "pp_schedule", "gpus_per_node", "nics_per_node", "nic_bw_gbs",
                  "moe_dispatcher", "moe_a2a_overlap", "moe_permute_fusion",

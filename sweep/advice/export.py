@@ -236,7 +236,13 @@ def megatron_args(row) -> list[str]:
     # fa3 (cuDNN) is TE's fused backend; the FlashAttention kernels (fa2, and the fa1 / triton
     # kernels Megatron-Core has no backend for, so such rows are invalid for it) map to flash
     fused = d.get("attention_kernel") not in ("fa2", "fa1", "triton") or is_rocm(d)
-    opt("--attention-backend", "fused" if fused else "flash")
+    if d.get("attention_kernel") == "unfused":
+        # the unfused path's cost depends on the dropout it runs: write what was priced
+        # (Megatron's own default is 0.1)
+        opt("--attention-backend", "unfused")
+        opt("--attention-dropout", d.get("attention_dropout") or 0.0)
+    else:
+        opt("--attention-backend", "fused" if fused else "flash")
     # model shape
     opt("--num-layers", m["layers"])
     opt("--hidden-size", m["hidden"])

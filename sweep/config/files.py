@@ -72,6 +72,7 @@ EXPECT: dict[str, tuple[str, str]] = {
                           "moe_router_fusion", "moe_delay_wgrad", "moe_shared_expert_overlap")},
     "capacity_factor": ("a number >= 1", "numbers >= 1"),
     "expert_skew": ("a number >= 0 (Zipf exponent; 0 = balanced)", "numbers >= 0"),
+    "attention_dropout": ("a probability in [0, 1)", "probabilities in [0, 1)"),
     "zero": ("an integer 0-3 (3 = FSDP)", "integers 0-3"),
     "nic_bw_gbs": ("a positive number", "positive numbers"),
     "power_limit_w": ("a positive number of watts (board power limit)", "positive numbers"),
@@ -156,6 +157,7 @@ class ParallelConfig(_Strict):
     loss_impl: Literal[LOSS_IMPL] | None = None  # type: ignore[valid-type]
     fp8_param_gather: StrictBool | None = None
     fp8_recipe: Literal[FP8_RECIPE] | None = None  # type: ignore[valid-type]
+    attention_dropout: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = None
     moe_dropless: StrictBool | None = None
     capacity_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
     expert_skew: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
