@@ -67,8 +67,9 @@ def efficiency_table() -> dict:
 def _by_arch(arch: np.ndarray, key: str, sub: str | None = None) -> np.ndarray:
     """A constant of efficiency.yaml per configuration, by its GPU architecture; unknown
     architectures use the newest known one. A kernel family an architecture has no entry for
-    (flex off Hopper: never measured, and rules.attention_rules refuses it) is NaN. Reads the
-    table on every call (the accuracy fit edits it in place)."""
+    is NaN: flex off Hopper (never measured; rules.attention_rules refuses it) and unfused
+    everywhere (priced from its passes, unfused_attention_times). Reads the table on every call
+    (the accuracy fit edits it in place)."""
     table = efficiency_table()
     archs = np.array(sorted(table), dtype=np.float64)
     vals = np.array([table[a][key].get(sub, np.nan) if sub else table[a][key]

@@ -37,9 +37,6 @@ def attention_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
     win = np.asarray(b.get("sliding_window", 0 * b.tp)) > 0
     out = [("sliding-window attention with cp > 1 needs cp_comm allgather (TE refuses the "
             "p2p ring)", win & (b.cp > 1) & (b.cp_comm == 0))]
-    # FlexAttention is priced from H100/H200 kernels only (efficiency.yaml 90/flex); no other
-    # architecture has a measured or published flex figure, so it is refused there. The GPU is
-    # read only where a configuration asks for flex (a space's count factors it out otherwise).
     kernel = np.asarray(dict.get(b, "attention_kernel", 0 * b.tp))
     # Megatron-Core's unfused DotProductAttention asserts context_parallel_size == 1 (core_v0.15.3
     # megatron/core/transformer/dot_product_attention.py: "Context parallelism is only supported
@@ -47,6 +44,9 @@ def attention_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
     out.append(("attention_kernel unfused needs cp = 1 (context parallelism runs only in "
                 "Transformer Engine's attention)",
                 (kernel == ATTENTION_KERNEL.index("unfused")) & (b.cp > 1)))
+    # FlexAttention is priced from H100/H200 kernels only (efficiency.yaml 90/flex); no other
+    # architecture has a measured or published flex figure, so it is refused there. The GPU is
+    # read only where a configuration asks for flex (a space's count factors it out otherwise).
     flex = kernel == ATTENTION_KERNEL.index("flex")
     if flex.any():
         out.append(("attention_kernel flex is priced on Hopper GPUs only (sm_arch 90: H100, "
