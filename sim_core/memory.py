@@ -82,8 +82,9 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
     # 1-byte mask and the dropped probabilities (Korthikanti et al. 2022's 5as/h term;
     # compute.unfused_attention_times): T x s scores per head, cp == 1 (rules)
     unfused = np.asarray(b.attention_kernel) == ATTENTION_KERNEL.index("unfused")
+    scores = np.where(unfused, T * b.seq_len * dims["a"] / t, 0.0)  # score elements per GPU
     score_bytes = np.where(np.asarray(b.get("attention_dropout", 0.0 * T)) > 0, 5.0, 2.0)
-    attn = attn + np.where(unfused, score_bytes * T * b.seq_len * dims["a"] / t, 0.0)
+    attn = attn + score_bytes * scores
     # MLP block: norm input, FC1 input, FC1 output(s) and the activation output (FC2 input).
     # An eager GLU, act(gate) * up (torchtitan without compile, nanotron's GLUActivation, Hugging
     # Face modules), also keeps act(gate) for the multiply: one more ffn-wide tensor than a fused
@@ -121,7 +122,8 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
     selective = (ACT_BYTES * T * h / rep + ACT_BYTES * T * dims["a"] * dims["dv"] / t
                  + 4.0 * T * dims["a"] / t + 0.5 * ACT_BYTES * T * gemm_out)
     full = ACT_BYTES * T * h / rep  # only the layer input is kept
-    return {"none": none, "selective": selective, "full": full, "live": live}
+    return {"none": none, "selective": selective, "full": full, "live": live,
+            "scores_buffer": ACT_BYTES * scores}
 
 
 _overhead = None  # optional run calibration: f(batch) -> (fixed GiB, activation scale) arrays
@@ -195,9 +197,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # plus its gradients (same order of size)
     working = 2.0 * per_layer["live"]
     # the unfused kernel's scores: a buffer of T x s x heads (Megatron's global memory buffer)
-    working = working + np.where(
-        np.asarray(b.attention_kernel) == ATTENTION_KERNEL.index("unfused"),
-        ACT_BYTES * T * b.seq_len * dims["a"] / t, 0.0)
+    working = working + per_layer["scores_buffer"]
     # SP / TP: the all-gathered input of a column-parallel GEMM is materialised
     working = working + np.where(sp, ACT_BYTES * T * dims["h"], 0.0)
     working = working * act_scale
