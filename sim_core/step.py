@@ -17,9 +17,23 @@ from .columns import Batch
 from .workload import Workload
 
 COLL_CODE = {name: i for i, name in enumerate(nccl.COLLECTIVES)}
-# Megatron's DDP splits gradients into buckets of at least 40M elements; the last bucket's
-# reduction cannot overlap any backward compute (Megatron-LM distributed data parallel config).
+# Megatron-Core's DDP splits gradients into buckets of max(40M, 1M x dp) elements
+# (megatron/core/distributed/distributed_data_parallel.py, core_r0.8.0 L51-53, the same at
+# core_v0.15.3 L58-61); the last bucket's reduction cannot overlap any backward compute.
 BUCKET_PARAMS = 40e6
+BUCKET_PARAMS_PER_DP = 1e6
+
+
+def last_bucket_params(wl: Workload) -> np.ndarray:
+    """Parameters in the DP bucket that nothing hides: the last one reduced after the backward
+    and the first one gathered before the forward. Buckets are filled in reverse parameter
+    order until they reach the bucket size (param_and_grad_buffer.py, core_r0.8.0 L305-345;
+    core_v0.15.3 L626-659), so the input embedding, the first parameter of the forward and the
+    last gradient of the backward, closes the final bucket: that bucket holds at least the
+    first stage's embedding shard (vocab x hidden / tp), which at a large vocabulary and a
+    small model is several buckets' worth (Llama-3's 128k x 4096 at tp 1: 525M elements)."""
+    bucket = np.maximum(BUCKET_PARAMS, BUCKET_PARAMS_PER_DP * wl.dp)
+    return np.maximum(bucket, wl.params_embed)
 
 
 def network(b: Batch) -> dict:
@@ -150,7 +164,7 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     # grads: reduce-scatter / all-reduce overlaps the last micro-batch's backward (bucketed),
     # except the last bucket; params: all-gather overlaps the first micro-batch's forward
     grad_c, param_c = dp_parts["backward"], dp_parts["forward"]
-    last_bucket = np.minimum(1.0, BUCKET_PARAMS / np.maximum(wl.params_stage, 1.0))
+    last_bucket = np.minimum(1.0, last_bucket_params(wl) / np.maximum(wl.params_stage, 1.0))
     g_exp, g_extra = overlap.overlap_with(grad_c * (1 - last_bucket), lay_bwd, arch, "gemm",
                                           "dp", "reduce_scatter", msg["dp"], grp["dp"])
     g_exp = g_exp + grad_c * last_bucket

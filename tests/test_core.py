@@ -109,6 +109,29 @@ def test_breakdowns_sum_to_totals():
     np.testing.assert_allclose(mems, out["peak_memory_gib"], rtol=1e-12)
 
 
+def test_last_dp_bucket_holds_the_embedding_shard():
+    """Megatron-Core fills DP buckets in reverse parameter order, so the input embedding closes
+    the final bucket: with one micro-batch nothing hides its reduce-scatter or its all-gather."""
+    from sim_core import step
+    llama = dict(model="llama3-8b", seq_len=8192, global_batch=32, gpu="h100-sxm", num_gpus=32,
+                 tp=1, pp=1, micro_batch=1, zero=1)
+    b = frame_to_batch(pd.DataFrame([llama]))
+    wl = workload.build(b)
+    assert wl.num_microbatches[0] == 1
+    emb = 128256 * 4096
+    assert step.last_bucket_params(wl)[0] == pytest.approx(emb)  # 525M > max(40M, 1M x 32)
+    rs, ag = (t[0] for cm, t in step.comm_times(b, wl)
+              if cm.dim == "dp" and cm.op in ("reduce_scatter", "all_gather")
+              and cm.calls_per_step[0] > 0)
+    time_dp = simulate_frame(pd.DataFrame([llama]))["time_dp"].iloc[0]
+    assert time_dp >= (rs + ag) * emb / wl.params_stage[0] * (1 - 1e-9)
+    # GPT-3's embedding shard (51200 x 12288 / 8 = 79M) is below Megatron's bucket size at
+    # dp 128, max(40M, 1M x 128)
+    wl = workload.build(batch(num_gpus=16384))
+    assert wl.dp[0] == 128
+    assert step.last_bucket_params(wl)[0] == pytest.approx(128e6)
+
+
 def test_rules_flag_each_violation():
     cases = {
         "heads % tp != 0": dict(tp=5, num_gpus=1040),
