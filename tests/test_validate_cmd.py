@@ -181,3 +181,20 @@ def test_a_kernel_the_framework_does_not_offer_says_why_there_is_no_error(tmp_pa
     table = validation.validate(validation.load_published(path)).set_index("id")
     why = table.loc["55", "no_error_because"]
     assert why.startswith("the simulator rejects the layout: ") and "triton" in why
+
+
+def test_held_out_median_interval_brackets_the_median_and_narrows_with_rows():
+    import numpy as np
+
+    from sim_core.accuracy.fit import median_interval
+
+    rng = np.random.default_rng(1)
+    few = pd.Series(rng.normal(0, 0.08, 10))
+    many = pd.Series(rng.normal(0, 0.08, 1000))
+    for err in (few, many):
+        lo, hi = median_interval(err)
+        assert lo <= err.abs().median() <= hi
+    assert (median_interval(many)[1] - median_interval(many)[0]) < 0.3 * (
+        median_interval(few)[1] - median_interval(few)[0])
+    assert median_interval(pd.Series([0.05] * 7)) == (0.05, 0.05)
+    assert np.isnan(median_interval(pd.Series([np.nan]))[0])

@@ -73,7 +73,8 @@ def run(args) -> int:
         print(frame.to_string(index=False, formatters={
             "signed_median": "{:+.3f}".format, "median_abs_err": "{:.3f}".format}))
     if args.loso:
-        print("\nfitted constants, leave-one-source-out (refit without the family, error on it):")
+        print("\nfitted constants, leave-one-source-out (refit without the family, error on it; "
+              "median_ci90: the 90% bootstrap interval of the median over the family's rows):")
         print(loso_table().to_string(index=False, float_format=lambda x: f"{x:.3f}"))
         if subset == "moe":  # the MoE fit (sim_core.accuracy.fit --moe), held out model by model
             print("\nMoE fitted constants, leave-one-model-out (H100 MoE rows):")
