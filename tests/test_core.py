@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim_core import catalog, memory, rules, workload
+from sim_core import catalog, memory, rules, step, workload
 from sim_core.columns import frame_to_batch
 from sim_core.simulate import simulate, simulate_frame
 
@@ -112,7 +112,6 @@ def test_breakdowns_sum_to_totals():
 def test_last_dp_bucket_holds_the_embedding_shard():
     """Megatron-Core fills DP buckets in reverse parameter order, so the input embedding closes
     the final bucket: with one micro-batch nothing hides its reduce-scatter or its all-gather."""
-    from sim_core import step
     llama = dict(model="llama3-8b", seq_len=8192, global_batch=32, gpu="h100-sxm", num_gpus=32,
                  tp=1, pp=1, micro_batch=1, zero=1)
     b = frame_to_batch(pd.DataFrame([llama]))
