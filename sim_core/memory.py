@@ -36,9 +36,10 @@ RUNTIME_GIB = 1.0
 FRAGMENTATION = 1.10
 # Bytes per logit held at the loss's peak, per implementation (specs.LOSS_IMPL order), counted
 # from each implementation's code (live tensors at its peak, T*V/t logits per rank):
-#   fused (Megatron-LM vocab_parallel_cross_entropy): the bf16 logits (2) and their fp32 copy
-#     (4), which becomes the softmax in place and is saved; backward writes the gradient into it
-#     and casts it to bf16 (4 + 2) -> 6
+#   fused and vocab_parallel (Megatron-Core fusions/fused_cross_entropy.py and
+#     tensor_parallel/cross_entropy.py, core_r0.8.0 and core_v0.15.3: the same steps, fused or
+#     not): the bf16 logits (2) and their fp32 copy (4), which becomes the softmax in place and is
+#     saved; backward writes the gradient into it and casts it to bf16 (4 + 2) -> 6
 #   compiled (torch.compile'd F.cross_entropy): Inductor saves the bf16 logits and a per-row
 #     log-sum-exp and writes the bf16 gradient in one fused kernel -> 2 + 2 = 4
 #   eager (F.cross_entropy(logits.float())): forward bf16 (2) + fp32 copy (4) + log-softmax (4);
@@ -51,14 +52,17 @@ FRAGMENTATION = 1.10
 #     and normalised in place and saved (4); the bf16 logits are freed when the model's forward
 #     returns; backward turns the saved softmax into the gradient in place and casts it to bf16
 #     -> 4 + 4 = 8
-LOSS_BYTES = np.array([6.0, 4.0, 12.0, 16.0, 8.0])
+#   te (TransformerEngine v2.7 pytorch/cross_entropy.py + triton/cross_entropy.py): the kernel
+#     reads the bf16 logits and writes the bf16 gradient over them in the forward -> 2
+LOSS_BYTES = np.array([6.0, 4.0, 12.0, 16.0, 8.0, 6.0, 2.0])
 # ... and the allocator segments the loss leaves reserved per logit: a freed block is reused only
 # by a tensor that fits in it, so a backward tensor finding no free fp32-sized block takes a new
 # segment. eager: bf16, fp32 copy, log-softmax, + 1 new fp32 in backward -> 14; eager_parallel:
 # bf16, x, x - max, exp, + 1 new in backward (grad, exp and sum reuse x, shifted and exp) -> 18;
-# fused and compiled reuse their own blocks -> same as allocated; fp32_parallel: the bf16 logits'
-# block, the fp32 logits and the shifted copy (the bf16 gradient reuses the first) -> 10.
-LOSS_SEGMENT_BYTES = np.array([6.0, 4.0, 14.0, 18.0, 10.0])
+# fused, vocab_parallel, compiled and te reuse their own blocks -> same as allocated;
+# fp32_parallel: the bf16 logits' block, the fp32 logits and the shifted copy (the bf16 gradient
+# reuses the first) -> 10.
+LOSS_SEGMENT_BYTES = np.array([6.0, 4.0, 14.0, 18.0, 10.0, 6.0, 2.0])
 # Torch's multi-tensor (foreach) AdamW allocates a temporary as large as the fp32 shard it
 # updates (sqrt(v) as a new tensor list); FSDP frameworks use it (ZeRO-3 here). Megatron's
 # fused Adam works in place. TorchSim Table 4 (an optimizer-phase peak) fits one temporary.

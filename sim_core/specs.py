@@ -35,11 +35,15 @@ CP_COMM = ("ring", "allgather")
 # scales; the latter keeps the weight-gradient GEMM in bf16), blockwise (TE Float8BlockScaling,
 # DeepSeek-V3's 1x128 / 128x128 blocks), mxfp8 (TE MXFP8BlockScaling / torchao mx, Blackwell)
 FP8_RECIPE = ("delayed", "tensorwise", "rowwise", "rowwise_with_gw_hp", "blockwise", "mxfp8")
-# Cross-entropy implementation, which sets the bytes held per logit around the loss (memory.py):
-# fused (Megatron-LM's vocab-parallel CE, in place), compiled (torch.compile'd CE), eager
-# (PyTorch F.cross_entropy on an fp32 upcast), eager_parallel (PyTorch DTensor loss_parallel)
-# fp32_parallel (nanotron's sharded_cross_entropy on fp32-cast logits)
-LOSS_IMPL = ("fused", "compiled", "eager", "eager_parallel", "fp32_parallel")
+# Cross-entropy implementation, which sets the bytes held per logit around the loss (memory.py)
+# and the bytes its kernels move over the logits (workload.LOSS_TRAFFIC): fused (Megatron-Core's
+# fused vocab-parallel CE, --cross-entropy-loss-fusion with the native impl), compiled
+# (torch.compile'd CE), eager (PyTorch F.cross_entropy on an fp32 upcast), eager_parallel
+# (PyTorch DTensor loss_parallel), fp32_parallel (nanotron's sharded_cross_entropy on fp32-cast
+# logits), vocab_parallel (Megatron's unfused vocab-parallel CE: the Megatron-LM CLI default),
+# te (Transformer Engine's Triton parallel_cross_entropy: --cross-entropy-fusion-impl te)
+LOSS_IMPL = ("fused", "compiled", "eager", "eager_parallel", "fp32_parallel", "vocab_parallel",
+             "te")
 # Which training framework runs the job (sim_core/frameworks.py, catalogs/frameworks.yaml):
 # it sets the defaults of the fields below and which settings exist at all
 FRAMEWORK = ("megatron-core", "nemo", "torchtitan", "deepspeed", "nanotron", "llm-foundry")
@@ -253,9 +257,10 @@ PARALLEL_COLUMNS = {
     # factor; expert_skew is the Zipf exponent of expert popularity (0 = balanced)
     # context parallel communication: ring (p2p, overlapped with attention) or allgather
     "cp_comm": "ring",
-    # how the loss is computed (LOSS_IMPL): Megatron's fused vocab-parallel cross-entropy by
-    # default; torchtitan runs eager (2024) or compiled (2025) PyTorch cross-entropy
-    "loss_impl": "fused",
+    # how the loss is computed (LOSS_IMPL): Megatron's unfused vocab-parallel cross-entropy by
+    # default (its CLI default; the framework profile sets it); torchtitan runs eager (2024) or
+    # compiled (2025) PyTorch cross-entropy
+    "loss_impl": "vocab_parallel",
     # FP8 primary weights: parameters stored and all-gathered in FP8 (TE fp8_model_params)
     "fp8_param_gather": False,
     "fp8_recipe": "delayed",  # FP8_RECIPE; the framework profile sets it (frameworks.yaml)

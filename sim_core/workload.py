@@ -23,6 +23,12 @@ from . import moe
 from .columns import Batch
 
 ACT_BYTES = 2.0  # bf16 activations and communicated tensors
+# Bytes each cross-entropy implementation (specs.LOSS_IMPL order) moves per logit of the bf16
+# logits the LM head writes, forward and backward, summed over the kernels it launches on the
+# T x V/t tensor (rows too long for shared memory); docs/accuracy-edges.md ("The loss")
+# lists the kernels, with file and tag.
+LOSS_TRAFFIC_FWD = np.array([22.0, 2.0, 22.0, 38.0, 38.0, 38.0, 6.0])
+LOSS_TRAFFIC_BWD = np.array([10.0, 4.0, 26.0, 38.0, 14.0, 14.0, 4.0])
 # Op classes that the compute model prices differently.
 OP_CLASSES = ("gemm", "attention", "elementwise")
 
@@ -262,10 +268,11 @@ def build(b: Batch) -> Workload:
     ]
     # ---- embedding, LM head and loss (first / last stage) -------------------------------------
     head_fwd = 2 * T * h * b.vocab / t
-    logits_bytes = T * b.vocab / t * 14.0  # bf16 logits -> fp32 softmax/CE, read several times
+    logits = T * b.vocab / t
     ops.append(Op("lm_head", "gemm", head_fwd, 2 * head_fwd, head_fwd, 0 * T, 0 * T,
                   T, b.vocab / t, h, where="last_stage"))
-    ops.append(Op("loss", "elementwise", 0 * T, 0 * T, 0 * T, logits_bytes, logits_bytes,
+    ops.append(Op("loss", "elementwise", 0 * T, 0 * T, 0 * T,
+                  LOSS_TRAFFIC_FWD[b.loss_impl] * logits, LOSS_TRAFFIC_BWD[b.loss_impl] * logits,
                   where="last_stage"))
     ops.append(Op("embedding", "elementwise", 0 * T, 0 * T, 0 * T, 3 * ACT_BYTES * T * h,
                   3 * ACT_BYTES * T * h, where="first_stage"))

@@ -205,6 +205,38 @@ def test_loss_bytes_per_logit_follow_the_implementation():
     assert (res - alloc)[2] > 2 * logits  # 2 B/logit of segments + the cached layer blocks
 
 
+def test_loss_traffic_per_logit_follows_the_implementation():
+    """The loss op moves the implementation's bytes per logit (workload.LOSS_TRAFFIC, counted
+    from each kernel list) over the T x V/t logits: Megatron's unfused vocab-parallel CE (.float()
+    copy, max, in-place subtract, exp, sum, divide; multiply and cast back) moves 38 + 14, its
+    fused native path 22 + 10, TE's Triton kernel 6 + 4 (two reads, the gradient written over
+    the logits; one in-place scale in backward); the step time follows the bytes."""
+    impls = ["vocab_parallel", "fused", "te"]
+    rows = [{**GPT3, "tp": 8, "pp": 1, "num_gpus": 64, "global_batch": 64, "loss_impl": i}
+            for i in impls]
+    wl = workload.build(frame_to_batch(pd.DataFrame(rows)))
+    loss = next(op for op in wl.ops if op.name == "loss")
+    logits = 2048 * 51200 / 8  # T x V/t per micro-batch (catalog GPT-3: vocab 51200)
+    assert loss.fwd_bytes / logits == pytest.approx([38.0, 22.0, 6.0])
+    assert loss.bwd_bytes / logits == pytest.approx([14.0, 10.0, 4.0])
+    t = simulate_frame(pd.DataFrame(rows))["step_time_s"].to_numpy()
+    # everything but the loss is equal: time differences are in the ratio of the bytes
+    assert (t[0] - t[1]) / (t[1] - t[2]) == pytest.approx((52 - 32) / (32 - 10), rel=1e-6)
+
+
+def test_te_cross_entropy_holds_only_the_bf16_logits():
+    """TE's kernel writes the bf16 gradient over the bf16 logits: 2 B per logit at the loss's
+    peak where Megatron's (fused or not) holds the fp32 softmax beside them (6 B)."""
+    out = simulate_frame(pd.DataFrame([{**LLAMA8, "loss_impl": i}
+                                       for i in ("vocab_parallel", "fused", "te")]))
+    held = out["mem_logits"].to_numpy() * 1024**3
+    assert held[0] == pytest.approx(held[1], rel=1e-12)
+    assert held[1] - held[2] == pytest.approx(4 * 2 * 8192 * 128256, rel=1e-9)
+    # the peak falls by at most that (another phase may then set it)
+    alloc = out["peak_allocated_gib"].to_numpy() * 1024**3
+    assert 0 < alloc[1] - alloc[2] <= 4 * 2 * 8192 * 128256 * (1 + 1e-9)
+
+
 def test_counters_are_ordered():
     """allocated <= reserved, and the device total adds the CUDA context and NCCL buffers."""
     df = pd.DataFrame([GPT3, {**GPT3, "zero": 3, "recompute": "selective"}, LLAMA8,

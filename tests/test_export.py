@@ -142,6 +142,18 @@ def test_megatron_sliding_window(rows):
     assert all("--window-size" not in export.megatron_args(r) for r in rows)
 
 
+def test_megatron_flags_name_the_cross_entropy_that_was_priced():
+    """vocab_parallel is Megatron's default (no flag); fused adds --cross-entropy-loss-fusion,
+    te also --cross-entropy-fusion-impl te (workload.LOSS_TRAFFIC prices each differently)."""
+    parallel = {"tp": 8, "pp": 4, "micro_batch": 1, "sequence_parallel": True}
+    got = {}
+    for impl in ("vocab_parallel", "fused", "te"):
+        ns = export.megatron_parser().parse_args(
+            export.megatron_args(_row({}, {**parallel, "loss_impl": impl})))
+        got[impl] = (bool(ns.cross_entropy_loss_fusion), ns.cross_entropy_fusion_impl)
+    assert got == {"vocab_parallel": (False, None), "fused": (True, None), "te": (True, "te")}
+
+
 def test_gpt3_175b_1024_a100_flags(gpt3_best):
     args = export.megatron_args(gpt3_best)
     d = export.config_of(gpt3_best)

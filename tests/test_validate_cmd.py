@@ -198,3 +198,31 @@ def test_held_out_median_interval_brackets_the_median_and_narrows_with_rows():
         median_interval(few)[1] - median_interval(few)[0])
     assert median_interval(pd.Series([0.05] * 7)) == (0.05, 0.05)
     assert np.isnan(median_interval(pd.Series([np.nan]))[0])
+
+
+def test_megatron_family_rows_take_the_cross_entropy_their_launch_config_selects():
+    """IMPUTATION["loss"]: NeMo 24.07's launcher yamls set cross_entropy_loss_fusion for Llama 3
+    and Nemotron 4B-22B only (the rest run Megatron-Core's unfused default); Megatron-LM's
+    examples/llama script passes --cross-entropy-loss-fusion; the README's weak-scaling runs
+    keep the CLI default; Megatron-Bridge's perf configs run TE's kernel. A stated loss_impl
+    column wins."""
+    from sim_core.accuracy import validation
+
+    data = validation.load_published().set_index("id")
+    expect = {"99": "vocab_parallel",  # NeMo 24.07 GPT3-5B
+              "103": "vocab_parallel",  # NeMo 24.07 LLAMA2-7B
+              "108": "vocab_parallel",  # NeMo 24.07 Nemotron-4 340B
+              "106": "fused",  # NeMo 24.07 Nemotron-8B
+              "109": "fused",  # NeMo 24.07 LLAMA3-8B
+              "111": "fused",  # Megatron-LM examples/llama
+              "1": "vocab_parallel",  # Megatron-LM README weak scaling (profile default)
+              "114": "te"}  # Megatron-Bridge 25.09
+    from sim_core import frameworks
+
+    def loss(i):
+        v = data.loc[i, "loss_impl"]
+        return v if isinstance(v, str) else frameworks.default_value(data.loc[i, "framework"],
+                                                                     "loss_impl")
+    assert {i: loss(i) for i in expect} == expect
+    table = validation.validate(data.loc[list(expect)].reset_index())
+    assert table["step_error"].notna().all()

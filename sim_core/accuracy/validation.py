@@ -48,6 +48,12 @@ IMPUTATION = {
     "torch.compile": "torchtitan rows that say 'compile': fused elementwise ops and GLU, and the "
                      "compiled loss except in the Dec-2024 benchmark (its loss compile was "
                      "switched off then)",
+    "loss": "the cross-entropy the row's launch config selects (_loss_impl_of): Megatron-LM "
+            "README and 2021 rows the CLI default (unfused vocab-parallel, "
+            "--cross-entropy-loss-fusion off); Megatron-LM examples/llama fused (its script "
+            "passes --cross-entropy-loss-fusion); NeMo 24.07 fused where the launcher's model "
+            "yaml sets cross_entropy_loss_fusion (Llama 3, Nemotron 4B-22B), else unfused; "
+            "Megatron-Bridge TE's kernel (perf configs: cross_entropy_fusion_impl te)",
     "moe dispatch": "MoE rows: fused permutation and fused router on (Megatron-Bridge's "
                     "Qwen3/DeepSeek/GPT-OSS model providers and every MoE perf config set "
                     "moe_permute_fusion and moe_router_fusion); dispatcher and combined 1F1B "
@@ -184,6 +190,24 @@ def _moe_model(name: str) -> str:
     return ""
 
 
+# NeMo 24.07's launcher model yamls that set cross_entropy_loss_fusion: true
+# (NVIDIA/NeMo-Framework-Launcher 24.07 launcher_scripts/conf/training/llama/llama3_*.yaml and
+# nemotron/nemotron_{4,8,15,22}b.yaml); the others (gpt3/*, llama2_*, nemotron_340b) leave it to
+# Megatron-Core's default, off (core_r0.8.0 megatron/core/model_parallel_config.py L201; NeMo
+# r2.0.0rc1 megatron_base_model.build_transformer_config passes absent keys as defaults)
+_NEMO_2407_FUSED_LOSS = r"llama ?3|nemotron-(4|8|15|22)b"
+
+
+def _loss_impl_of(framework: str, fw: str, model: str) -> str:
+    """The cross-entropy implementation a Megatron-family row ran, from its launch config; ''
+    keeps the framework profile's default."""
+    if re.search(r"examples/llama", fw):
+        return "fused"  # examples/llama/train_llama3_8b_h100_fp8.sh --cross-entropy-loss-fusion
+    if framework == "nemo" and re.search(r"24\.07", fw):
+        return "fused" if re.search(_NEMO_2407_FUSED_LOSS, model, re.I) else "vocab_parallel"
+    return ""
+
+
 def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     """One dataset row -> (run fields, skip reason or '')."""
     fw = f"{r['framework']} {r['source']}"
@@ -270,6 +294,9 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         run["fused_elementwise"] = run["fused_glu"] = True
         if not re.search(r"202412", fw):
             run["loss_impl"] = "compiled"
+    loss = _loss_impl_of(framework, fw, str(r["model"]))
+    if loss:  # IMPUTATION["loss"]
+        run["loss_impl"] = loss
     if zero is None:
         zero = frameworks.default_value(framework, "zero")
         run["zero"] = zero

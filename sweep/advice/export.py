@@ -231,6 +231,11 @@ def megatron_args(row) -> list[str]:
     if d.get("precision") == "fp8":
         opt("--fp8-format", "hybrid")
         opt("--fp8-recipe", d.get("fp8_recipe") or "delayed")  # tensorwise|delayed|mxfp8|blockwise
+    # the cross-entropy that was priced (workload.LOSS_TRAFFIC); vocab_parallel is the default
+    if d.get("loss_impl") in ("fused", "te"):
+        opt("--cross-entropy-loss-fusion")
+        if d["loss_impl"] == "te":
+            opt("--cross-entropy-fusion-impl", "te")
     # on ROCm, Transformer Engine's fused backend is the CK flash-attention (fa2 family) that
     # AMD's fork runs by default (ROCm/Megatron-LM examples/llama/train_llama3.sh @32d5d428)
     # fa3 (cuDNN) is TE's fused backend; the FlashAttention kernels (fa2, and the fa1 / triton
