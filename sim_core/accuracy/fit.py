@@ -629,8 +629,9 @@ def main_kernels() -> None:
         print(small.to_string(float_format=lambda x: f"{x:.3f}"))
     ratio = grouped_over_dense(df, params)
     if len(ratio):
+        fitted = compute.efficiency_table()[90]["grouped_gemm"]["bf16"]
         print("MoE expert GEMMs, measured / dense curve at one expert's shape (median per "
-              "model; compute.py's grouped_gemm, fitted on MoE runs, is 0.65):")
+              f"model; compute.py's grouped_gemm, fitted on MoE runs, is {fitted:.2f}):")
         print(ratio.to_string(float_format=lambda x: f"{x:.2f}"))
     ratio = fp8_recipe_gemm_time(df)
     if len(ratio):
