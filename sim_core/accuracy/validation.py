@@ -199,8 +199,12 @@ _NEMO_2407_FUSED_LOSS = r"llama ?3|nemotron-(4|8|15|22)b"
 
 
 def _loss_impl_of(framework: str, fw: str, model: str) -> str:
-    """The cross-entropy implementation a Megatron-family row ran, from its launch config; ''
-    keeps the framework profile's default."""
+    """The cross-entropy implementation a row ran, from its launch config; '' keeps the
+    framework profile's default."""
+    if framework == "torchtitan":
+        # torch.compile compiles the loss from 2025 on (the Dec-2024 benchmark kept it eager)
+        compiled = re.search(r"compile", fw, re.I) and not re.search(r"202412", fw)
+        return "compiled" if compiled else ""
     if re.search(r"examples/llama", fw):
         return "fused"  # examples/llama/train_llama3_8b_h100_fp8.sh --cross-entropy-loss-fusion
     if framework == "nemo" and re.search(r"24\.07", fw):
@@ -289,11 +293,9 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     if recipe:  # IMPUTATION["fp8 recipe"]: what the row states, else the framework's default
         run["fp8_recipe"] = recipe
     # what the row states beyond its framework's defaults (frameworks.yaml): torch.compile fuses
-    # the elementwise ops and, from 2025 on, the loss (the Dec-2024 benchmark kept it eager)
+    # the elementwise ops (and the loss: _loss_impl_of)
     if framework == "torchtitan" and re.search(r"compile", fw, re.I):
         run["fused_elementwise"] = run["fused_glu"] = True
-        if not re.search(r"202412", fw):
-            run["loss_impl"] = "compiled"
     loss = _loss_impl_of(framework, fw, str(r["model"]))
     if loss:  # IMPUTATION["loss"]
         run["loss_impl"] = loss
