@@ -130,15 +130,29 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
             "scores_buffer": ACT_BYTES * scores}
 
 
-_overhead = None  # optional run calibration: f(batch) -> (fixed GiB, activation scale) arrays
+_overhead = None  # optional run calibration: f(batch) -> {part: array} (OVERHEAD_KEYS)
+# what a run calibration may scale (issue 35): the parts grow differently with the model
+# (states with parameters, activations with tokens x hidden x layers, the loss with tokens x
+# vocabulary), so one activation scale fitted where the logits dominate must not carry them
+OVERHEAD_KEYS = ("fixed_gib", "states", "activations", "logits")
 
 
 def set_overhead(fn) -> None:
     """Install a per-configuration memory overhead fitted to a user's runs
-    (sim_core.calibration.runs): f(batch) -> (fixed GiB added to the peak, scale of the
-    per-token activation bytes); None removes it."""
+    (sim_core.calibration.runs): f(batch) -> {"fixed_gib": GiB added to the peak, "states":
+    scale of weights + gradients + optimizer state, "activations": scale of the per-token
+    activation bytes, "logits": scale of the loss buffers}; missing keys are neutral; None
+    removes it."""
     global _overhead
     _overhead = fn
+
+
+def _overhead_parts(b) -> tuple:
+    if _overhead is None:
+        return 0.0, 1.0, 1.0, 1.0
+    o = _overhead(b)
+    neutral = {"fixed_gib": 0.0, "states": 1.0, "activations": 1.0, "logits": 1.0}
+    return tuple(np.asarray(o.get(k, neutral[k]), dtype=np.float64) for k in OVERHEAD_KEYS)
 
 
 def estimate(b: Batch, wl: Workload) -> dict:
@@ -185,8 +199,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
     rc = b.recompute
     stored = np.where(rc == 2, per_layer["full"],
                       np.where(rc == 1, per_layer["selective"], per_layer["none"]))
-    fixed_extra, act_scale = (0.0, 1.0) if _overhead is None else (
-        np.asarray(x, dtype=np.float64) for x in _overhead(b))
+    fixed_extra, state_scale, act_scale, logit_scale = _overhead_parts(b)
     stored = stored * act_scale
     L_stage = wl.layers_per_stage
     # micro-batches in flight on the first stage: 1F1B keeps p; interleaving adds (p-1)/v
@@ -212,8 +225,8 @@ def estimate(b: Batch, wl: Workload) -> dict:
     dispatcher = moe.buffer_bytes(b)
     # the rank holding the LM head (the last stage; with pp == 1 the only one): one micro-batch
     # in flight with pp > 1, plus the logits and the loss buffers
-    logits = LOSS_BYTES[b.loss_impl] * T * b.vocab / t
-    logits_reserved = LOSS_SEGMENT_BYTES[b.loss_impl] * T * b.vocab / t
+    logits = LOSS_BYTES[b.loss_impl] * T * b.vocab / t * logit_scale
+    logits_reserved = LOSS_SEGMENT_BYTES[b.loss_impl] * T * b.vocab / t * logit_scale
     # what the forward pass of one layer leaves cached in the allocator when the loss starts:
     # its intermediates and, under SP, the all-gathered input (unless TP overlap streams it in
     # chunks, as AsyncTP and TE's userbuffers do); all blocks too small to hold a loss tensor
@@ -236,6 +249,8 @@ def estimate(b: Batch, wl: Workload) -> dict:
     pp_buf = pp_buf + dispatcher + ACT_BYTES * fw["bucket_elems"]
 
     # ---- peak: the phases do not coincide ----------------------------------------------------
+    if _overhead is not None:
+        weights, grads, optimizer = (x * state_scale for x in (weights, grads, optimizer))
     states = weights + grads + optimizer
     head_w = np.where(fsdp, 2.0 * wl.params_embed, 0.0)
     # optimizer step: the states plus foreach AdamW's temporary (the same in both counters)

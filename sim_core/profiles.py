@@ -221,11 +221,20 @@ def activate(name_or_path) -> dict:
             raise ProfileError(f"profile {d.name}: its runs component was fitted by an older "
                                "sweep (scales, not terms); run `sweep calibrate runs` again")
         runs_fit.install(comps["runs"]["terms"])
+        iv = comps["runs"].get("interval") or {}
+        from . import risk, terms as terms_mod
+
+        terms_mod.set_interval(iv.get("step_sigma_log"), iv.get("step_sigma_log_terms"))
+        if comps["runs"].get("accepted"):
+            risk.set_calibrated_sigma(iv.get("mem_sigma_log"))
         res = comps["runs"].get("residual")
         if res:
             from . import terms
             from .calibration import residual as residual_fit
 
+            if "lo" not in res["range"]:
+                raise ProfileError(f"profile {d.name}: its learned residual was fitted on model "
+                                   "size by an older sweep; run `sweep calibrate runs` again")
             terms.set_residual(residual_fit.hook(residual_fit.load(d / res["file"]),
                                                  res["range"], comps["runs"]["terms"]))
     _active = {"dir": d, "version": man.get("version"), "manifest": man}
@@ -243,6 +252,10 @@ def deactivate() -> None:
     memory.set_overhead(None)
     terms.set_params(None)
     terms.set_residual(None)
+    terms.set_interval(None)
+    from . import risk
+
+    risk.set_calibrated_sigma(None)
     overlap.set_model(None)
     nccl.set_calibration(None)
     _active = None
@@ -280,10 +293,14 @@ def pack(name_or_path) -> bytes:
 
 
 def activate_packed(blob: bytes) -> dict:
-    """Unpack (once per version, under the temp dir) and activate: for Ray workers."""
+    """Unpack (once per fitted content, under the temp dir) and activate: for Ray workers.
+    The folder is keyed by the packed profile's own hash, not only its version: the version
+    names the data, and a refit on the same data (another sweep, other options) must not
+    reuse what an earlier fit unpacked."""
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
         man = json.load(tar.extractfile("./" + MANIFEST))
-        d = Path(tempfile.gettempdir()) / f"sweep-profile-{man['name']}-{man['version']}"
+        key = hashlib.sha256(json.dumps(man, sort_keys=True, default=str).encode()).hexdigest()
+        d = Path(tempfile.gettempdir()) / f"sweep-profile-{man['name']}-{man['version']}-{key[:12]}"
         if not (d / MANIFEST).is_file():
             tmp = Path(tempfile.mkdtemp(prefix="sweep-profile-"))
             tar.extractall(tmp, filter="data")

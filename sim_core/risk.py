@@ -42,9 +42,22 @@ def _table() -> tuple[np.ndarray, np.ndarray]:
     return t["mu"].to_numpy(dtype=np.float64), t["sigma"].to_numpy(dtype=np.float64)
 
 
+_calibrated_sigma: float | None = None  # a run calibration's memory sigma (log units)
+
+
+def set_calibrated_sigma(sigma_log: float | None) -> None:
+    """A run calibration measured the memory model's spread on the user's cluster
+    (sim_core.calibration.runs.interval): it replaces the per-framework table, mu 0, while the
+    profile is active; None restores the table."""
+    global _calibrated_sigma
+    _calibrated_sigma = None if sigma_log is None else float(sigma_log)
+
+
 def oom_risk(peak_gib, hbm_gib, framework_code) -> np.ndarray:
     """Probability, per configuration, that the measured peak exceeds the GPU's memory."""
     mu, sigma = _table()
+    if _calibrated_sigma is not None:
+        mu, sigma = np.zeros_like(mu), np.full_like(sigma, max(_calibrated_sigma, 1e-6))
     code = np.asarray(framework_code, dtype=np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = (np.log(np.asarray(hbm_gib) / np.asarray(peak_gib)) - mu[code]) / sigma[code]

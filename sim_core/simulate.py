@@ -31,13 +31,14 @@ def _safe(b: Batch, valid: np.ndarray) -> Batch:
     return s
 
 
-def simulate(b: Batch, profile=None) -> dict:
-    """Predict step time, breakdown and memory for every configuration in the batch."""
+def simulate(b: Batch, profile=None, with_fabric: bool = False) -> dict:
+    """Predict step time, breakdown and memory for every configuration in the batch
+    (with_fabric: also the `fabric_*` columns a run calibration fits on, step.fabric)."""
     valid, reason = rules.check(b)
     s = _safe(b, valid)
     with np.errstate(divide="ignore", invalid="ignore"):
         wl = workload.build(s)
-        times = step.compose(s, wl, profile)
+        times = step.compose(s, wl, profile, with_fabric)
         mem = memory.estimate(s, wl)
         step_t = times["step_time_s"]
         tokens = s.global_batch * s.seq_len
@@ -76,12 +77,12 @@ def simulate(b: Batch, profile=None) -> dict:
     return out
 
 
-def simulate_frame(df: pd.DataFrame, profile=None) -> pd.DataFrame:
+def simulate_frame(df: pd.DataFrame, profile=None, with_fabric: bool = False) -> pd.DataFrame:
     """Simulate a table of configurations (columns named as in specs.ALL_COLUMNS)."""
     if len(df) == 0:
         return pd.DataFrame(index=df.index)
     b = frame_to_batch(df)
-    out = simulate(b, profile)
+    out = simulate(b, profile, with_fabric)
     return pd.DataFrame(out, index=df.index)
 
 

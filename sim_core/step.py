@@ -67,7 +67,23 @@ def comm_times(b: Batch, wl: Workload, profile=None, skip=()) -> list[tuple]:
     return out
 
 
-def compose(b: Batch, wl: Workload, profile=None) -> dict:
+def fabric(b: Batch, wl: Workload, bubble_comm) -> dict:
+    """Which groups cross nodes and how many collective calls per step do (terms.FABRIC_KEYS):
+    what the calibration's tiered terms and network-latency term act on. A dimension spans
+    nodes when any of its collectives does (the rank order of workload.span_nodes)."""
+    span = {d: np.zeros(b.tp.shape, bool) for d in ("tp_cp_ep", "pp", "dp")}
+    calls = np.zeros(b.tp.shape)
+    for cm in wl.comms:
+        net = (cm.nodes > 1) & (cm.calls_per_step > 0) & (cm.group > 1)
+        key = "tp_cp_ep" if cm.dim in ("tp", "cp", "ep") else cm.dim
+        span[key] = span[key] | net
+        calls = calls + np.where(net, cm.calls_per_step, 0.0)
+    return {"span_tp_cp_ep": span["tp_cp_ep"], "span_pp": span["pp"] & (b.pp > 1),
+            "span_dp": span["dp"], "net_calls": calls, "bubble_comm": bubble_comm}
+
+
+def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> dict:
+    """The step's breakdown; with_fabric adds terms.FABRIC_KEYS as `fabric_<key>` columns."""
     st = compute.stage_times(b, wl)
     m = wl.num_microbatches
     p, v, t = b.pp, b.vpp, b.tp
@@ -198,17 +214,27 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     }
     # per-term scales, host overhead and node-count growth (sim_core/terms.py: the default
     # model's values, or a run calibration's)
+    # the bubble's seconds of exposed TP/CP/EP communication: scaled with the communication
+    fab = fabric(b, wl, np.where(p > 1, (p - 1) / v * (tp_exposed + cp_exposed + ep_exposed),
+                                 0.0))
     learned = terms.residual()
-    raw = terms.raw_parts(breakdown) if learned is not None else None
-    breakdown = terms.apply(breakdown, m, terms.nodes_of(b.num_gpus, b.gpus_per_node))
-    extra = {}
+    raw = terms.raw_parts(breakdown, fab) if learned is not None else None
+    breakdown = terms.apply(breakdown, m, terms.nodes_of(b.num_gpus, b.gpus_per_node),
+                            fabric=fab)
+    extra = {f"fabric_{k}": np.asarray(v, float) for k, v in fab.items()} if with_fabric else {}
     if learned is not None:
         # a calibration's learned residual scales every part alike (0 outside its range, where
         # the row is flagged)
-        r, flag = learned(b, wl, raw)
+        r, flag = learned(b, wl, raw, fab)
         f = np.exp(r)
         breakdown = {k: v * f for k, v in breakdown.items()}
         extra["residual_extrapolated"] = flag
     # the step is exactly the sum of its parts (the pipeline term above decomposes into them)
     step = sum(breakdown.values())
+    iv = terms.interval()
+    if iv is not None:
+        flagged = np.asarray(extra.get("residual_extrapolated", 0.0), bool)
+        sigma = np.where(flagged, iv[1], iv[0])
+        extra["step_time_lo_s"] = step * np.exp(-terms.Z90 * sigma)
+        extra["step_time_hi_s"] = step * np.exp(terms.Z90 * sigma)
     return {"step_time_s": step, **breakdown, **extra}

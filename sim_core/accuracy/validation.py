@@ -73,8 +73,9 @@ IMPUTATION = {
                   "FP8-MX -> mxfp8, FP8-SS / blockwise -> blockwise, FP8-DS / delayed -> delayed, "
                   "rowwise); otherwise the framework profile's default (Megatron-Core/NeMo "
                   "delayed, torchtitan tensorwise)",
-    "activation": "swiglu for Llama/Qwen/Mixtral/DeepSeek/GPT-OSS, relu2 for Nemotron, "
-                  "else gelu",
+    "activation": "the activation column where stated (swiglu, gelu, relu2); else swiglu for "
+                  "Llama/Qwen/Mixtral/DeepSeek/GPT-OSS and every nanotron row, relu2 for "
+                  "Nemotron, else gelu",
     "measured step time": "step_time_s, else derived_step_time_s, else from reported "
                           "TFLOP/s with the source's own FLOP formula (Megatron 2021 counts "
                           "recompute: 96*B*s*l*h^2*(1+s/6h+V/16lh); Megatron-Core r0.8 counts "
@@ -115,9 +116,20 @@ def _family(src: str) -> str:
     return "other"
 
 
-def _activation(name: str) -> str:
+ACTIVATIONS = ("swiglu", "gelu", "relu2")
+
+
+def _activation(name: str, framework: str = "", stated: str = "") -> str:
+    """What the row's `activation` column states, else what the model's name or the framework
+    implies: nanotron's models are Llama-family (src/nanotron/models/llama.py and qwen.py,
+    GLUActivation, 2411b022) but for starcoder2.py (a GELU MLP), so a nanotron row is SwiGLU
+    unless its model is a StarCoder."""
+    if stated.strip().lower() in ACTIVATIONS:
+        return stated.strip().lower()
     n = name.lower()
     if any(k in n for k in ("llama", "qwen", "mixtral", "deepseek", "gpt oss", "gpt-oss")):
+        return "swiglu"
+    if ("nanotron" in framework.lower() or "nanotron" in n) and "starcoder" not in n:
         return "swiglu"
     if "nemotron" in n:
         return "relu2"
@@ -240,7 +252,8 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         shape, note, skip = _dense_shape(r)
         if skip:
             return {}, skip
-        run.update(shape, activation=_activation(str(r["model"])))
+        run.update(shape, activation=_activation(str(r["model"]), fw,
+                                                  str(r.get("activation", ""))))
         if note:
             run["imputed_note"] = note
     for col, field in (("seq_len", "seq_len"), ("gbs_seqs", "global batch"),
@@ -264,8 +277,13 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     z_text = f"{r['zero_fsdp']}".lower()
     # what the row states; otherwise its framework's default (frameworks.yaml), except the
     # Megatron-LM 2021 paper, which predates the distributed optimizer
+    # "ZeRO-1", "zero stage 2", "ZeRO3" (users' tables, e.g. nanotron's zero_stage) name the
+    # stage; "none"/"no"/"ddp" alone say there is none
+    z_stage = re.search(r"zero[\s_-]*(?:stage)?[\s_-]*([0-3])\b", z_text)
     zero = (2 if "shard_grad_op" in z_text else 3 if "fsdp" in z_text
-            else 1 if "dist" in z_text else 0 if "2021" in str(r["framework"]) else None)
+            else 1 if "dist" in z_text else int(z_stage.group(1)) if z_stage
+            else 0 if z_text.strip() in ("none", "no", "ddp", "0")
+            else 0 if "2021" in str(r["framework"]) else None)
     sp_text = str(r["seq_parallel"]).lower()
     modern = bool(re.search(r"megatron-core|nemo|bridge|torchtitan", fw, re.I))
     sp = (tp > 1) and (sp_text.startswith("yes") or (modern and not sp_text.startswith("no")))

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .. import catalog, frameworks, memory, specs, terms
+from .. import catalog, frameworks, memory, nccl, specs, terms
 from ..simulate import simulate_frame
 
 STATUS = ("ok", "oom", "failed")
@@ -55,24 +55,59 @@ NOISE = 0.10
 # host overhead per step ~50 ms and per micro-batch ~5 ms (docs/calibration.md: 10-100 ms per
 # step; 300-1000 kernels x 3-18 us per micro-batch), node_c 0.015 per doubling (0.4-2.5%
 # measured), memory 2 GiB and 15%.
+# Network tiers get a wider prior than NVLink: a cluster's network is where it departs from
+# the datasheet most (EFA and RoCE set-ups measured 2-50x below nominal on small messages;
+# nccl-tests logs in docs/calibration.md), and per-call latency up to tens of ms under
+# congestion; 1 ms per call is the prior's sigma.
 _LOG_COMM = ("log", 0.5, (-1.6, 1.6))
+_LOG_NET = ("log", 1.0, (-1.6, 4.0))
+# Bounds are physics: compute within x0.70-x1.43 (the efficiency curves' leave-one-source-out
+# error is 5-15%; a table that wants more says the kernels are wrong, which `sweep calibrate
+# compute` fixes from kernel timings, and a run table's terms would only trade it against host
+# time); host time per micro-batch at most 20 ms (300-1000 kernel launches x 3-18 us).
 PARAMS = {
-    "compute": ("log", 0.15, (-0.7, 0.7)),
+    "compute": ("log", 0.15, (-0.36, 0.36)),
     "tp_cp_ep": _LOG_COMM,
+    "tp_cp_ep_net": _LOG_NET,
     "pipeline": ("log", 0.3, (-1.2, 1.2)),
+    "pipeline_net": _LOG_NET,
     "dp": _LOG_COMM,
+    "dp_net": _LOG_NET,
     "optimizer": _LOG_COMM,
     "slowdown": _LOG_COMM,
     "host_step_s": ("lin", 0.05, (0.0, 5.0)),
-    "host_mb_s": ("lin", 0.005, (0.0, 0.5)),
+    "host_mb_s": ("lin", 0.005, (0.0, 0.02)),
     "node_c": ("lin", 0.015, (0.0, 0.05)),
+    "net_latency_s": ("lin", 0.001, (0.0, 0.05)),
+    # the network's bandwidth relative to the catalog's (nccl.set_calibration nic_bw): the
+    # simulator re-prices every inter-node collective and its overlap at each NET_GRID point,
+    # so what a slower network exposes grows with the model as the simulator says, not as a
+    # fixed multiple of what the small models exposed
+    "net_bw": ("log", 1.0, (float(np.log(1 / 32)), 0.0)),
     "mem_fixed_gib": ("lin", 2.0, (-8.0, 16.0)),
-    "mem_act_scale": ("log", 0.15, (-0.5, 0.5)),
+    # one factor on everything the allocator holds: what a table's "GPU memory" counts against
+    # the simulator's reserved peak (reserved or allocated, GB or GiB, the logging rank) differs
+    # by table, and it is the same factor for every model size of that table
+    "mem_scale": ("log", 0.3, (-0.7, 0.7)),
+    # the parts' own scales are corrections on top of mem_scale, held close to 1: a scale of the
+    # part that dominates the small models' memory (the logits at a 131k vocabulary) would
+    # otherwise absorb what mem_scale says and carry it to models where that part is small
+    "mem_state_scale": ("log", 0.1, (-0.3, 0.3)),
+    "mem_act_scale": ("log", 0.1, (-0.3, 0.3)),
+    "mem_logit_scale": ("log", 0.1, (-0.3, 0.3)),
 }
 FW_PREFIX = "mem_fw:"  # per-framework fixed memory: "mem_fw:<framework>"
-TIME_TERMS = tuple(terms.NEUTRAL)
-MEM_TERMS = ("mem_fixed_gib", "mem_act_scale")
-_ACT_GRID = np.linspace(-0.5, 0.5, 9)  # log activation scales the peak is tabulated at
+TIME_TERMS = tuple(terms.NEUTRAL) + ("net_bw",)
+NET_GRID = np.log(np.array([1.0, 1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32]))  # log nic_bw scales
+MEM_TERMS = ("mem_scale", "mem_fixed_gib", "mem_state_scale", "mem_act_scale",
+             "mem_logit_scale")
+# the memory parts a calibration scales, from the simulator's categories at the peak (their sum
+# is the peak reserved): what memory.set_overhead scales in turn
+MEM_PARTS = {"mem_state_scale": ("mem_weights", "mem_grads", "mem_optimizer",
+                                 "mem_optimizer_temp"),
+             "mem_act_scale": ("mem_activations", "mem_working"),
+             "mem_logit_scale": ("mem_logits",),
+             "": ("mem_buffers", "mem_dispatcher")}
 MIN_GAIN = 0.002  # a term must lower the CV error by 0.2 percentage points to be freed
 
 
@@ -95,27 +130,42 @@ def prior_mean(name: str) -> float:
 
 # ---- applying fitted terms ------------------------------------------------------------------
 def install(params: dict) -> None:
-    """Make every later simulation use the fitted terms (terms + memory hooks)."""
+    """Make every later simulation use the fitted terms (terms, network bandwidth and memory
+    hooks). The network scale multiplies an NCCL calibration already installed."""
     t = {k: float(v) for k, v in params.items() if k in terms.NEUTRAL}
     terms.set_params(t or None)
+    bw = float(params.get("net_bw", 1.0))
+    if bw != 1.0:
+        cur = nccl.calibration()
+        scales = dict(cur["scales"])
+        scales["nic_bw"] = scales.get("nic_bw", 1.0) * bw
+        nccl.set_calibration(scales, cur["profile"])
     fixed = float(params.get("mem_fixed_gib", 0.0))
-    act = float(params.get("mem_act_scale", 1.0))
+    g = float(params.get("mem_scale", 1.0))
+    scales = {"states": g * float(params.get("mem_state_scale", 1.0)),
+              "activations": g * float(params.get("mem_act_scale", 1.0)),
+              "logits": g * float(params.get("mem_logit_scale", 1.0))}
     per_fw = np.zeros(len(specs.FRAMEWORK))
     for k, v in params.items():
         if k.startswith(FW_PREFIX) and k[len(FW_PREFIX):] in specs.FRAMEWORK:
             per_fw[specs.FRAMEWORK.index(k[len(FW_PREFIX):])] = float(v)
-    if fixed != 0.0 or act != 1.0 or per_fw.any():
+    if fixed != 0.0 or any(v != 1.0 for v in scales.values()) or per_fw.any():
         def overhead(b):
             code = frameworks.column(b, "framework").astype(np.int64)
-            return fixed + per_fw[np.clip(code, 0, len(per_fw) - 1)], act
+            return {"fixed_gib": fixed + per_fw[np.clip(code, 0, len(per_fw) - 1)], **scales}
         memory.set_overhead(overhead)
     else:
         memory.set_overhead(None)
 
 
 def uninstall() -> None:
+    from .. import risk
+
     terms.set_params(None)
+    terms.set_interval(None)
+    risk.set_calibrated_sigma(None)
     memory.set_overhead(None)
+    nccl.set_calibration(None)
 
 
 # ---- the runs --------------------------------------------------------------------------------
@@ -170,11 +220,15 @@ class RunData:
     """The usable runs and the white-box arrays every fit re-uses."""
 
     runs: pd.DataFrame
-    parts: np.ndarray        # n x len(terms.GROUPS): raw breakdown group sums, seconds
+    parts: np.ndarray        # n x len(terms.GROUPS) x len(NET_GRID): raw breakdown group sums,
+    #                          seconds, at each network bandwidth scale
     m: np.ndarray            # micro-batches per step
     nodes: np.ndarray
-    reserved: np.ndarray     # n x len(_ACT_GRID): peak reserved GiB at each activation scale
-    device: np.ndarray       # same, device peak (what decides OOM)
+    net_calls: np.ndarray    # collective calls per step that cross nodes
+    span_pp: np.ndarray      # 1 where pipeline neighbours sit on different nodes
+    span_dp: np.ndarray      # 1 where the data-parallel group spans nodes
+    mem_parts: np.ndarray    # n x len(MEM_PARTS): GiB of each scaled memory part at the peak
+    runtime: np.ndarray      # GiB outside the allocator (device peak = reserved + runtime)
     cap: np.ndarray
     t_meas: np.ndarray
     m_meas: np.ndarray
@@ -191,22 +245,32 @@ class RunData:
     def subset(self, idx) -> "RunData":
         idx = np.asarray(idx)
         return RunData(self.runs.iloc[idx], self.parts[idx], self.m[idx], self.nodes[idx],
-                       self.reserved[idx], self.device[idx], self.cap[idx], self.t_meas[idx],
+                       self.net_calls[idx], self.span_pp[idx], self.span_dp[idx],
+                       self.mem_parts[idx], self.runtime[idx],
+                       self.cap[idx], self.t_meas[idx],
                        self.m_meas[idx], self.ok[idx], self.oom[idx], self.framework[idx],
                        self.model[idx], self.cluster[idx])
 
 
-def _simulate_neutral(runs: pd.DataFrame, act_scale: float = 1.0) -> pd.DataFrame:
-    """The white-box model with neutral terms (what the fit multiplies). The caller makes sure
-    no profile is active (sweep calibrate runs in a process that activates none)."""
+def _simulate_neutral(runs: pd.DataFrame, net_bw: float = 1.0) -> pd.DataFrame:
+    """The white-box model with neutral terms (what the fit multiplies), with the fabric
+    columns, its network bandwidth scaled by net_bw. The caller makes sure no profile is active
+    (sweep calibrate runs in a process that activates none)."""
     saved = terms._params
     try:
         terms.set_params(terms.NEUTRAL)
-        memory.set_overhead((lambda b: (0.0, act_scale)) if act_scale != 1.0 else None)
-        return simulate_frame(runs.reset_index(drop=True))
-    finally:
         memory.set_overhead(None)
+        nccl.set_calibration({"nic_bw": net_bw} if net_bw != 1.0 else None)
+        return simulate_frame(runs.reset_index(drop=True), with_fabric=True)
+    finally:
         terms._params = saved
+        nccl.set_calibration(None)
+
+
+def _parts(sim: pd.DataFrame) -> np.ndarray:
+    fab = {k: sim[f"fabric_{k}"].to_numpy(float) for k in terms.FABRIC_KEYS}
+    return terms.raw_parts({c: sim[c].to_numpy(float) for c in sim.columns
+                            if c.startswith("time_")}, fab)
 
 
 def prepare(runs: pd.DataFrame) -> RunData:
@@ -217,7 +281,7 @@ def prepare(runs: pd.DataFrame) -> RunData:
     if len(use) == 0:
         return _empty(skipped)
     try:
-        sims = [_simulate_neutral(use, float(np.exp(a))) for a in _ACT_GRID]
+        base = _simulate_neutral(use)
     except Exception as exc:  # noqa: BLE001 - find the rows by simulating them one by one
         ok_rows = []
         for i in range(len(use)):
@@ -230,8 +294,7 @@ def prepare(runs: pd.DataFrame) -> RunData:
             raise CalibrationError(f"the simulator failed on every run ({exc})") from None
         skipped = pd.concat([skipped, use[use["skip"] != ""]])
         use = use[use["skip"] == ""].reset_index(drop=True)
-        sims = [_simulate_neutral(use, float(np.exp(a))) for a in _ACT_GRID]
-    base = sims[len(_ACT_GRID) // 2]
+        base = _simulate_neutral(use)
     reason = np.where(~base["valid"].to_numpy(bool),
                       "simulator rejects the layout: " + base["invalid_reason"].astype(str), "")
     finite = np.isfinite(base["step_time_s"].to_numpy(float)) & np.isfinite(
@@ -244,15 +307,19 @@ def prepare(runs: pd.DataFrame) -> RunData:
     if len(use) == 0:
         return _empty(skipped)
     base = base[keep].reset_index(drop=True)
-    parts = np.column_stack([sum(base[c].to_numpy(float) for c in cols)
-                             for cols in terms.GROUPS.values()])
-    res = np.column_stack([s.loc[keep, "peak_reserved_gib"].to_numpy(float) for s in sims])
-    dev = np.column_stack([s.loc[keep, "peak_memory_gib"].to_numpy(float) for s in sims])
+    parts = np.stack([_parts(base)] + [_parts(_simulate_neutral(use, float(np.exp(g))))
+                                       for g in NET_GRID[1:]], axis=2)
+    mem = np.column_stack([sum(base[c].to_numpy(float) for c in cols)
+                           for cols in MEM_PARTS.values()])
+    runtime = (base["peak_memory_gib"] - base["peak_reserved_gib"]).to_numpy(float)
     cap = use["gpu"].map(lambda g: catalog.get_gpu(g).hbm_gib).to_numpy(float)
     status = use["status"].to_numpy()
     t = use["measured_step_s"].to_numpy(float)
     return RunData(use, parts, base["num_microbatches"].to_numpy(float),
-                   terms.nodes_of(use["num_gpus"], use["gpus_per_node"]), res, dev, cap,
+                   terms.nodes_of(use["num_gpus"], use["gpus_per_node"]),
+                   base["fabric_net_calls"].to_numpy(float),
+                   base["fabric_span_pp"].to_numpy(float), base["fabric_span_dp"].to_numpy(float),
+                   mem, runtime, cap,
                    np.where(status == "ok", t, np.nan),
                    use["measured_mem_gib"].to_numpy(float), status == "ok", status == "oom",
                    use["framework"].astype(str).to_numpy(), use["label"].astype(str).to_numpy(),
@@ -261,8 +328,9 @@ def prepare(runs: pd.DataFrame) -> RunData:
 
 def _empty(skipped) -> RunData:
     z = np.zeros(0)
-    return RunData(skipped.iloc[0:0], np.zeros((0, len(terms.GROUPS))), z, z,
-                   np.zeros((0, len(_ACT_GRID))), np.zeros((0, len(_ACT_GRID))), z, z, z,
+    return RunData(skipped.iloc[0:0], np.zeros((0, len(terms.GROUPS), len(NET_GRID))), z, z, z,
+                   z, z,
+                   np.zeros((0, len(MEM_PARTS))), z, z, z, z,
                    z.astype(bool), z.astype(bool), z.astype(str), z.astype(str), z, skipped)
 
 
@@ -272,18 +340,29 @@ def values(x: dict) -> dict:
     return {k: (float(np.exp(v)) if spec(k)[0] == "log" else float(v)) for k, v in x.items()}
 
 
+def parts_at(d: RunData, net_bw: float) -> np.ndarray:
+    """The raw group sums at a network bandwidth scale: linear in log scale between the
+    NET_GRID points the runs were simulated at."""
+    g = np.clip(np.log(net_bw), NET_GRID[-1], NET_GRID[0])
+    j = np.interp(-g, -NET_GRID, np.arange(len(NET_GRID)))
+    lo = int(min(np.floor(j), len(NET_GRID) - 2))
+    w = j - lo
+    return d.parts[:, :, lo] * (1 - w) + d.parts[:, :, lo + 1] * w
+
+
 def predict_arrays(d: RunData, params: dict) -> dict:
     """Step time, peak reserved memory and device peak under `params` (model values)."""
-    step = terms.step_time(d.parts, d.m, d.nodes,
-                           {k: v for k, v in params.items() if k in terms.NEUTRAL})
-    la = np.log(params.get("mem_act_scale", 1.0))
-    j = np.interp(la, _ACT_GRID, np.arange(len(_ACT_GRID)))
-    lo = int(min(np.floor(j), len(_ACT_GRID) - 2))
-    w = j - lo
+    step = terms.step_time(parts_at(d, params.get("net_bw", 1.0)), d.m, d.nodes,
+                           {k: v for k, v in params.items() if k in terms.NEUTRAL}, d.net_calls)
+    names, code = np.unique(d.framework, return_inverse=True)
     extra = params.get("mem_fixed_gib", 0.0) + np.array(
-        [params.get(FW_PREFIX + f, 0.0) for f in d.framework])
-    res = d.reserved[:, lo] * (1 - w) + d.reserved[:, lo + 1] * w + extra
-    dev = d.device[:, lo] * (1 - w) + d.device[:, lo + 1] * w + extra
+        [params.get(FW_PREFIX + f, 0.0) for f in names])[code] if len(d) else 0.0
+    # the peak's categories scale linearly (the phase that holds the peak is the white-box
+    # one's: a close approximation while the scales stay near 1)
+    g = params.get("mem_scale", 1.0)
+    scales = np.array([g * params.get(k, 1.0) if k else 1.0 for k in MEM_PARTS])
+    res = d.mem_parts @ scales + extra
+    dev = res + d.runtime
     return {"step_s": step, "mem_gib": res, "device_gib": dev, "fits": dev <= d.cap}
 
 
@@ -366,17 +445,26 @@ def candidates(d: RunData) -> tuple[list, list]:
     if timed.any():
         P = d.parts[timed]
         for j, name in enumerate(terms.GROUPS):
-            if (P[:, j] > 0).any():
+            if (P[:, j, 0] > 0).any():
                 tt.append(name)
+        if (d.net_calls[timed] > 0).any():
+            tt.append("net_bw")
         tt.append("host_step_s")
         if len(np.unique(d.m[timed])) > 1:
             tt.append("host_mb_s")
         if len(np.unique(d.nodes[timed])) > 1:
             tt.append("node_c")
+        if (d.net_calls[timed] > 0).any():
+            tt.append("net_latency_s")
     mm = []
     memrows = np.isfinite(d.m_meas) | d.oom
     if memrows.any():
-        mm = list(MEM_TERMS)
+        j = {k: i for i, k in enumerate(MEM_PARTS)}
+        # the parts' own scales tell parts apart that grow differently with the model: only a
+        # table of several model sizes can show them (on one size they fit that size's mix)
+        sizes = len(np.unique(model_size(d.runs[memrows])))
+        mm = [k for k in MEM_TERMS if k not in j
+              or (sizes > 1 and (d.mem_parts[memrows, j[k]] > 0).any())]
         fws = sorted(set(d.framework[np.isfinite(d.m_meas)]))
         if len(fws) > 1:
             mm += [FW_PREFIX + f for f in fws]
@@ -396,15 +484,47 @@ def groupings(d: RunData) -> dict:
     return out
 
 
+def upward(d: RunData) -> dict:
+    """Folds that look upward, name -> test mask (fit on the rest): fit on the smaller model
+    sizes and predict the largest fitted size; fit on the smaller half of the GPU counts and
+    predict the larger half. What a user needs is the step up, and grouped CV also scores steps
+    down (fit on 3B, predict 1B) that flatter a correction which does not carry upward."""
+    out = {}
+    size = model_size(d.runs)
+    timed = np.isfinite(d.t_meas)
+    sized = timed & np.isfinite(size)
+    if len(np.unique(size[sized])) > 1:
+        out["model size"] = np.isfinite(size) & (size >= size[sized].max())
+    counts = np.unique(d.cluster[timed])
+    if len(counts) > 1:
+        cut = counts[(len(counts) - 1) // 2]
+        out["GPU count"] = d.cluster > cut
+    # a fold must predict timed runs from timed runs
+    return {k: v for k, v in out.items() if (v & timed).any() and (~v & timed).any()}
+
+
+def upward_cannot_show(d: RunData) -> str:
+    """What the upward folds cannot check on this table, in words ('' when both exist)."""
+    up = upward(d)
+    miss = [w for k, w in (("model size", "a larger model (the runs hold one model size)"),
+                           ("GPU count", "more GPUs (the runs hold one GPU count)")) if k not in up]
+    return "; ".join(miss)
+
+
 def cv_predict(d: RunData, free, groups: np.ndarray, max_nfev: int = 60) -> dict:
     """Out-of-fold predictions: each group predicted by a fit on the others."""
     n = len(d)
     out = {"step_s": np.full(n, np.nan), "mem_gib": np.full(n, np.nan),
            "device_gib": np.full(n, np.nan), "fits": np.zeros(n, bool)}
+    groups = np.asarray(groups)
     if not free:
-        return predict_arrays(d, white_box().params)
-    for g in np.unique(groups):
-        test = groups == g
+        p = predict_arrays(d, white_box().params)
+        if groups.dtype == bool:  # an upward fold scores its test runs only
+            p["step_s"] = np.where(groups, p["step_s"], np.nan)
+            p["mem_gib"] = np.where(groups, p["mem_gib"], np.nan)
+        return p
+    tests = [groups] if groups.dtype == bool else [groups == g for g in np.unique(groups)]
+    for test in tests:
         f = fit(d.subset(np.flatnonzero(~test)), free, max_nfev=max_nfev)
         p = predict_arrays(d.subset(np.flatnonzero(test)), f.params)
         for k in out:
@@ -477,14 +597,25 @@ def metrics(d: RunData, pred: dict, out_mask=None) -> dict:
             else float("nan"), "spearman_groups": len(rhos), "by_cluster": by_cluster}
 
 
+def fold_metrics(d: RunData, free, groups, out_mask=None) -> dict:
+    """metrics() of out-of-fold predictions; an upward fold (a boolean test mask) is scored on
+    its test runs alone."""
+    p = cv_predict(d, free, groups)
+    groups = np.asarray(groups)
+    if groups.dtype != bool:
+        return metrics(d, p, out_mask)
+    idx = np.flatnonzero(groups)
+    return metrics(d.subset(idx), {k: v[idx] for k, v in p.items()},
+                   None if out_mask is None else out_mask[idx])
+
+
 def _score(d: RunData, free, folds: dict, kind: str, cache: dict) -> float:
     key = (tuple(sorted(free)), kind)
     if key in cache:
         return cache[key]
     vals = []
     for groups in folds.values():
-        p = cv_predict(d, free, groups)
-        m = metrics(d, p)
+        m = fold_metrics(d, free, groups)
         if kind == "time":
             vals.append(m["step"])
         else:
@@ -495,9 +626,29 @@ def _score(d: RunData, free, folds: dict, kind: str, cache: dict) -> float:
     return s
 
 
+MIN_UP_RUNS = 20  # an upward fold that predicts fewer timed runs is too noisy to select on alone
+
+
+def _upward_decides(d: RunData) -> bool:
+    up = upward(d)
+    timed = np.isfinite(d.t_meas)
+    return bool(up) and all(int((v & timed).sum()) >= MIN_UP_RUNS for v in up.values())
+
+
+def selection_folds(d: RunData) -> dict:
+    """The folds terms are chosen on: the upward ones (a term must help one step up); where an
+    upward fold predicts fewer than MIN_UP_RUNS timed runs (a published table of a dozen runs),
+    the grouped-CV folds too, the error averaged over them."""
+    up = upward(d)
+    if _upward_decides(d):
+        return up
+    return {**{UP + k: v for k, v in up.items()}, **groupings(d)}
+
+
 def select(d: RunData, folds: dict, log=None) -> tuple[list, dict]:
-    """Forward selection of free terms by grouped CV, time and memory terms apart (their
-    residuals do not share parameters): a term is freed only when it lowers the CV error by
+    """Forward selection of free terms on `folds` (selection_folds), time and memory terms
+    apart (their residuals do not share parameters): a term is freed only when it lowers the
+    error by
     MIN_GAIN. Returns (free terms, the trail of scores)."""
     tt, mm = candidates(d)
     cache: dict = {}
@@ -508,6 +659,17 @@ def select(d: RunData, folds: dict, log=None) -> tuple[list, dict]:
         best = _score(d, base if kind == "time" else [], folds, kind, cache)
         trail[f"{kind}: white-box"] = best
         mine: list = []
+        # the whole-allocator factor first: a part's own scale is a correction on top of it,
+        # freed only when it helps beyond it (a part that dominates the fitted models' memory
+        # would otherwise take the common factor and carry it to models where it is small)
+        if kind == "memory" and "mem_scale" in cands:
+            s = _score(d, ["mem_scale"], folds, kind, cache)
+            if log:
+                log(f"  memory: whole-allocator scale mem_scale: CV {100 * s:.2f}% "
+                    f"(now {100 * best:.2f}%)")
+            if s < best - MIN_GAIN:
+                mine, best = ["mem_scale"], s
+                trail["memory: + mem_scale"] = s
         while True:
             trials = [(_score(d, mine + [c], folds, kind, cache), c) for c in cands
                       if c not in mine]
@@ -575,26 +737,41 @@ class Calibration:
     extrapolation: dict | None = None
     rejected_by: str = ""    # why a selected calibration was not kept ("" when kept or none)
     selected: list = field(default_factory=list)  # the terms selection freed, kept or not
+    up_folds: dict = field(default_factory=dict)  # upward folds: name -> test mask
+    up_before: dict = field(default_factory=dict)
+    up_after: dict = field(default_factory=dict)
 
 
 def calibrate(d: RunData, free=None, log=None) -> Calibration:
-    """Select terms by grouped CV (unless `free` is given), fit them on every run, and report
-    grouped-CV metrics of the white-box model and of the calibrated one."""
+    """Select terms on the upward folds (grouped CV where the runs have none; unless `free` is
+    given), fit them on every run, and report the upward and grouped-CV metrics of the
+    white-box model and of the calibrated one. Kept only when no upward fold and no grouping
+    gets worse."""
     if len(d) == 0:
         raise CalibrationError("no usable run")
     folds = groupings(d)
+    up = upward(d)
     trail = {}
     if free is None:
-        free, trail = select(d, folds, log) if folds else ([], {})
+        sel = selection_folds(d)
+        free, trail = select(d, sel, log) if sel else ([], {})
     f = fit(d, free)
     out = outliers(d, predict_arrays(d, f.params))
-    before, after = {}, {}
+    before, after, up_before, up_after = {}, {}, {}, {}
     for name, groups in folds.items():
-        before[name] = metrics(d, cv_predict(d, [], groups), out)
-        after[name] = metrics(d, cv_predict(d, free, groups), out)
+        before[name] = fold_metrics(d, [], groups, out)
+        after[name] = fold_metrics(d, free, groups, out)
+    for name, test in up.items():
+        up_before[name] = fold_metrics(d, [], test, out)
+        up_after[name] = fold_metrics(d, free, test, out)
+    worse_up = any(up_after[k]["step"] > up_before[k]["step"] + 1e-9 for k in up
+                   if np.isfinite(up_after[k]["step"]))
+    # where the upward folds are large enough to select on alone, they alone decide: grouped
+    # CV also scores steps down (fit on 3B, predict 1B) that a user never takes
     worse = any(after[k]["step"] > before[k]["step"] + 1e-9 for k in folds
-                if np.isfinite(after[k]["step"]))
-    rejected_by = "grouped CV" if free and worse else ""
+                if np.isfinite(after[k]["step"])) and not _upward_decides(d)
+    rejected_by = ("the upward check" if free and worse_up else
+                   "grouped CV" if free and worse else "")
     # extrapolating to a larger model: the calibrated model must not be worse than the
     # white-box one size step above the fitted runs (the guard the residual has by falling back)
     ext = None
@@ -609,9 +786,9 @@ def calibrate(d: RunData, free=None, log=None) -> Calibration:
     accepted = bool(free) and not rejected_by
     if not accepted:
         f = Fit([], white_box().x, {})
-        after = before
+        after, up_after = before, up_before
     return Calibration(d, free if accepted else [], f, folds, trail, before, after, out,
-                       accepted, ext, rejected_by, list(free))
+                       accepted, ext, rejected_by, list(free), up, up_before, up_after)
 
 
 def learning_curve(d: RunData, sizes, repeats: int = 5, seed: int = 0) -> pd.DataFrame:
@@ -642,52 +819,130 @@ def learning_curve(d: RunData, sizes, repeats: int = 5, seed: int = 0) -> pd.Dat
 # ---- learned residual (XGBoost), only where grouped CV shows it helps ---------------------------
 def _cols(d: RunData) -> dict:
     r = d.runs
-    return {"num_gpus": r["num_gpus"].to_numpy(float), "gpus_per_node":
-            r["gpus_per_node"].to_numpy(float), "tp": r["tp"].to_numpy(float),
-            "pp": r["pp"].to_numpy(float), "cp": r["cp"].to_numpy(float),
-            "micro_batch": r["micro_batch"].to_numpy(float), "num_microbatches": d.m,
-            "layers": r["layers"].to_numpy(float), "hidden": r["hidden"].to_numpy(float),
-            "seq_len": r["seq_len"].to_numpy(float)}
+    col = lambda k: r[k].to_numpy(float)  # noqa: E731
+    return {"num_gpus": col("num_gpus"), "gpus_per_node": col("gpus_per_node"),
+            "tp": col("tp"), "pp": col("pp"), "cp": col("cp"), "micro_batch": col("micro_batch"),
+            "zero": col("zero"), "seq_len": col("seq_len"), "num_microbatches": d.m,
+            "span_pp": d.span_pp,
+            "span_dp": d.span_dp, "net_calls": d.net_calls}
+
+
+def _features(d: RunData, params: dict) -> np.ndarray:
+    from . import residual
+
+    return residual.features(_cols(d), parts_at(d, params.get("net_bw", 1.0)), params)
 
 
 def _train_residual(d: RunData, params: dict):
-    """Booster on log(measured / calibrated) of the timed runs, and their range."""
+    """Booster on log(measured / calibrated) of the timed runs, and their features' range."""
     from . import residual
 
-    cols = _cols(d)
     timed = np.isfinite(d.t_meas)
     y = np.log(d.t_meas / predict_arrays(d, params)["step_s"])
-    X = residual.features(cols, d.parts, params)
-    return residual.train(X[timed], y[timed]), residual.range_of(
-        {k: v[timed] for k, v in cols.items()})
+    X = _features(d, params)
+    return residual.train(X[timed], y[timed]), residual.range_of(X[timed])
 
 
 def _apply_residual(d: RunData, params: dict, booster, rng) -> tuple[np.ndarray, np.ndarray]:
     from . import residual
 
-    cols = _cols(d)
     base = predict_arrays(d, params)["step_s"]
-    out = residual.outside(cols, rng)
-    r = residual.predict(booster, residual.features(cols, d.parts, params))
-    return base * np.exp(np.where(out, 0.0, r)), out
+    X = _features(d, params)
+    return base * np.exp(residual.predict(booster, X)), residual.outside(X, rng)
+
+
+UP = "upward: "  # residual_cv's names of the upward folds
+TWIN_SPREAD = 1.25  # twins measured further apart than this are listed
+Z90 = 1.2815515655446004  # the standard normal's 90% quantile: intervals are 10%-90%
+
+
+def twins(d: RunData) -> pd.DataFrame:
+    """Configurations run more than once whose measured step times disagree by more than
+    TWIN_SPREAD: listed with every time, never set apart (the table's own noise)."""
+    timed = np.isfinite(d.t_meas)
+    if not timed.any():
+        return pd.DataFrame()
+    r = d.runs.reset_index(drop=True)[timed]
+    t = d.t_meas[timed]
+    key = [c for c in ("label", "framework", "gpu", "num_gpus", "tp", "pp", "cp", "ep", "vpp",
+                       "micro_batch", "zero", "recompute", "sequence_parallel", "seq_len",
+                       "global_batch", "precision") if c in r.columns]
+    g = r.assign(_t=t).groupby(key, dropna=False)
+    rows = []
+    for k, grp in g:
+        if len(grp) > 1 and grp["_t"].max() > TWIN_SPREAD * grp["_t"].min():
+            kk = dict(zip(key, k))
+            rows.append({"ids": ", ".join(grp["id"].astype(str)), "label": kk["label"],
+                         "num_gpus": int(kk["num_gpus"]), "tp": int(kk["tp"]),
+                         "pp": int(kk["pp"]), "spread": grp["_t"].max() / grp["_t"].min(),
+                         "times": " / ".join(f"{x:.3f} s" for x in grp["_t"])})
+    return pd.DataFrame(rows).sort_values("spread", ascending=False) if rows else pd.DataFrame()
+
+
+def interval(cal: Calibration, rcv: dict | None = None) -> dict:
+    """The spread of a calibrated prediction, log units: the out-of-fold residuals' robust
+    sigma (upward folds where the runs have them, grouped CV otherwise; the worst fold), the
+    residual's own gain applied when it is kept, plus the fitted terms' uncertainty (their
+    Jacobian covariance carried to each run's prediction, the median run's). Intervals are
+    prediction x exp(+-Z90 sigma)."""
+    d = cal.data
+    folds = cal.up_folds or cal.folds
+    sig_t, sig_m = [], []
+    for groups in folds.values():
+        p = cv_predict(d, cal.free, groups)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rt = np.log(p["step_s"] / d.t_meas)
+            rm = np.log(p["mem_gib"] / d.m_meas)
+        for r, out in ((rt, sig_t), (rm, sig_m)):
+            r = r[np.isfinite(r)]
+            if len(r) >= 5:
+                out.append(1.4826 * float(np.median(np.abs(r - np.median(r)))))
+    st = max(sig_t) if sig_t else float("nan")
+    st0 = st  # the terms alone: what a row outside the residual's range gets
+    sm = max(sig_m) if sig_m else float("nan")
+    if rcv:
+        gains = [v["with"] / v["without"] for v in rcv.values() if v["without"] > 0]
+        if gains and np.isfinite(st):
+            st *= float(np.clip(np.max(gains), 0.0, 1.0))
+    # the terms' uncertainty: each free parameter moved by one sd, its effect on log step time
+    var_t = np.zeros(len(d))
+    var_m = np.zeros(len(d))
+    base = predict_arrays(d, cal.fit.params)
+    for k, sd in cal.fit.sd.items():
+        if not np.isfinite(sd) or sd <= 0:
+            continue
+        moved = predict_arrays(d, values({**cal.fit.x, k: cal.fit.x[k] + sd}))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            var_t += np.nan_to_num(np.log(moved["step_s"] / base["step_s"])) ** 2
+            var_m += np.nan_to_num(np.log(moved["mem_gib"] / base["mem_gib"])) ** 2
+    pt = float(np.sqrt(np.median(var_t))) if len(d) else 0.0
+    pm = float(np.sqrt(np.median(var_m))) if len(d) else 0.0
+    terms_only = float(np.hypot(st0, pt)) if np.isfinite(st0) else None
+    return {"step_sigma_log": float(np.hypot(st, pt)) if np.isfinite(st) else None,
+            "step_sigma_log_terms": terms_only,
+            "mem_sigma_log": float(np.hypot(sm, pm)) if np.isfinite(sm) else None,
+            "from": "upward folds" if cal.up_folds else "grouped CV", "quantiles": [0.1, 0.9]}
 
 
 def residual_cv(cal: Calibration) -> dict | None:
-    """Grouped-CV step error of the calibrated model with and without the learned residual
-    (trained on each fold's training runs, on their residual after that fold's term fit);
-    None where there are too few timed runs to try."""
+    """Step error of the calibrated model with and without the learned residual (trained on
+    each fold's training runs, on their residual after that fold's term fit), on the upward
+    folds (named UP + fold) and the grouped-CV ones; None where there are too few timed runs
+    to try."""
     from . import residual
 
     d = cal.data
-    if int(np.isfinite(d.t_meas).sum()) < residual.MIN_RUNS or not cal.folds:
+    if int(np.isfinite(d.t_meas).sum()) < residual.MIN_RUNS or not (cal.folds or cal.up_folds):
         return None
     out = {}
-    for name, groups in cal.folds.items():
+    folds = {**{UP + k: v for k, v in cal.up_folds.items()}, **cal.folds}
+    for name, groups in folds.items():
         without = np.full(len(d), np.nan)
         with_r = np.full(len(d), np.nan)
         flagged = 0
-        for g in np.unique(groups):
-            test = groups == g
+        groups = np.asarray(groups)
+        tests = [groups] if groups.dtype == bool else [groups == g for g in np.unique(groups)]
+        for test in tests:
             tr, te = d.subset(np.flatnonzero(~test)), d.subset(np.flatnonzero(test))
             if int(np.isfinite(tr.t_meas).sum()) < residual.MIN_RUNS // 2:
                 continue
@@ -696,15 +951,34 @@ def residual_cv(cal: Calibration) -> dict | None:
             without[test] = predict_arrays(te, p)["step_s"]
             with_r[test], fl = _apply_residual(te, p, booster, rng)
             flagged += int(fl.sum())
-        e0 = metrics(d, {**predict_arrays(d, cal.fit.params), "step_s": without},
-                     cal.outlier_mask)["step"]
-        e1 = metrics(d, {**predict_arrays(d, cal.fit.params), "step_s": with_r},
-                     cal.outlier_mask)["step"]
-        out[name] = {"without": e0, "with": e1, "flagged": flagged}
+        # every timed run counts: the runs the terms leave as outliers are what a residual
+        # is there to learn (a TP group across nodes on a slow network), not noise to set apart
+        e0 = metrics(d, {**predict_arrays(d, cal.fit.params), "step_s": without}
+                     )["step_with_outliers"]
+        e1 = metrics(d, {**predict_arrays(d, cal.fit.params), "step_s": with_r}
+                     )["step_with_outliers"]
+        out[name] = {"without": e0, "with": e1, "flagged": flagged,
+                     "timed": int(np.isfinite(without).sum()),
+                     "all_flagged": bool(flagged) and flagged >= int(np.isfinite(
+                         d.t_meas[groups if groups.dtype == bool else ~np.zeros(len(d), bool)]
+                     ).sum())}
     return out
 
 
 def residual_helps(cv: dict | None) -> bool:
-    """Kept only when it lowers the error on every grouping by MIN_GAIN."""
-    return bool(cv) and all(np.isfinite(v["with"]) and v["with"] < v["without"] - MIN_GAIN
-                            for v in cv.values())
+    """Kept only when it lowers the error on every upward fold by MIN_GAIN and makes no
+    grouping worse; with no upward fold, when it lowers every grouping's error by MIN_GAIN."""
+    if not cv:
+        return False
+    up = {k: v for k, v in cv.items() if k.startswith(UP)}
+    rest = {k: v for k, v in cv.items() if not k.startswith(UP)}
+    ok = lambda v, gain: np.isfinite(v["with"]) and v["with"] < v["without"] - gain  # noqa: E731
+    # an upward fold of a few runs is noise: it gates only with MIN_UP_RUNS timed runs
+    up = {k: v for k, v in up.items() if np.isfinite(v["without"]) and v["timed"] >= MIN_UP_RUNS}
+    if up and len(up) == sum(k.startswith(UP) for k in cv):
+        # every upward fold is large enough: they alone decide (grouped CV scores steps down)
+        return all(ok(v, MIN_GAIN) for v in up.values())
+    if up:
+        return all(ok(v, MIN_GAIN) for v in up.values()) and all(ok(v, -1e-9)
+                                                                   for v in rest.values())
+    return all(ok(v, MIN_GAIN) for v in rest.values())

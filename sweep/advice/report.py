@@ -57,6 +57,7 @@ TIME_PARTS = [  # column, label, colour
     ("time_optimizer", "optimizer", "#72b7b2"),
     ("time_slowdown", "overlap slowdown", "#eeca3b"),
     ("time_host", "host overhead", "#72b7b2"),
+    ("time_latency", "network latency (calls across nodes)", "#9d755d"),
     ("time_nodes", "node-count slowdown", "#ff9da6"),
 ]
 MEM_LABELS = {"mem_weights": "weights", "mem_grads": "gradients", "mem_optimizer": "optimizer",
@@ -313,6 +314,8 @@ def why(best: pd.Series, rot: pd.Series | None, rule: str) -> list[str]:
         "time_slowdown": lambda: "compute slowed by overlapped communication",
         "time_host": lambda: (f"host overhead per micro-batch: {r.get('num_microbatches')} -> "
                               f"{b.get('num_microbatches')} micro-batches"),
+        "time_latency": lambda: f"network calls across nodes: {r['num_gpus']} -> "
+                                f"{b['num_gpus']} GPUs, TP {r['tp']} -> {b['tp']}",
         "time_nodes": lambda: f"node-count slowdown: {r['num_gpus']} -> {b['num_gpus']} GPUs",
     }
     diffs = []

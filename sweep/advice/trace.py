@@ -66,6 +66,7 @@ BREAKDOWN = [  # column, event name, category
     ("time_dp", "DP grad sync (exposed)", "comm_exposed"),
     ("time_optimizer", "optimizer", "optimizer"),
     ("time_host", "host overhead", "host"),
+    ("time_latency", "network latency", "comm_exposed"),
     ("time_nodes", "node-count slowdown", "host"),
 ]
 CONFIG_FIELDS = ("model", "gpu", "num_gpus", "framework", "tp", "pp", "vpp", "cp", "ep", "dp",

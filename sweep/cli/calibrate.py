@@ -281,8 +281,8 @@ def _term_line(name: str, fitted, free: bool) -> str:
     if kind == "log":
         unc = f"+-{100 * (np.exp(sd) - 1):.1f}%" if free and np.isfinite(sd) else ""
         return f"  {name:<26} x{np.exp(x):.3f} {unc:<9} [{state}; prior x1 +-{prior:g} log]"
-    unit = {"host_step_s": " s", "host_mb_s": " s", "node_c": "/doubling"}.get(
-        name, " GiB")
+    unit = {"host_step_s": " s", "host_mb_s": " s", "node_c": "/doubling",
+            "net_latency_s": " s per call across nodes"}.get(name, " GiB")
     unc = f"+-{sd:.3g}" if free and np.isfinite(sd) else ""
     return (f"  {name:<26} {x:+.4g}{unit} {unc:<9} [{state}; prior "
             f"{runs_fit.prior_mean(name):g} +-{prior:g}]")
@@ -290,9 +290,13 @@ def _term_line(name: str, fitted, free: bool) -> str:
 
 def _cv_lines(cal) -> list[str]:
     out = []
-    for name in cal.folds:
-        b, a = cal.cv_before[name], cal.cv_after[name]
-        out.append(f"grouped CV, leave one {name} out (white-box -> calibrated):")
+    folds = [("up", k) for k in cal.up_folds] + [("cv", k) for k in cal.folds]
+    for kind, name in folds:
+        b, a = ((cal.up_before[name], cal.up_after[name]) if kind == "up" else
+                (cal.cv_before[name], cal.cv_after[name]))
+        out.append(f"upward, fit on the smaller {name}s, predict the largest "
+                   "(white-box -> calibrated):" if kind == "up" else
+                   f"grouped CV, leave one {name} out (white-box -> calibrated):")
         out.append(f"  step time median |error| {_pct(b['step'])} -> {_pct(a['step'])} on "
                    f"{b['timed'] - b['outliers']} runs ({b['outliers']} outliers apart; with them "
                    f"{_pct(b['step_with_outliers'])} -> {_pct(a['step_with_outliers'])}); bias "
@@ -421,8 +425,15 @@ def cmd_runs(args) -> int:
     print("grouped CV folds: " + (", ".join(f"leave one {k} out ({len(set(v))} groups)"
                                            for k, v in runs_fit.groupings(train).items())
                                   or "none (fewer than 3 runs)"))
-    print("forward selection (a term is freed when it lowers the grouped-CV error by "
-          f"{100 * runs_fit.MIN_GAIN:.1f} points):")
+    up = runs_fit.upward(train)
+    print("upward folds: " + (", ".join(f"{k} ({int(v.sum())} runs predicted from the others)"
+                                        for k, v in up.items()) or "none"))
+    missing = runs_fit.upward_cannot_show(train)
+    if missing:
+        print(f"  the table cannot show the step to {missing}")
+    print("forward selection (a term is freed when it lowers the "
+          + ("upward" if up else "grouped-CV") + f" error by {100 * runs_fit.MIN_GAIN:.1f} "
+          "points):")
     try:
         cal = runs_fit.calibrate(train, log=print)
     except runs_fit.CalibrationError as exc:
@@ -434,8 +445,11 @@ def cmd_runs(args) -> int:
         print(f"the term{'s' if many else ''} {', '.join(cal.selected)} lower"
               f"{'' if many else 's'} the grouped-CV error but not the error extrapolated to a "
               "larger model: the white-box model is kept")
+    elif cal.rejected_by == "the upward check" or (cal.selected and cal.rejected_by):
+        print(f"the terms {', '.join(cal.selected)} make {cal.rejected_by} worse: the white-box "
+              "model is kept")
     else:
-        print("no term lowered the grouped-CV error: the white-box model is kept")
+        print("no term lowered the error: the white-box model is kept")
     ext = cal.extrapolation
     if ext is not None:
         print(f"extrapolated one model size up (to {ext['size']:.3g} layers x hidden^2; trend of "
@@ -465,6 +479,13 @@ def cmd_runs(args) -> int:
                   f"{full['step_s'][i]:.3f} s")
     else:
         print("outliers no term explains: none")
+    tw = runs_fit.twins(train)
+    if len(tw):
+        print(f"twins that disagree ({len(tw)} configurations run more than once, measured "
+              f"more than {runs_fit.TWIN_SPREAD:.2f}x apart; all kept in the fit): "
+              "measured times")
+        for r in tw.head(15).itertuples():
+            print(f"  {r.ids} ({r.label}, {r.num_gpus} GPUs, tp {r.tp} pp {r.pp}): {r.times}")
     rcv = runs_fit.residual_cv(cal)
     keep_residual = runs_fit.residual_helps(rcv)
     if rcv is None:
@@ -473,11 +494,18 @@ def cmd_runs(args) -> int:
               "runs)")
     else:
         for k, v in rcv.items():
-            print(f"learned residual (XGBoost), grouped CV leave one {k} out: median |step "
+            where = (f"{k[len(runs_fit.UP):]} upward" if k.startswith(runs_fit.UP)
+                     else f"grouped CV leave one {k} out")
+            note = (" -- every test run is outside its range: this fold tests its edge"
+                    if v.get("all_flagged") else "")
+            print(f"learned residual (XGBoost, scale-free features), {where}: median |step "
                   f"error| {_pct(v['without'])} -> {_pct(v['with'])} ({v['flagged']} runs "
-                  "outside the training range fell back to the terms)")
-        print("  kept: it lowers the error on every grouping" if keep_residual else
-              "  not kept: it does not lower the error on every grouping")
+                  f"outside the training range, flagged){note}")
+        print("  kept: it lowers the upward error" if keep_residual else
+              "  not kept: it does not lower the upward error, or it makes a grouping worse")
+    booster = rng = None
+    if keep_residual:
+        booster, rng = runs_fit._train_residual(train, cal.fit.params)
     summary = {"set": args.name or path.stem, "fit_rows": len(train),
                "held_rows": 0 if held is None else len(held)}
     for k in cal.folds:
@@ -487,6 +515,9 @@ def cmd_runs(args) -> int:
     if held is not None and len(held):
         before = runs_fit.predict_arrays(held, runs_fit.white_box().params)
         held_pred_all = runs_fit.predict_arrays(held, cal.fit.params)
+        if keep_residual:  # what the profile predicts: the terms and the residual
+            held_pred_all["step_s"] = runs_fit._apply_residual(held, cal.fit.params, booster,
+                                                               rng)[0]
         held_pred = held_pred_all["step_s"]
         e0 = runs_fit.metrics(held, before)
         e1 = runs_fit.metrics(held, held_pred_all)
@@ -532,10 +563,6 @@ def cmd_runs(args) -> int:
             files.append("runs/residual.json")
         return files
 
-    booster = rng = None
-    if keep_residual:
-        booster, rng = runs_fit._train_residual(train, cal.fit.params)
-
     info = {"terms": cal.fit.params, "free": cal.free,
             "sd": {k: float(v) for k, v in cal.fit.sd.items()}, "accepted": cal.accepted,
             "rows": int(len(train)), "skipped": {k: int(v) for k, v in skipped.items()},
@@ -543,6 +570,7 @@ def cmd_runs(args) -> int:
             "selection": {"rows": args.rows, "fit": args.fit, "failed_as": args.failed_as},
             "cv_before": cv_before, "cv_after": cv_after, "cv_step_error": worst,
             "selection_trail": cal.trail, "outliers": int(cal.outlier_mask.sum()),
+            "interval": runs_fit.interval(cal, rcv if keep_residual else None),
             "residual_cv": rcv, "selected": cal.selected, "rejected_by": cal.rejected_by,
             "size_extrapolation": cal.extrapolation}
     if keep_residual:
