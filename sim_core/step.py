@@ -214,10 +214,15 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     }
     # per-term scales, host overhead and node-count growth (sim_core/terms.py: the default
     # model's values, or a run calibration's)
-    # the bubble's seconds of exposed TP/CP/EP communication: scaled with the communication
-    fab = fabric(b, wl, np.where(p > 1, (p - 1) / v * (tp_exposed + cp_exposed + ep_exposed),
-                                 0.0))
     learned = terms.residual()
+    # the fabric flags only matter to fitted terms, a learned residual or a caller that asks
+    # (the default model's terms are neutral: it skips them and keeps its speed)
+    if with_fabric or learned is not None or terms.active():
+        # the bubble's seconds of exposed TP/CP/EP communication: scaled with the communication
+        fab = fabric(b, wl, np.where(p > 1, (p - 1) / v * (tp_exposed + cp_exposed
+                                                           + ep_exposed), 0.0))
+    else:
+        fab = terms.no_fabric(m)
     raw = terms.raw_parts(breakdown, fab) if learned is not None else None
     breakdown = terms.apply(breakdown, m, terms.nodes_of(b.num_gpus, b.gpus_per_node),
                             fabric=fab)

@@ -100,6 +100,11 @@ def set_params(params: dict | None) -> None:
     _params = {**DEFAULT, **{k: float(v) for k, v in params.items()}}
 
 
+def active() -> bool:
+    """Whether fitted terms are installed (the default model's are neutral)."""
+    return _params is not None and _params != NEUTRAL
+
+
 def current() -> dict:
     return dict(_params) if _params is not None else dict(DEFAULT)
 
