@@ -29,3 +29,23 @@ def test_skipped_rows_say_why():
     assert (skipped["skip"].str.len() > 5).all()
     # the 115 rows of shared/calibration plus the rows we added, each with its source
     assert len(data) >= 115 and (data["source"].str.len() > 10).all()
+
+
+def test_no_held_out_figure_is_worse_than_its_baseline(tmp_path):
+    """The held-out guard (`python -m sim_core.accuracy.fit --check`, issue 36): every dense
+    family's leave-one-source-out median, the pooled dense one and the MoE leave-one-model-out
+    one stay within the 90% bootstrap interval of data/loso_baseline.csv. The guard itself
+    fails a figure pushed above its interval."""
+    from sim_core.accuracy import fit
+
+    now = fit.held_out_figures()
+    table, ok = fit.check(now)
+    assert ok, table[table["worse"]].to_string()
+    assert set(table.index) == set(now["figure"]) and len(table) == 7
+    worse = now.copy()
+    worse.loc[worse["figure"] == "moe: all", "median_abs_err"] = table.loc[
+        "moe: all", "before_ci90_hi"] + 0.01
+    table, ok = fit.check(worse)
+    assert not ok and list(table.index[table["worse"]]) == ["moe: all"]
+    fit.write_baseline(now, tmp_path / "b.csv")
+    assert fit.check(now.iloc[1:], tmp_path / "b.csv")[1] is False  # a figure went missing

@@ -139,6 +139,31 @@ def test_validate_prints_signed_median_by_sequence_and_model_size(capsys):
     assert b["model size (total parameters)"]["n"].sum() == table["step_error"].notna().sum()
 
 
+def test_validate_buckets_are_also_split_by_gpu(capsys):
+    """Each bucket is also printed per GPU: the rows of a (bucket, GPU) pair are exactly the
+    rows of that GPU in that bucket, the counts add up to the bucket's, and a bucket holding
+    two GPUs whose errors differ gets two different signed medians."""
+    from sim_core.accuracy import published, validation
+
+    assert main(["validate"]) == 0
+    out = capsys.readouterr().out
+    assert "by sequence length, by GPU (signed median" in out
+    assert "by model size (total parameters), by GPU" in out
+    table = validation.validate()
+    b = published.bucket_medians(table)
+    split = b["sequence length, by GPU"]
+    whole = b["sequence length"].set_index("bucket")
+    sums = split.groupby("bucket")["n"].sum()
+    assert (sums == whole.loc[sums.index, "n"]).all() and sums.sum() == whole["n"].sum()
+    two = split[split["bucket"] == "2k"].set_index("gpu")
+    assert {"a100-80gb", "h100-sxm"} <= set(two.index)
+    t = table[table["step_error"].notna()]
+    sel = t[(t["seq_len"] >= 1536) & (t["seq_len"] < 3072) & (t["gpu"] == "h100-sxm")]
+    assert two.loc["h100-sxm", "n"] == len(sel)
+    assert two.loc["h100-sxm", "signed_median"] == sel["step_error"].median()
+    assert two.loc["a100-80gb", "signed_median"] != two.loc["h100-sxm", "signed_median"]
+
+
 def test_stated_run_fields_override_defaults_and_bad_values_are_skipped_with_the_reason(
         tmp_path):
     """Optional columns named after run fields (validation.STATED_FIELDS): a 700 W H100 SXM

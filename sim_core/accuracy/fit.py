@@ -4,6 +4,14 @@ and cross-validate them leave-one-source-out.
     python -m sim_core.accuracy.fit            # fit on all dense A100/H100 rows, then LOSO by family
     python -m sim_core.accuracy.fit --moe      # the grouped-GEMM efficiency on the H100 MoE rows
     python -m sim_core.accuracy.fit --kernels  # the kernel-curve shapes on measured kernel tables
+    python -m sim_core.accuracy.fit --check    # only the held-out guard below (exit 1 if worse)
+
+The guard (`check`): the held-out (leave-one-source-out) median of every dense family, of all
+dense rows pooled and of the MoE rows (leave-one-model-out) is compared with the stored
+baseline (data/loso_baseline.csv); a figure above its baseline's 90% bootstrap interval fails,
+and `fit`, `fit --moe` and `fit --check` then exit non-zero. A change that moves a held-out
+figure inside the interval passes; `--write-baseline` stores the current figures, and refuses
+while the guard fails.
 
 Only the constants in FITTED are touched; everything else (peaks, bandwidths, byte counts,
 NCCL parameters) stays at its documented value. The fit minimises the mean absolute log error
@@ -46,6 +54,8 @@ FA2_BWD_RATIO = 0.96
 # overlap are modelled (sim_core/moe.py), not fitted.
 # One value for both dtypes ("bf16+fp8"): the FP8 quantisation pass is priced separately
 # (fp8_cast_bytes), so what remains is the grouped kernel's own efficiency.
+# The shipped value (0.65) is not this fit's 0.55: that refit made the held-out MoE set worse
+# (issue 36; catalogs/efficiency.yaml says how much), so it does not ship.
 FITTED_MOE = {
     (90, "grouped_gemm", "bf16+fp8"): np.round(np.arange(0.20, 1.001, 0.05), 3),
 }
@@ -160,7 +170,7 @@ def _fmt(values: dict) -> str:
     return "\n".join(f"  {a}/{k}{'/' + s if s else ''}: {v}" for (a, k, s), v in values.items())
 
 
-def main_moe() -> None:
+def main_moe() -> int:
     rows = moe_rows()
     rows = rows.assign(model_id=rows["model"])
     print(f"fitting {list(FITTED_MOE)} on the declared subset: {len(rows)} H100 MoE rows "
@@ -180,6 +190,7 @@ def main_moe() -> None:
     e = pd.concat(held)
     print(f"all {len(e)} held-out rows: median |err| {e.abs().median():.3f}, "
           f"max {e.abs().max():.3f}, bias {e.median():+.3f}")
+    return _guard(held_out_figures())
 
 
 # =============================================================================================
@@ -649,13 +660,15 @@ def main_kernels() -> None:
                   f"{len(e)} layers")
 
 
-def main() -> None:
+def main() -> int | None:
     import sys
 
     if "--moe" in sys.argv:
         return main_moe()
     if "--kernels" in sys.argv:
         return main_kernels()
+    if "--check" in sys.argv or "--write-baseline" in sys.argv:
+        return main_check()
     rows = dense_rows()
     print(f"fitting on {len(rows)} dense A100/H100 rows, families: "
           + ", ".join(f"{f} ({n})" for f, n in rows["family"].value_counts().items()))
@@ -670,8 +683,96 @@ def main() -> None:
     print(_fmt(vals))
     print("\nleave-one-source-out (fit without the family, error on it; median_ci90: the 90% "
           "bootstrap interval of the median over the family's rows):")
-    print(leave_one_source_out(rows).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    held: list = []
+    dense = leave_one_source_out(rows, per_row=held)
+    print(dense.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    return _guard(held_out_figures(dense, held, rows=rows))
+
+
+# =============================================================================================
+# The held-out guard: no refit or model change ships that makes a held-out figure worse.
+# =============================================================================================
+def baseline_path():
+    from importlib import resources
+
+    return resources.files("sim_core").joinpath("data/loso_baseline.csv")
+
+
+def held_out_figures(dense: pd.DataFrame | None = None, dense_rows_err: list | None = None,
+                     rows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Every held-out figure the guard watches, with its 90% bootstrap interval: each dense
+    source family refit without it ('dense: FAMILY'), all those held-out rows pooled ('dense:
+    all'), and the MoE rows, the grouped-GEMM constant refit without each model ('moe: all').
+    `dense` / `dense_rows_err` reuse a leave_one_source_out already run."""
+    if dense is None:
+        dense_rows_err = []
+        dense = leave_one_source_out(rows if rows is not None else dense_rows(),
+                                     per_row=dense_rows_err)
+    out = [{"figure": f"dense: {r.held_out}", "rows": r.rows, "median_abs_err":
+            r.median_abs_err, "ci90_lo": r.median_ci90_lo, "ci90_hi": r.median_ci90_hi,
+            "bias": r.bias} for r in dense.itertuples()]
+    groups = [("dense: all", pd.concat(dense_rows_err))]
+    moe = moe_rows()
+    per_model: list = []
+    leave_one_source_out(moe.assign(model_id=moe["model"]), by="model_id", params=FITTED_MOE,
+                         per_row=per_model)
+    groups.append(("moe: all", pd.concat(per_model)))
+    for name, e in groups:
+        lo, hi = median_interval(e)
+        out.append({"figure": name, "rows": len(e), "median_abs_err": e.abs().median(),
+                    "ci90_lo": lo, "ci90_hi": hi, "bias": e.median()})
+    return pd.DataFrame(out)
+
+
+def check(now: pd.DataFrame | None = None, baseline=None) -> tuple[pd.DataFrame, bool]:
+    """Compare the held-out figures with the stored baseline: (table, ok). A figure fails when
+    its median |error| is above the baseline's 90% bootstrap interval (worse beyond what the
+    family's row sampling explains) or when it is missing."""
+    now = held_out_figures() if now is None else now
+    base = pd.read_csv(baseline or baseline_path()).set_index("figure")
+    cur = now.set_index("figure")
+    table = pd.DataFrame({
+        "before": base["median_abs_err"], "before_ci90_lo": base["ci90_lo"],
+        "before_ci90_hi": base["ci90_hi"], "after": cur["median_abs_err"].reindex(base.index),
+        "after_bias": cur["bias"].reindex(base.index)})
+    table["worse"] = ~(table["after"] <= table["before_ci90_hi"])
+    return table, not table["worse"].any()
+
+
+def _guard(now: pd.DataFrame) -> int:
+    table, ok = check(now)
+    print("\nheld-out guard (data/loso_baseline.csv): median |err| before -> after; a figure "
+          "fails above its baseline's 90% interval")
+    print(table.to_string(float_format=lambda x: f"{x:.3f}"))
+    print("guard: " + ("passed" if ok else "FAILED: " + ", ".join(table.index[table["worse"]])))
+    return 0 if ok else 1
+
+
+def write_baseline(now: pd.DataFrame | None = None, path=None) -> None:
+    """Store the current held-out figures as the guard's baseline."""
+    now = held_out_figures() if now is None else now
+    cols = ["figure", "rows", "median_abs_err", "ci90_lo", "ci90_hi", "bias"]
+    now[cols].to_csv(path or baseline_path(), index=False, float_format="%.4f")
+
+
+def main_check() -> int:
+    import sys
+
+    now = held_out_figures()
+    if "--write-baseline" in sys.argv and not baseline_path().is_file():
+        write_baseline(now)  # the first baseline: nothing to compare with
+        print(now.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        print(f"wrote {baseline_path()}")
+        return 0
+    code = _guard(now)
+    if "--write-baseline" in sys.argv:
+        if code:
+            print("baseline not written: the guard fails")
+            return code
+        write_baseline(now)
+        print(f"wrote {baseline_path()}")
+    return code
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

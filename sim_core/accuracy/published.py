@@ -61,22 +61,34 @@ def _bucket(values: pd.Series, buckets) -> pd.Series:
 
 
 def bucket_medians(table: pd.DataFrame) -> dict:
-    """{'sequence length': frame, 'model size': frame}: signed median step-time error
+    """{'sequence length': frame, 'model size (total parameters)': frame, and the same two
+    split by GPU ('sequence length, by GPU', ...)}: signed median step-time error
     (predicted / measured - 1; + = predicted too slow), median |error| and n per bucket, in
-    bucket order; the buckets users sweep, where a bias at the edges shows."""
+    bucket order; the buckets users sweep, where a bias at the edges shows. The GPU split
+    has one row per (bucket, GPU), so that a trend on one GPU is not hidden by another's rows
+    in the same bucket."""
     t = table[table["step_error"].notna()]
     out = {}
+    split = {}
     for title, col, buckets in (("sequence length", "seq_len", SEQ_BUCKETS),
                                 ("model size (total parameters)", "params_b", SIZE_BUCKETS)):
         key = _bucket(t[col].astype(float), buckets)
-        rows = []
+        rows, by_gpu = [], []
         for _, _, name in list(buckets) + [(0, 0, "unknown")]:
-            e = t.loc[key == name, "step_error"]
-            if len(e):
-                rows.append({"bucket": name, "n": len(e), "signed_median": e.median(),
-                             "median_abs_err": e.abs().median()})
+            sel = t[key == name]
+            if len(sel):
+                rows.append(_bucket_row(name, sel["step_error"]))
+            for gpu, g in sel.groupby("gpu", sort=True):
+                by_gpu.append({"gpu": gpu, **_bucket_row(name, g["step_error"])})
         out[title] = pd.DataFrame(rows)
-    return out
+        split[f"{title}, by GPU"] = pd.DataFrame(
+            by_gpu, columns=["gpu", "bucket", "n", "signed_median", "median_abs_err"])
+    return {**out, **split}
+
+
+def _bucket_row(name: str, e: pd.Series) -> dict:
+    return {"bucket": name, "n": len(e), "signed_median": e.median(),
+            "median_abs_err": e.abs().median()}
 
 
 def spearman(a: pd.Series, b: pd.Series) -> float:
