@@ -206,6 +206,17 @@ def test_a_profile_gives_intervals_and_its_memory_spread_sets_the_oom_risk(tmp_p
     again = simulate_frame(frame)
     assert "step_time_hi_s" not in again.columns
     assert again["step_time_s"].iat[0] == off["step_time_s"].iat[0]
+    run = tmp_path / "run.yaml"
+    run.write_text(
+        "model: {layers: 28, hidden: 3072, heads: 32, kv_heads: 32, ffn: 8192, vocab: 131072,"
+        " activation: swiglu}\nseq_len: 4096\nglobal_batch: 256\nprecision: bf16\n"
+        "framework: nanotron\ncluster: {gpu: h100-sxm, num_gpus: 64, gpus_per_node: 8}\n"
+        "parallel: {tp: 2, pp: 2, micro_batch: 1, recompute: none, zero: 1}\n")
+    capsys.readouterr()
+    assert main(["simulate", str(run), "--profile", "nano"]) == 0
+    assert "(10-90%: " in capsys.readouterr().out
+    assert main(["simulate", str(run)]) == 0
+    assert "10-90%" not in capsys.readouterr().out
 
 
 def test_recommend_ranks_by_the_90_percent_quantile_where_rows_carry_one():

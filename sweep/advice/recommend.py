@@ -64,19 +64,23 @@ def load_run(run_dir: str | Path, columns: list[str] | None = None,
 # What choosing a configuration reads of every row that fits; the rows shown and exported
 # are read again in full (read_full).
 SELECT_COLUMNS = ["config_id", "status", "model", "seq_len", "global_batch", "step_time_s",
-                  "step_time_lo_s", "step_time_hi_s",
                   "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "oom_risk", "price_per_hour",
                   "gpu_hours_per_step", "cost_per_step_usd", "cost_per_mtok_usd", "cost_usd",
                   "goodput", "interruptions_per_day", *CONFIG_COLS]
 
 
+# read too where the results carry them: a run calibration's 10-90% step-time interval
+OPTIONAL_COLUMNS = ["step_time_lo_s", "step_time_hi_s"]
+READ_COLUMNS = SELECT_COLUMNS + OPTIONAL_COLUMNS
+
+
 def load_fits(run_dir: str | Path, c: "Constraints | None" = None,
-              columns: list[str] | None = SELECT_COLUMNS) -> tuple[pd.DataFrame, dict]:
+              columns: list[str] | None = READ_COLUMNS) -> tuple[pd.DataFrame, dict]:
     """The rows that fit (status ok), with the columns a recommendation compares."""
     return load_run(run_dir, columns=columns, filters={"status": "ok"})
 
 
-def fit_chunks(run_dir: str | Path, columns: list[str] | None = SELECT_COLUMNS):
+def fit_chunks(run_dir: str | Path, columns: list[str] | None = READ_COLUMNS):
     """(chunks, metadata): chunks(near) yields the rows that fit in pieces, with the columns a
     recommendation compares (`recommend_chunks` says what `near` is), so that the memory of a
     recommendation does not grow with the results. Every row that fits is read (the count of

@@ -37,13 +37,13 @@ from ..errors import SweepError
 from . import export
 from .baseline import rule_of_thumb, short
 from .frontier import failure_frontier, frontier
-from .recommend import (SELECT_COLUMNS, Constraints, derive, feasible, has_goodput, load_run,
+from .recommend import (OPTIONAL_COLUMNS, SELECT_COLUMNS, Constraints, derive, feasible, has_goodput, load_run,
                         objective_column, recommend, reprice)
 
 # What the report reads of every row that fits (choice, frontier, heatmap, rule of thumb, the
 # points' sample); the rows it shows are read again with every column
 # instance: the frontier groups points by instance type (missing in older results: skipped)
-REPORT_COLUMNS = [*SELECT_COLUMNS, "gpus_per_node", "ckpt_interval_min", "instance"]
+REPORT_COLUMNS = [*SELECT_COLUMNS, *OPTIONAL_COLUMNS, "gpus_per_node", "ckpt_interval_min", "instance"]
 
 TIME_PARTS = [  # column, label, colour
     ("time_compute", "compute", "#4c78a8"),
@@ -403,6 +403,12 @@ def top_rows(top: pd.DataFrame, labels: list[str], tokens) -> tuple[list[str], l
              "OOM risk", "free GiB", "$/Mtok"]
     cols = ["step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_memory_gib", "oom_risk",
             "headroom_gib", "cost_per_mtok_usd"]
+    if "step_time_hi_s" in top.columns and top["step_time_hi_s"].notna().any():
+        # a run calibration's 10-90% interval of the step time, next to it
+        heads.insert(5, "step 10-90% s")
+        cols.insert(1, "step_interval")
+        top = top.assign(step_interval=[f"{a:.3f}-{b:.3f}" for a, b in
+                                        zip(top["step_time_lo_s"], top["step_time_hi_s"])])
     if tokens:
         heads += ["days", "total $"]
         cols += ["days", "total_cost_usd"]

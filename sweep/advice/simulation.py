@@ -48,7 +48,7 @@ def report_of(row_df, space) -> dict:
                    if (c in space.fixed or c in profile_fields() or c == "num_gpus")
                    and c != "config_id"]
     out = {k: row.get(k) for k in (
-        "status", "step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
+        "status", "step_time_s", "step_time_lo_s", "step_time_hi_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_gib",
         "peak_reserved_gib", "peak_allocated_gib", "oom_risk", "fits", "dp", "num_microbatches",
         "cost_per_step_usd", "cost_per_mtok_usd", "gpu_hours_per_step", "price_per_hour")}
     out["fits"] = bool(out["fits"])
@@ -100,7 +100,11 @@ def _simulate_text(rep: dict) -> str:
              f"ep {c.get('ep')} vpp {c.get('vpp')} mb {c.get('micro_batch')} "
              f"recompute {c.get('recompute')} zero {c.get('zero')}",
              ""]
-    rows = [("step time", f"{rep['step_time_s']:.3f} s"),
+    lo, hi = rep.get("step_time_lo_s"), rep.get("step_time_hi_s")
+    interval = (f"  (10-90%: {lo:.3f}-{hi:.3f} s, the calibration profile's spread)"
+                if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+                else "")
+    rows = [("step time", f"{rep['step_time_s']:.3f} s" + interval),
             ("tokens/s per GPU", f"{rep['tokens_per_s_per_gpu']:,.0f}"),
             ("MFU", f"{rep['mfu']:.1%}"),
             ("HFU", f"{rep['hfu']:.1%}" if rep.get("hfu") is not None else "-"),
