@@ -215,6 +215,7 @@ def test_a_profile_gives_intervals_and_its_memory_spread_sets_the_oom_risk(tmp_p
     capsys.readouterr()
     assert main(["simulate", str(run), "--profile", "nano"]) == 0
     assert "(10-90%: " in capsys.readouterr().out
+    profiles.deactivate()  # a command line process ends here
     assert main(["simulate", str(run)]) == 0
     assert "10-90%" not in capsys.readouterr().out
 
