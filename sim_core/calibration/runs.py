@@ -981,4 +981,4 @@ def residual_helps(cv: dict | None) -> bool:
     if up:
         return all(ok(v, MIN_GAIN) for v in up.values()) and all(ok(v, -1e-9)
                                                                    for v in rest.values())
-    return all(ok(v, MIN_GAIN) for v in rest.values())
+    return bool(rest) and all(ok(v, MIN_GAIN) for v in rest.values())
