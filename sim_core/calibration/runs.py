@@ -1,33 +1,37 @@
 """A user's own training runs -> the terms the step time is built from, fitted with priors and
-kept only where grouped cross-validation says they help.
+kept only where they help one step up: on larger models and more GPUs than the runs fitted.
 
 Why terms and not kernel efficiencies: on a cluster and framework the white-box model has not
 seen, what differs is whole parts of the step (exposed communication, the bubble, host overhead
 per micro-batch, a slowdown that grows with the node count), and one GEMM efficiency or one link
 bandwidth cannot express them (issue 24). The parameters (PARAMS):
 
-* a scale per breakdown group of sim_core/terms.py: compute (+ recompute), exposed TP/CP/EP
-  communication, pipeline transfers + bubble, exposed DP/FSDP communication, optimizer,
-  overlap slowdown (log scales, prior 1);
+* a scale per breakdown group of sim_core/terms.py, communication by fabric tier (a group
+  inside a node, one that spans nodes: issue 35): compute (+ recompute), exposed TP/CP/EP,
+  pipeline transfers + bubble, exposed DP/FSDP, optimizer, overlap slowdown (log, prior 1);
+* `net_bw`: the network's bandwidth, re-priced by the simulator at NET_GRID and interpolated;
+  `net_latency_s`: seconds per collective call that crosses nodes;
 * host overhead per step and per micro-batch, in seconds (prior 0: the default model's);
 * `node_c`: step * (1 + c log2(nodes)), the form of comm_scaling in docs/calibration.md;
-* memory: a fixed GiB, a per-token activation scale and, where the runs hold several
+* memory: one factor on all the allocator holds, a fixed GiB, corrections per part (states,
+  activations, loss buffers; with two model sizes or more) and, where the runs hold several
   frameworks with memory, a fixed GiB per framework (its buffers).
 
-Every parameter has a Gaussian prior around the default model's value. The simulator runs once
-per table (the breakdown is linear in the time terms; the peak is tabulated over the
-activation scale), so fitting and cross-validation re-use those arrays. Residuals:
-log(predicted / measured) step time and peak memory over NOISE; an OOM run bounds the
-predicted device peak from below, a run that ran from above. The loss is robust (soft L1), and
-runs no term explains are listed as outliers and counted apart.
+Every parameter has a Gaussian prior around the default model's value and physical bounds. The
+simulator runs once per table and network bandwidth (the breakdown is linear in the other
+terms, the peak in the memory parts), so fitting and cross-validation re-use those arrays.
+Residuals: log(predicted / measured) step time and peak memory over NOISE; an OOM run bounds the
+predicted device peak from below, a run that ran from above. The loss is robust (soft L1); runs
+no term explains are listed as outliers after the fit, twins that disagree with every time.
 
-Model selection: forward selection of terms by grouped cross-validation (leave one model out,
-leave one cluster size out); a term is freed only when it lowers the CV error, otherwise it
-stays at its prior mean, so the calibrated model is never worse than the white-box on grouped
-CV (with no term freed it IS the white-box). Grouped CV cannot see above the largest fitted
-model, so a calibration is also kept only when its step error, extrapolated one model-size step
-above the fitted runs from the trend over the largest fitted sizes (`size_extrapolation`), is no
-worse than the white-box model's.
+Model selection: forward selection on the upward folds (fit on the smaller model sizes, predict
+the largest; fit on the smaller GPU counts, predict the larger), joined by grouped CV where an
+upward fold is small; a term is freed only when it lowers that error, otherwise it stays at its
+prior mean, and the calibration is kept only when no deciding fold gets worse (with no term
+freed it IS the white-box). With three model sizes or more its step error extrapolated one size
+up (`size_extrapolation`) must also be no worse than the white-box model's. A learned residual
+on scale-free features (residual.py) is judged the same way; `interval` gives the spread every
+calibrated prediction carries.
 
 Input: the published-runs CSV format (sim_core/data/published_runs.csv, its README) with an
 optional `status` column: ok | oom | failed. `failed` is an unknown cause and is left out unless
