@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import frameworks, goodput, memory, risk, rules, step, workload
+from . import distinct, frameworks, goodput, memory, risk, rules, step, workload
 from .columns import Batch, frame_to_batch
 
 # fields replaced by 1 in invalid rows so that the arithmetic stays finite
@@ -36,7 +36,8 @@ def simulate(b: Batch, profile=None) -> dict:
     valid, reason = rules.check(b)
     s = _safe(b, valid)
     with np.errstate(divide="ignore", invalid="ignore"):
-        wl = workload.build(s)
+        # without ops: the compute model builds and prices them once per distinct input
+        wl = workload.build(s, ops=not distinct.enabled())
         times = step.compose(s, wl, profile)
         mem = memory.estimate(s, wl)
         step_t = times["step_time_s"]

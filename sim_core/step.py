@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import compute, moe, nccl, overlap, terms
+from . import compute, distinct, moe, nccl, overlap, terms
 from .columns import Batch
 from .workload import Workload
 
@@ -53,16 +53,28 @@ def comm_times(b: Batch, wl: Workload, profile=None, skip=()) -> list[tuple]:
     """(Comm, seconds per call) for every communication kind in the workload (but `skip`'s
     dimensions)."""
     net = network(b)
+    # the fabric of every row as one code, so that each collective below is estimated once per
+    # distinct (bytes, group, nodes, fabric) and broadcast back (sim_core.distinct)
+    factor = distinct.enabled() and len(b) >= distinct.MIN_ROWS
+    if factor:
+        net_first, fabric = distinct.rows(list(net.values()))
     out = []
     for cm in wl.comms:
         if cm.dim in skip:
             continue
-        code = np.full(cm.group.shape, COLL_CODE[cm.op])
-        group = np.maximum(cm.group, 1.0)
-        res = nccl.collective_time(code, cm.nbytes, group.astype(np.int64),
-                                   np.maximum(cm.nodes, 1.0).astype(np.int64), net,
-                                   profile=profile)
-        per_call = np.where(cm.calls_per_step > 0, res["time_s"], 0.0)
+        group = np.maximum(cm.group, 1.0).astype(np.int64)
+        nodes = np.maximum(cm.nodes, 1.0).astype(np.int64)
+        if factor:
+            first, inv = distinct.rows([cm.nbytes, group, nodes, fabric])
+            rows_net = {k: v[net_first[fabric[first]]] for k, v in net.items()}
+            res = nccl.collective_time(np.full(first.shape, COLL_CODE[cm.op]), cm.nbytes[first],
+                                       group[first], nodes[first], rows_net, profile=profile)
+            time_s = res["time_s"][inv]
+        else:
+            code = np.full(cm.group.shape, COLL_CODE[cm.op])
+            time_s = nccl.collective_time(code, cm.nbytes, group, nodes, net,
+                                          profile=profile)["time_s"]
+        per_call = np.where(cm.calls_per_step > 0, time_s, 0.0)
         out.append((cm, per_call))
     return out
 

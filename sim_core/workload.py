@@ -209,25 +209,30 @@ def param_counts(b: Batch, dims: dict | None = None) -> tuple[np.ndarray, np.nda
     return total, active
 
 
-def build(b: Batch) -> Workload:
+def _layout(b: Batch) -> dict:
+    """What both the ops and the rest of the workload derive first from a configuration."""
     d = model_dims(b)
-    h, a = d["h"], d["a"]
     t, p, c, v = b.tp, b.pp, b.cp, b.vpp
-    e = b.ep
     etp = np.where(b.etp > 0, b.etp, t)
-    s = b.seq_len
-    dp = np.where(b.dp > 0, b.dp, b.num_gpus / (t * p * c))
-    m = b.global_batch / (dp * b.micro_batch)
-    T = b.micro_batch * s / c
+    T = b.micro_batch * b.seq_len / c
     sp = b.sequence_parallel & (t > 1)
     # layers on the busiest pipeline rank: uneven splits give some chunks one layer more
     L_stage = np.ceil(b.layers / (p * v)) * v
     moe_frac = d["n_moe_layers"] / b.layers  # share of layers that are MoE
+    load = expert_load_factor(b)  # slowest EP rank's load / balanced load (>= 1)
+    return dict(d=d, etp=etp, T=T, sp=sp, L_stage=L_stage, moe_frac=moe_frac, load=load)
+
+
+def _ops(b: Batch, lay: dict) -> list:
+    """The ops of one micro-batch on one GPU (layer, first and last stage)."""
+    d, etp, T, sp = lay["d"], lay["etp"], lay["T"], lay["sp"]
+    L_stage, moe_frac, load = lay["L_stage"], lay["moe_frac"], lay["load"]
+    h, a = d["h"], d["a"]
+    t, e, s = b.tp, b.ep, b.seq_len
 
     # ---- GEMMs of one (average) layer, forward, per GPU --------------------------------------
     # attention projections and dense MLPs see all T tokens; a MoE layer's routed experts see
     # only the tokens routed to them, so their GEMMs are smaller (grouped GEMM over local experts)
-    load = expert_load_factor(b)  # slowest EP rank's load / balanced load (>= 1)
     # rows of one local expert's GEMM: each EP rank dispatches T*top_k copies (split over the
     # tp ranks unless experts are tensor-parallel too: etp) spread over all experts
     tok_expert = np.maximum(T * b.top_k * e * etp / (np.maximum(b.experts, 1) * t), 1.0) * load
@@ -277,6 +282,31 @@ def build(b: Batch) -> Workload:
     ops.append(Op("embedding", "elementwise", 0 * T, 0 * T, 0 * T, 3 * ACT_BYTES * T * h,
                   3 * ACT_BYTES * T * h, where="first_stage"))
 
+    return ops
+
+
+def op_workload(b: Batch) -> Workload:
+    """The part of the workload the compute model prices (ops, tokens, layers per stage, MoE
+    load, model dims), without what depends on the data-parallel size or the batch: the
+    compute model evaluates it once per distinct (model, sequence, tp, cp, micro-batch, ...)."""
+    lay = _layout(b)
+    return Workload(tokens=lay["T"], layers_per_stage=lay["L_stage"], num_microbatches=None,
+                    dp=None, ops=_ops(b, lay), moe_load=lay["load"], dims=lay["d"])
+
+
+def build(b: Batch, ops: bool = True) -> Workload:
+    """The workload of every configuration. ops False leaves `ops` None: compute.stage_times
+    then builds them itself, once per distinct input of the compute model (sim_core.distinct)."""
+    lay = _layout(b)
+    d, etp, T, sp = lay["d"], lay["etp"], lay["T"], lay["sp"]
+    L_stage, moe_frac, load = lay["L_stage"], lay["moe_frac"], lay["load"]
+    h, a = d["h"], d["a"]
+    t, p, c = b.tp, b.pp, b.cp
+    e = b.ep
+    s = b.seq_len
+    dp = np.where(b.dp > 0, b.dp, b.num_gpus / (t * p * c))
+    m = b.global_batch / (dp * b.micro_batch)
+
     # ---- parameters per GPU ------------------------------------------------------------------
     norms = 2 * h
     dense_layer_gpu = d["attn_params"] / t + d["mlp_params"] / t + norms
@@ -297,7 +327,8 @@ def build(b: Batch) -> Workload:
     nonembed_active = active - b.vocab * h * np.where(b.tied_embeddings, 1.0, 2.0) - h
     model_flops = tokens_step * (6 * (nonembed_active + b.vocab * h) + attn_flops_token)
 
-    wl = Workload(tokens=T, layers_per_stage=L_stage, num_microbatches=m, dp=dp, ops=ops,
+    wl = Workload(tokens=T, layers_per_stage=L_stage, num_microbatches=m, dp=dp,
+                  ops=_ops(b, lay) if ops else None,
                   params_layer=params_layer, params_stage=params_stage, params_embed=params_embed,
                   params_total=total, params_active=active, model_flops_per_step=model_flops,
                   expert_fraction=expert_fraction, moe_load=load, dims=d)
