@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from . import distinct, frameworks, goodput, memory, risk, rules, step, workload
+from .arrays import select
 from .columns import Batch, frame_to_batch
 
 # fields replaced by 1 in invalid rows so that the arithmetic stays finite
@@ -23,10 +24,10 @@ def _safe(b: Batch, valid: np.ndarray) -> Batch:
         return b
     s = Batch(b)
     for f in _SAFE_FIELDS:
-        s[f] = np.where(valid, b[f], 1.0 if f != "dp" else 0.0)
+        s[f] = select(valid, b[f], 1.0 if f != "dp" else 0.0)
     # num_gpus must match the stand-in world size
-    s["num_gpus"] = np.where(valid, b.num_gpus, 1.0)
-    s["global_batch"] = np.where(valid, b.global_batch, 1.0)
+    s["num_gpus"] = select(valid, b.num_gpus, 1.0)
+    s["global_batch"] = select(valid, b.global_batch, 1.0)
     s["sequence_parallel"] = np.where(valid, b.sequence_parallel, False)
     return s
 
@@ -67,13 +68,16 @@ def simulate(b: Batch, profile=None) -> dict:
         "params_per_gpu": wl.params_stage,
         "moe_load_factor": wl.moe_load,
     }
+    # blank the invalid rows: x * 1 is x exactly (x * NaN is NaN), and a product is cheaper
+    # than a select on a scattered mask
+    keep = np.where(valid, 1.0, np.nan)
     for k, v in out.items():
         if k in ("valid", "invalid_reason"):
             continue
         if k == "fits":
             out[k] = np.where(valid, v, False)
         else:
-            out[k] = np.where(valid, np.asarray(v, dtype=np.float64), np.nan)
+            out[k] = np.asarray(v, dtype=np.float64) * keep
     return out
 
 

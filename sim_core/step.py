@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import compute, distinct, moe, nccl, overlap, terms
+from .arrays import select
 from .columns import Batch
 from .workload import Workload
 
@@ -59,13 +60,17 @@ def comm_times(b: Batch, wl: Workload, profile=None, skip=()) -> list[tuple]:
     if factor:
         net_first, fabric = distinct.rows(list(net.values()))
     out = []
+    seen = {}  # several collectives share their bytes, group and nodes arrays (TP's, DP's)
     for cm in wl.comms:
         if cm.dim in skip:
             continue
         group = np.maximum(cm.group, 1.0).astype(np.int64)
         nodes = np.maximum(cm.nodes, 1.0).astype(np.int64)
         if factor:
-            first, inv = distinct.rows([cm.nbytes, group, nodes, fabric])
+            same = (id(cm.nbytes), id(cm.group), id(cm.nodes))
+            if same not in seen:
+                seen[same] = distinct.rows([cm.nbytes, group, nodes, fabric])
+            first, inv = seen[same]
             rows_net = {k: v[net_first[fabric[first]]] for k, v in net.items()}
             res = nccl.collective_time(np.full(first.shape, COLL_CODE[cm.op]), cm.nbytes[first],
                                        group[first], nodes[first], rows_net, profile=profile)
@@ -74,7 +79,7 @@ def comm_times(b: Batch, wl: Workload, profile=None, skip=()) -> list[tuple]:
             code = np.full(cm.group.shape, COLL_CODE[cm.op])
             time_s = nccl.collective_time(code, cm.nbytes, group, nodes, net,
                                           profile=profile)["time_s"]
-        per_call = np.where(cm.calls_per_step > 0, time_s, 0.0)
+        per_call = select(cm.calls_per_step > 0, time_s, 0.0)
         out.append((cm, per_call))
     return out
 
@@ -97,14 +102,15 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     for cm, per_call in comm_times(b, wl, profile, skip=("ep",)):
         total = per_call * cm.calls_per_step
         bigger = (cm.calls_per_step > 0) & (cm.nbytes > msg[cm.dim])
-        msg[cm.dim] = np.where(bigger, cm.nbytes, msg[cm.dim])
-        grp[cm.dim] = np.where(bigger, cm.group, grp[cm.dim])
+        msg[cm.dim] = select(bigger, cm.nbytes, msg[cm.dim])
+        grp[cm.dim] = select(bigger, cm.group, grp[cm.dim])
         if cm.dim == "dp":
             z3 = b.zero >= 2
             if cm.overlap in dp_parts:
                 # ZeRO-2/3 issue their collectives every micro-batch: count them per micro-batch
-                dp_per_mb[cm.overlap] += np.where(z3 & (cm.calls_per_step >= m), total / m, 0.0)
-                dp_parts[cm.overlap] += np.where(z3 & (cm.calls_per_step >= m), 0.0, total)
+                each = z3 & (cm.calls_per_step >= m)
+                dp_per_mb[cm.overlap] += select(each, total / m, 0.0)
+                dp_parts[cm.overlap] += select(each, 0.0, total)
         elif cm.dim == "tp" and cm.overlap == "none":
             tp_edge += total / m
         elif cm.dim == "cp" and cm.overlap == "none":
@@ -122,8 +128,8 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
                                                   "all_gather", msg["tp"], grp["tp"])
     tp_exp_ov = tp_exp_ov + per_mb["tp"] / np.maximum(t, 2)
     ov = b.tp_comm_overlap
-    tp_exposed = np.where(ov, tp_exp_ov, per_mb["tp"]) + tp_edge
-    slow = np.where(ov, tp_extra, 0.0)
+    tp_exposed = select(ov, tp_exp_ov, per_mb["tp"]) + tp_edge
+    slow = select(ov, tp_extra, 0.0)
     # CP: the ring exchange of K/V blocks overlaps the attention of the block in hand
     cp_exposed, cp_extra = overlap.overlap_with(per_mb["cp"], attn_window, arch, "attention",
                                                   "cp", "send_recv", msg["cp"], grp["cp"])
@@ -133,7 +139,10 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
     # 1F1B schedule hide it (moe.exposed)
     n_moe = wl.layers_per_stage * wl.dims["n_moe_layers"] / b.layers
     moe_frac = wl.dims["n_moe_layers"] / b.layers
-    d_times = moe.dispatch_times(b, wl.tokens / t, wl.moe_load, network(b), profile)
+    d_times = distinct.on_distinct(
+        "moe.dispatch_times", b, lambda sb: moe.dispatch_times(
+            sb, sb.micro_batch * sb.seq_len / sb.cp / sb.tp, moe.expert_load_factor(sb),
+            network(sb), profile))
     mlp_f, mlp_b = st["layer_moe_mlp_fwd"], st["layer_moe_mlp_bwd"]
     mlp_w = st["layer_moe_mlp_wgrad"]
     moe_parts = {"attn_f": (lay_fwd - mlp_f) * moe_frac, "attn_b": (lay_bwd - mlp_b) * moe_frac,
