@@ -10,7 +10,10 @@ line per case and finally `configs_per_second: N` for the dense case.
 --against REV measures this checkout and revision REV in one run, on the same batch: REV's
 tree is exported (git archive) to a temporary folder, and this script times each side in its
 own child process (the same seed, the same batch; only `sim_core` differs), alternating
---rounds times. It prints both rates (the best of each side), their ratio and the load average.
+--rounds times. It prints both rates (the best of each side), their ratio and the load average,
+twice: as shipped (this checkout's sim_core sets glibc's malloc thresholds on import,
+sim_core.arrays.keep_freed_memory; older ones do not), and with the same thresholds given to
+both sides through the environment, the code's own ratio.
 """
 
 from __future__ import annotations
@@ -76,8 +79,16 @@ def measure(n: int, repeats: int) -> dict:
     return rates
 
 
-def _child(tree: Path, n: int, repeats: int) -> dict:
+# glibc's malloc settings that sim_core.arrays.keep_freed_memory applies in-process since
+# issue 37, as environment variables: --against also times both sides with them, so that one
+# ratio is the code's alone
+SAME_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
+def _child(tree: Path, n: int, repeats: int, same_allocator: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
+    if same_allocator:
+        env.update(SAME_ALLOCATOR)
     out = subprocess.run([sys.executable, __file__, "--child", "--n", str(n), "--repeats",
                           str(repeats)], env=env, check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -88,26 +99,33 @@ def against(rev: str, n: int, repeats: int, rounds: int) -> None:
                          capture_output=True, text=True).stdout.strip()
     here = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
                           capture_output=True, text=True).stdout.strip()
-    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"({os.cpu_count()} CPUs)")
+    modes = (("as shipped", False), ("same allocator", True))
+    best: dict = {(side, m): {} for side in ("this", "rev") for m, _ in modes}
     with tempfile.TemporaryDirectory(prefix="core-throughput-") as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha, "sim_core"],
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        best: dict = {"this": {}, "rev": {}}
         for r in range(rounds):
-            for side, tree in (("rev", Path(tmp)), ("this", ROOT)):
-                rates = _child(tree, n, repeats)
-                print(f"round {r + 1} {side:>4}: " + ", ".join(
-                    f"{k} {v:,.0f}/s" for k, v in rates.items()), flush=True)
-                for k, v in rates.items():
-                    best[side][k] = max(best[side].get(k, 0.0), v)
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
-    for k in best["this"]:
-        a, b = best["this"][k], best["rev"].get(k, float("nan"))
-        print(f"{k}: this ({here}) {a:,.0f} configurations/s, {sha} {b:,.0f}, "
-              f"ratio {a / b:.2f} (n={n}, best of {rounds} rounds x {repeats} repeats)")
-    print(f"configs_per_second: {best['this']['dense']:.0f}")
-    print(f"ratio_vs_{sha}: {best['this']['dense'] / best['rev']['dense']:.2f}")
+            for mode, same in modes:
+                for side, tree in (("rev", Path(tmp)), ("this", ROOT)):
+                    rates = _child(tree, n, repeats, same)
+                    print(f"round {r + 1} {side:>4} ({mode}): " + ", ".join(
+                        f"{k} {v:,.0f}/s" for k, v in rates.items()), flush=True)
+                    for k, v in rates.items():
+                        best[side, mode][k] = max(best[side, mode].get(k, 0.0), v)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for mode, _ in modes:
+        for k, a in best["this", mode].items():
+            b = best["rev", mode].get(k, float("nan"))
+            print(f"{mode}, {k}: this ({here}) {a:,.0f} configurations/s, {sha} {b:,.0f}, "
+                  f"ratio {a / b:.2f}")
+    print(f"(n={n}, best of {rounds} rounds x {repeats} repeats, one core each)")
+    print(f"configs_per_second: {best['this', 'as shipped']['dense']:.0f}")
+    for mode, _ in modes:
+        ratio = best["this", mode]["dense"] / best["rev", mode]["dense"]
+        print(f"ratio_vs_{sha} ({mode}): {ratio:.2f}")
 
 
 def main() -> None:

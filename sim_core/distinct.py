@@ -56,6 +56,38 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int64).view(np.uint64)
 
 
+def _constant(a: np.ndarray) -> bool:
+    """Every element has the same bits as the first (remembered within a `scope`)."""
+    memo = _scope.get("constant")
+    if memo is not None and id(a) in memo and memo[id(a)][0] is a:
+        return memo[id(a)][1]
+    if a.dtype == bool:
+        same = bool(a.all() or not a.any())
+    else:
+        x = _bits(a)
+        same = bool((x == x[0]).all())
+    if memo is not None:
+        memo[id(a)] = (a, same)  # the reference keeps the id from being reused
+    return same
+
+
+_scope: dict = {}
+
+
+@contextlib.contextmanager
+def scope():
+    """Within the block, arrays are taken not to change in place (simulate's inputs): which
+    columns are constant is found once per array, not once per part that keys on it."""
+    outer = _scope.get("constant")
+    if outer is None:
+        _scope["constant"] = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _scope.pop("constant", None)
+
+
 def rows(columns) -> tuple[np.ndarray, np.ndarray]:
     """(index of one representative row per distinct tuple, each row's tuple number) for
     equal-length 1-d arrays: `columns[j][first][inverse]` equals `columns[j]` bit for bit.
@@ -64,7 +96,7 @@ def rows(columns) -> tuple[np.ndarray, np.ndarray]:
     n = cols[0].size if cols else 0
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    bits = [x for x in (_bits(c) for c in cols) if not (x == x[0]).all()]
+    bits = [_bits(c) for c in cols if not _constant(c)]
     if not bits:
         return np.zeros(1, dtype=np.int64), np.zeros(n, dtype=np.int64)
     if len(bits) == 1:
@@ -124,8 +156,9 @@ def on_distinct(name: str, b: Batch, fn, seed=()) -> dict:
         return fn(b)
     key = _keys.setdefault(name, set(seed))
     while True:
-        cols = sorted(k for k in key if k in b and np.ndim(b[k]) == 1)
-        first, inverse = rows([b[k] for k in cols])
+        # (dict's own lookups: a recording batch handed in hears only what fn reads, below)
+        cols = sorted(k for k in key if k in b and np.ndim(dict.__getitem__(b, k)) == 1)
+        first, inverse = rows([dict.__getitem__(b, k) for k in cols])
         sub = Recorder(take(b, first))
         outer, Recorder._reads = Recorder._reads, set()
         try:
@@ -136,11 +169,16 @@ def on_distinct(name: str, b: Batch, fn, seed=()) -> dict:
         if read <= key:
             break
         key |= read
+    for k in sorted(read):  # what fn read, read from the batch handed in (it may record too)
+        b.get(k)
     return {k: broadcast(v, inverse, len(first)) for k, v in out.items()}
 
 
 def broadcast(v, inverse: np.ndarray, k: int):
     """A part's output on the distinct rows, back on every row (scalars stay scalars)."""
     if np.ndim(v) == 1 and len(v) == k:
-        return np.asarray(v)[inverse]
+        v = np.asarray(v)
+        if k == 1 or (v.dtype.kind in "fiub" and _constant(v)):  # one value: fill, not gather
+            return np.full(len(inverse), v[0], dtype=v.dtype)
+        return v[inverse]
     return v

@@ -12,8 +12,11 @@ import numpy as np
 import pandas as pd
 
 from . import distinct, frameworks, goodput, memory, risk, rules, step, workload
-from .arrays import select
+from .arrays import keep_freed_memory, select
 from .columns import Batch, frame_to_batch
+
+# the simulator's temporaries reuse freed heap instead of faulting fresh pages (arrays.py)
+keep_freed_memory()
 
 # fields replaced by 1 in invalid rows so that the arithmetic stays finite
 _SAFE_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "dp")
@@ -34,6 +37,11 @@ def _safe(b: Batch, valid: np.ndarray) -> Batch:
 
 def simulate(b: Batch, profile=None) -> dict:
     """Predict step time, breakdown and memory for every configuration in the batch."""
+    with distinct.scope():
+        return _simulate(b, profile)
+
+
+def _simulate(b: Batch, profile) -> dict:
     valid, reason = rules.check(b)
     s = _safe(b, valid)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -64,6 +64,9 @@ def comm_times(b: Batch, wl: Workload, profile=None, skip=()) -> list[tuple]:
     for cm in wl.comms:
         if cm.dim in skip:
             continue
+        if not np.any(cm.calls_per_step > 0):  # issued by no configuration of the batch
+            out.append((cm, np.zeros(np.shape(cm.calls_per_step))))
+            continue
         group = np.maximum(cm.group, 1.0).astype(np.int64)
         nodes = np.maximum(cm.nodes, 1.0).astype(np.int64)
         if factor:
@@ -143,14 +146,19 @@ def compose(b: Batch, wl: Workload, profile=None) -> dict:
         "moe.dispatch_times", b, lambda sb: moe.dispatch_times(
             sb, sb.micro_batch * sb.seq_len / sb.cp / sb.tp, moe.expert_load_factor(sb),
             network(sb), profile))
-    mlp_f, mlp_b = st["layer_moe_mlp_fwd"], st["layer_moe_mlp_bwd"]
-    mlp_w = st["layer_moe_mlp_wgrad"]
-    moe_parts = {"attn_f": (lay_fwd - mlp_f) * moe_frac, "attn_b": (lay_bwd - mlp_b) * moe_frac,
-                 "mlp_f": mlp_f, "mlp_dgrad": mlp_b - mlp_w, "mlp_wgrad": mlp_w,
-                 "shared_f": st["layer_shared_fwd"], "shared_b": st["layer_shared_bwd"]}
-    # a full recompute, or the MoE-layer recompute module, replays dispatch and combine
-    replay = (b.recompute == 2) | ((b.recompute == 0) & (b.moe_recompute == moe.MOE_LAYER))
-    ep_exposed, ep_extra = moe.exposed(b, d_times, moe_parts, n_moe, m, replay)
+    if (any(np.any(v != 0) for v in d_times.values()) or np.any(b.moe_a2a_overlap)
+            or np.any(b.moe_shared_expert_overlap)):
+        mlp_f, mlp_b = st["layer_moe_mlp_fwd"], st["layer_moe_mlp_bwd"]
+        mlp_w = st["layer_moe_mlp_wgrad"]
+        moe_parts = {"attn_f": (lay_fwd - mlp_f) * moe_frac,
+                     "attn_b": (lay_bwd - mlp_b) * moe_frac,
+                     "mlp_f": mlp_f, "mlp_dgrad": mlp_b - mlp_w, "mlp_wgrad": mlp_w,
+                     "shared_f": st["layer_shared_fwd"], "shared_b": st["layer_shared_bwd"]}
+        # a full recompute, or the MoE-layer recompute module, replays dispatch and combine
+        replay = (b.recompute == 2) | ((b.recompute == 0) & (b.moe_recompute == moe.MOE_LAYER))
+        ep_exposed, ep_extra = moe.exposed(b, d_times, moe_parts, n_moe, m, replay)
+    else:  # no EP transfer and no EP overlap in the batch (dense models): nothing to expose
+        ep_exposed = ep_extra = np.zeros_like(m)
     slow = slow + ep_extra
     # ZeRO-2/3: per micro-batch gradient reduce-scatter behind backward, parameter all-gather
     # behind forward (prefetch); the first layer's gather cannot be hidden
