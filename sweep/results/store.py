@@ -295,7 +295,7 @@ def scan_results(path: str | Path, columns: list[str] | None = None,
         # the allocator, which decides whether freed memory goes back)
         for batch in dataset.to_batches(columns=plan["scan"], filter=plan["expr"],
                                         batch_size=batch_rows, batch_readahead=1,
-                                        fragment_readahead=1):
+                                        fragment_readahead=1, use_threads=False):
             if not batch.num_rows:
                 continue
             held.append(batch)
