@@ -157,3 +157,17 @@ def test_published_runs_predictions_unchanged(monkeypatch):
     with distinct.direct():
         ref = simulate_frame(both)
     assert_same_frames(ref, got)
+
+
+def test_select_is_np_where_bit_for_bit():
+    from sim_core.arrays import select
+
+    rng = np.random.default_rng(5)
+    n = 5000
+    a, b = rng.random(n), rng.random(n)
+    a[::7], b[::11], a[::13] = np.nan, -0.0, np.inf
+    for mask in (rng.random(n) < 0.5, np.zeros(n, bool), np.ones(n, bool)):
+        for x, y in ((a, b), (a, 0.0), (0.0, b), (a, -0.0), (3.0, b), (a, np.nan), (2.0, 5.0)):
+            want, got = np.where(mask, x, y), select(mask, x, y)
+            assert got.dtype == np.float64 and got.shape == (n,)
+            assert np.array_equal(want.view(np.uint64), got.view(np.uint64)), (x, y)
