@@ -5,21 +5,35 @@ Builds a batch of N random dense (and MoE) configurations as numeric arrays, the
 line per case and finally `configs_per_second: N` for the dense case.
 
     python benchmarks/core_throughput.py [--n 200000] [--repeats 5]
+    python benchmarks/core_throughput.py --against dc2a035 [--rounds 3]
+
+--against REV measures this checkout and revision REV in one run, on the same batch: REV's
+tree is exported (git archive) to a temporary folder, and this script times each side in its
+own child process (the same seed, the same batch; only `sim_core` differs), alternating
+--rounds times. It prints both rates (the best of each side), their ratio and the load average,
+twice: as shipped (this checkout's sim_core sets glibc's malloc thresholds on import,
+sim_core.arrays.keep_freed_memory; older ones do not), and with the same thresholds given to
+both sides through the environment, the code's own ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core: numpy must not spread out
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sim_core.columns import frame_to_batch  # noqa: E402
-from sim_core.simulate import simulate  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+CASES = [("dense", "gpt3-175b", "h100-sxm", False), ("moe", "mixtral-8x7b", "h100-sxm", True)]
 
 
 def random_frame(n: int, model: str, gpu: str, rng: np.random.Generator, moe: bool) -> pd.DataFrame:
@@ -38,6 +52,8 @@ def random_frame(n: int, model: str, gpu: str, rng: np.random.Generator, moe: bo
 
 
 def bench(batch, repeats: int) -> float:
+    from sim_core.simulate import simulate
+
     simulate(batch)  # warm-up (catalog caches, imports)
     best = float("inf")
     for _ in range(repeats):
@@ -47,22 +63,90 @@ def bench(batch, repeats: int) -> float:
     return len(batch) / best
 
 
+def measure(n: int, repeats: int) -> dict:
+    """{case: configurations/s} on the sim_core this process imports."""
+    from sim_core.columns import frame_to_batch
+
+    rng = np.random.default_rng(0)
+    rates = {}
+    for label, model, gpu, moe in CASES:
+        try:
+            batch = frame_to_batch(random_frame(n, model, gpu, rng, moe))
+        except ValueError as exc:  # e.g. a model missing from the catalog
+            print(f"{label}: skipped ({exc})", file=sys.stderr)
+            continue
+        rates[label] = bench(batch, repeats)
+    return rates
+
+
+# glibc's malloc settings that sim_core.arrays.keep_freed_memory applies in-process since
+# issue 37, as environment variables: --against also times both sides with them, so that one
+# ratio is the code's alone
+SAME_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
+def _child(tree: Path, n: int, repeats: int, same_allocator: bool = False) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
+    if same_allocator:
+        env.update(SAME_ALLOCATOR)
+    out = subprocess.run([sys.executable, __file__, "--child", "--n", str(n), "--repeats",
+                          str(repeats)], env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def against(rev: str, n: int, repeats: int, rounds: int) -> None:
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    here = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                          capture_output=True, text=True).stdout.strip()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"({os.cpu_count()} CPUs)")
+    modes = (("as shipped", False), ("same allocator", True))
+    best: dict = {(side, m): {} for side in ("this", "rev") for m, _ in modes}
+    with tempfile.TemporaryDirectory(prefix="core-throughput-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha, "sim_core"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        for r in range(rounds):
+            for mode, same in modes:
+                for side, tree in (("rev", Path(tmp)), ("this", ROOT)):
+                    rates = _child(tree, n, repeats, same)
+                    print(f"round {r + 1} {side:>4} ({mode}): " + ", ".join(
+                        f"{k} {v:,.0f}/s" for k, v in rates.items()), flush=True)
+                    for k, v in rates.items():
+                        best[side, mode][k] = max(best[side, mode].get(k, 0.0), v)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for mode, _ in modes:
+        for k, a in best["this", mode].items():
+            b = best["rev", mode].get(k, float("nan"))
+            print(f"{mode}, {k}: this ({here}) {a:,.0f} configurations/s, {sha} {b:,.0f}, "
+                  f"ratio {a / b:.2f}")
+    print(f"(n={n}, best of {rounds} rounds x {repeats} repeats, one core each)")
+    print(f"configs_per_second: {best['this', 'as shipped']['dense']:.0f}")
+    for mode, _ in modes:
+        ratio = best["this", mode]["dense"] / best["rev", mode]["dense"]
+        print(f"ratio_vs_{sha} ({mode}): {ratio:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--against", metavar="REV", help="also time git revision REV, alternating")
+    ap.add_argument("--rounds", type=int, default=3, help="alternations with --against")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    rng = np.random.default_rng(0)
-    cases = [("dense", "gpt3-175b", "h100-sxm", False), ("moe", "mixtral-8x7b", "h100-sxm", True)]
-    rates = {}
-    for label, model, gpu, moe in cases:
-        try:
-            batch = frame_to_batch(random_frame(args.n, model, gpu, rng, moe))
-        except ValueError as exc:  # e.g. a model missing from the catalog
-            print(f"{label}: skipped ({exc})")
-            continue
-        rates[label] = bench(batch, args.repeats)
-        print(f"{label}: {rates[label]:,.0f} configurations/s on one core (n={args.n})")
+    if args.against:
+        against(args.against, args.n, args.repeats, args.rounds)
+        return
+    if str(ROOT) not in sys.path and not os.environ.get("PYTHONPATH"):
+        sys.path.insert(0, str(ROOT))
+    rates = measure(args.n, args.repeats)
+    if args.child:
+        print(json.dumps(rates))
+        return
+    for label, rate in rates.items():
+        print(f"{label}: {rate:,.0f} configurations/s on one core (n={args.n})")
     print(f"configs_per_second: {rates['dense']:.0f}")
 
 

@@ -12,6 +12,8 @@ prints configurations/s, the driver's peak RSS and the bytes per result row on d
 --no-prune: search.prune false (every valid configuration simulated and stored).
 --single: one objective (step_time) instead of step_time and cost, so that the time bound
 prunes too (it applies to single-objective searches).
+--space FILE: a space file instead (e.g. search_spaces/llama3.1-405b-billion.yaml, 1.06e9
+candidates); --progress shows the search's progress bar on stderr while it runs.
 The load average is printed before and after: other work on the machine slows the run.
 """
 
@@ -65,7 +67,7 @@ def space_doc(scale: int = 1, prune: bool = True, single: bool = False) -> dict:
     }
 
 
-def child(doc: dict, out: str, workers: int | None) -> None:
+def child(doc: dict, out: str, workers: int | None, progress: bool = False) -> None:
     """The driver: `sweep search` as the command line runs it (search, summary, recommendation);
     prints a JSON line with the seconds and the peak RSS of this process."""
     import yaml
@@ -74,7 +76,8 @@ def child(doc: dict, out: str, workers: int | None) -> None:
 
     space_file = Path(out).parent / (Path(out).name + ".yaml")
     space_file.write_text(yaml.safe_dump(doc, sort_keys=False))
-    argv = ["search", str(space_file), "--out", out, "--fresh", "--no-progress"]
+    argv = ["search", str(space_file), "--out", out, "--fresh"] + ([] if progress else
+                                                                  ["--no-progress"])
     if workers:
         argv += ["--workers", str(workers)]
     t0 = time.perf_counter()
@@ -195,13 +198,23 @@ def main(argv=None) -> int:
                     help="1 vs 2 workers on a quarter of the space; project N workers")
     ap.add_argument("--no-prune", action="store_true", help="search.prune: false")
     ap.add_argument("--single", action="store_true", help="one objective: step_time")
+    ap.add_argument("--space", help="a space file instead of the generated 405B space")
+    ap.add_argument("--progress", action="store_true", help="show the progress bar (stderr)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--gpus", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--sizes", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     global PRUNE
     PRUNE = not args.no_prune
-    doc = space_doc(args.scale, PRUNE, args.single)
+    if args.space:
+        import yaml
+
+        doc = yaml.safe_load(Path(args.space).read_text())
+        doc.setdefault("search", {}).setdefault("prune", PRUNE)
+        if args.single:
+            doc["search"]["objectives"] = ["step_time"]
+    else:
+        doc = space_doc(args.scale, PRUNE, args.single)
     if args.gpus:
         doc["space"]["gpu"] = GPUS[: args.gpus]
     if args.sizes:
@@ -214,20 +227,23 @@ def main(argv=None) -> int:
             if not args.keep and not args.out:
                 shutil.rmtree(out, ignore_errors=True)
     if args.child:
-        child(doc, args.child, args.workers)
+        child(doc, args.child, args.workers, args.progress)
         return 0
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="search_scale-"))
     cmd = [sys.executable, __file__, "--scale", str(args.scale), "--child", str(out)]
+    cmd += (["--space", args.space] if args.space else []) + (
+        ["--progress"] if args.progress else [])
     cmd += ([] if PRUNE else ["--no-prune"]) + (["--single"] if args.single else [])
     load_before = os.getloadavg()
     if args.workers:
         cmd += ["--workers", str(args.workers)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True,
+                          stderr=None if args.progress else subprocess.PIPE)
     wall = time.perf_counter() - t0
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        sys.stderr.write(proc.stdout[-4000:] + (proc.stderr or "")[-4000:])
         return 1
     r = json.loads(line[len("RESULT "):])
     from sweep.config import parse_space
@@ -239,7 +255,8 @@ def main(argv=None) -> int:
     rows = r["rows"] = _rows(out)
     load_after = os.getloadavg()
     c = r["counts"]
-    print(f"space: {r['candidates']:,} candidates, 12 axes (scale {args.scale}), "
+    what = args.space or f"scale {args.scale}"
+    print(f"space: {r['candidates']:,} candidates, {len(doc['space'])} axes ({what}), "
           f"pruning {'on' if PRUNE else 'off'}, objectives {doc['search']['objectives']}")
     print("counts: " + ", ".join(f"{k} {v:,}" for k, v in c.items()))
     print(f"simulated: {c['simulated']:,}; pruned by bound: {c.get('pruned', 0):,} (memory "

@@ -84,10 +84,14 @@ def _factorize(values) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(uniq, dtype=object), np.asarray(codes).astype(np.int64)
 
 
-def _categorical_codes(name: str, values) -> np.ndarray:
-    """Positions of lower-cased values in CATEGORICAL[name] (a one-line error for another)."""
+def _categorical_codes(name: str, values, default=None) -> np.ndarray:
+    """Positions of lower-cased values in CATEGORICAL[name] (a one-line error for another);
+    missing values take `default` where one is given."""
     allowed = CATEGORICAL[name]
     uniq, inv = _factorize(values)
+    if default is not None:
+        uniq = np.array([default if u is None or (not isinstance(u, str) and pd.isna(u))
+                         else u for u in uniq], dtype=object)
     lookup = {v: i for i, v in enumerate(allowed)}
     table = np.array([lookup.get(str(u).lower(), -1) for u in uniq], dtype=np.int64)
     codes = table[inv]
@@ -111,6 +115,9 @@ def _column(df: pd.DataFrame, name: str, default, n: int) -> np.ndarray:
             return np.full(n, bool(default))
         return np.full(n, float(default), dtype=np.float64)
     col = df[name]
+    if name in CATEGORICAL and default is not None:
+        # missing values become the default among the distinct values, not row by row
+        return _categorical_codes(name, col, default)
     numeric = isinstance(col.dtype, np.dtype) and col.dtype.kind in "biuf"
     if default is not None and not (numeric and col.dtype.kind in "biu") and col.isna().any():
         col = col.where(col.notna(), default)

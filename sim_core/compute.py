@@ -19,7 +19,7 @@ from importlib import resources
 import numpy as np
 import yaml
 
-from . import frameworks, moe
+from . import distinct, frameworks, moe, workload
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 from .workload import ACT_BYTES, Workload
@@ -380,7 +380,55 @@ def stage_times(b: Batch, wl: Workload) -> dict:
 
     Returns arrays for the transformer layers of a stage (`layer_*`), and for the extra work of
     the first stage (embedding) and of the last stage (LM head + loss).
+
+    A workload built without ops (workload.build(b, ops=False)) is priced once per distinct
+    input of the compute model (sim_core.distinct: the GEMMs, attention and elementwise ops do
+    not depend on dp, ZeRO or the overlap switches) and broadcast back; only the FP8 scale sync,
+    which depends on the data-parallel size, is added on every row. The result is the same, bit
+    for bit, as pricing every row (tests/test_distinct.py).
     """
+    fp8 = (b.precision == 1) & (b.has_fp8 > 0)
+    if wl.ops is None:
+        if _gemm_model is None and _attention_model is None and _efficiency_scale is None:
+            core = distinct.on_distinct("compute.stage_times", b,
+                                        lambda sb: _stage_core(sb, workload.op_workload(sb)),
+                                        seed=STAGE_INPUTS)
+        else:  # a learned model may read any column: price every row
+            core = _stage_core(b, workload.op_workload(b))
+    else:
+        core = _stage_core(b, wl)
+    out = {k: v for k, v in core.items() if not k.startswith("_")}
+    # the FP8 recipe's amax all-reduces span tp x dp x cp: added on every row
+    sync = fp8_scale_sync_s(b, fp8_recipe_arrays(b), fp8, wl.layers_per_stage)
+    lay_fwd = out["layer_fwd"] + sync
+    out["layer_fwd"] = lay_fwd
+    out["layer_bwd"] = out["layer_bwd"] + sync
+    rc = b.recompute
+    # recompute: full replays the layer forward; selective (op-level SAC) replays every other
+    # GEMM and the memory-bound ops whose outputs it did not keep; plus the MoE modules'
+    out["layer_recompute"] = np.where(rc == 2, lay_fwd, np.where(rc == 1, core["_selective"],
+                                                                 0.0)) + core["_moe_recompute"]
+    return {k: np.broadcast_to(np.asarray(v, dtype=np.float64), b.tp.shape)
+            for k, v in out.items()}
+
+
+# The Batch columns the compute model is known to read (the key it is first grouped by;
+# sim_core.distinct adds any other column it sees read)
+STAGE_INPUTS = (
+    "precision", "has_fp8", "power_limit_w", "tdp_w", "peak_bf16", "peak_fp8", "hbm_bw_gbs",
+    "sm_arch", "sm_count", "gemm_max_bf16", "gemm_max_fp8", "fused_elementwise",
+    "attention_kernel", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab",
+    "experts", "expert_ffn", "top_k", "shared_experts", "first_dense_layers", "kv_lora_rank",
+    "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "activation",
+    "tied_embeddings", "tp", "pp", "cp", "vpp", "ep", "etp", "micro_batch", "seq_len",
+    "sequence_parallel", "recompute", "moe_recompute", "fp8_recipe", "framework", "loss_impl",
+    "sliding_window", "window_attn_skip_freq", "attention_dropout", "moe_dispatcher",
+)
+
+
+def _stage_core(b: Batch, wl: Workload) -> dict:
+    """stage_times but the FP8 scale sync and the recompute choice: what depends only on the
+    ops (`_selective` and `_moe_recompute` are the recompute's parts)."""
     fp8 = (b.precision == 1) & (b.has_fp8 > 0)
     clock = power_clock_scale(b)  # a board power limit lowers the tensor clock
     peak_bf16 = b.peak_bf16 * 1e12 * clock
@@ -485,25 +533,21 @@ def stage_times(b: Batch, wl: Workload) -> dict:
                 p["shared_fwd"] = p["shared_fwd"] + fwd
                 p["shared_bwd"] = p["shared_bwd"] + bwd
     lay = parts["layer"]
-    sync = fp8_scale_sync_s(b, recipe, fp8, wl.layers_per_stage)
-    lay["fwd"] = lay["fwd"] + overhead + moe_fwd_over + sync
-    lay["bwd"] = lay["bwd"] + 2 * overhead + moe_bwd_over + sync
+    # (stage_times adds the FP8 scale sync to forward and backward)
+    lay["fwd"] = lay["fwd"] + overhead + moe_fwd_over
+    lay["bwd"] = lay["bwd"] + 2 * overhead + moe_bwd_over
     lay["moe_mlp_fwd"] = lay["moe_mlp_fwd"] + moe_fwd_over
     lay["moe_mlp_bwd"] = lay["moe_mlp_bwd"] + moe_bwd_over
     rc = b.recompute
-    # recompute: full replays the layer forward; selective (op-level SAC) replays every other
-    # GEMM and the memory-bound ops whose outputs it did not keep
     selective = 0.5 * lay["gemm_fwd"] + lay["elem_fwd"]
-    lay["recompute"] = np.where(rc == 2, lay["fwd"], np.where(rc == 1, selective, 0.0))
     # MoE recompute modules (with recompute none): "moe" replays the MoE layer's forward,
     # "moe_act" the routed experts' activation function (reads FC1's output, writes its own)
     moe_rc = np.where(rc == 0, b.moe_recompute, 0)
     act_bytes = (ACT_BYTES * np.where(b.activation == 1, 3.0, 2.0) * wl.tokens / b.tp * b.top_k
                  * wl.moe_load * b.expert_ffn * moe_frac * wl.layers_per_stage)
-    lay["recompute"] = lay["recompute"] + np.where(
-        moe_rc == moe.MOE_LAYER, lay["moe_mlp_fwd"],
-        np.where(moe_rc == moe.MOE_ACT, act_bytes / hbm_elem, 0.0))
-    out = {}
+    moe_recompute = np.where(moe_rc == moe.MOE_LAYER, lay["moe_mlp_fwd"],
+                             np.where(moe_rc == moe.MOE_ACT, act_bytes / hbm_elem, 0.0))
+    out = {"_selective": selective, "_moe_recompute": moe_recompute}
     for w, d in parts.items():
         for k, val in d.items():
             out[f"{w}_{k}"] = np.broadcast_to(np.asarray(val, dtype=np.float64), b.tp.shape)

@@ -125,15 +125,14 @@ def rocm_rows(gpu: pd.Series) -> np.ndarray:
     ids the catalog does not know are left to the catalog's own error later."""
     from . import catalog
 
-    values = gpu.astype(str).to_numpy()
-    out = np.zeros(len(values), dtype=bool)
-    for g in np.unique(values):
+    codes, uniq = pd.factorize(gpu.astype(str), use_na_sentinel=False)  # hashed, not sorted
+    amd = np.zeros(len(uniq), dtype=bool)
+    for i, g in enumerate(uniq):
         try:
-            amd = catalog.get_gpu(g).vendor == "amd"
+            amd[i] = catalog.get_gpu(str(g)).vendor == "amd"
         except catalog.CatalogError:
             continue
-        out[values == g] = amd
-    return out
+    return amd[np.asarray(codes)]
 
 
 # ---------------------------------------------------------------------------------------------

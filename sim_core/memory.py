@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import frameworks, moe
+from . import distinct, frameworks, moe, workload
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 from .workload import ACT_BYTES, Workload
@@ -130,6 +130,19 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
             "scores_buffer": ACT_BYTES * scores}
 
 
+def _per_layer(b: Batch) -> dict:
+    """activation_bytes_per_layer with the MoE dispatcher's transient and whole-run buffers:
+    what estimate needs that depends on the layer's shape only (not on dp, pp or ZeRO)."""
+    t = b.tp
+    T = b.micro_batch * b.seq_len / b.cp  # workload's tokens per micro-batch
+    sp = b.sequence_parallel & (t > 1)
+    load = workload.expert_load_factor(b)
+    out = activation_bytes_per_layer(b, T, t, sp, workload.model_dims(b), load)
+    out["moe_transient"] = moe.transient_bytes(b, T / t, load)
+    out["moe_buffers"] = moe.buffer_bytes(b)
+    return out
+
+
 _overhead = None  # optional run calibration: f(batch) -> {part: array} (OVERHEAD_KEYS)
 # what a run calibration may scale (issue 35): the parts grow differently with the model
 # (states with parameters, activations with tokens x hidden x layers, the loss with tokens x
@@ -195,7 +208,8 @@ def estimate(b: Batch, wl: Workload) -> dict:
     optimizer = np.where(z >= fw["optimizer_shard_zero"], master_adam * P_shard, master_adam * P)
 
     # ---- activations -----------------------------------------------------------------------
-    per_layer = activation_bytes_per_layer(b, T, t, sp, dims, wl.moe_load)
+    # the per-layer activations, the dispatcher's buffers: once per distinct input
+    per_layer = distinct.on_distinct("memory.activation_bytes_per_layer", b, _per_layer)
     rc = b.recompute
     stored = np.where(rc == 2, per_layer["full"],
                       np.where(rc == 1, per_layer["selective"], per_layer["none"]))
@@ -220,9 +234,9 @@ def estimate(b: Batch, wl: Workload) -> dict:
     working = working * act_scale
     # MoE: the dispatcher's send/receive (or gathered) token buffers of the layer in flight
     moe_frac = dims["n_moe_layers"] / b.layers
-    working = working + np.where(moe_frac > 0, moe.transient_bytes(b, T / t, wl.moe_load), 0.0)
+    working = working + np.where(moe_frac > 0, per_layer["moe_transient"], 0.0)
     # the dispatcher's communication buffers, held for the whole run (DeepEP NVL/RDMA buffers)
-    dispatcher = moe.buffer_bytes(b)
+    dispatcher = per_layer["moe_buffers"]
     # the rank holding the LM head (the last stage; with pp == 1 the only one): one micro-batch
     # in flight with pp > 1, plus the logits and the loss buffers
     logits = LOSS_BYTES[b.loss_impl] * T * b.vocab / t * logit_scale

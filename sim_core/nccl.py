@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import distinct
+
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "p2p", "allpairs")
 PROTOCOLS = ("ll", "ll128", "simple")
@@ -527,6 +529,20 @@ def collective_time(op, nbytes, group, nodes, net, profile=None) -> dict:
     S, n, N = (np.broadcast_to(x, shape).ravel().astype(_DT) for x in (S, n, N))
     N = np.clip(N, 1.0, np.maximum(n, 1.0))
     netb = {k: v.ravel() for k, v in _net_arrays(net, shape).items()}
+    if distinct.enabled() and op.size >= distinct.MIN_ROWS:
+        # a batch holds few distinct (collective, bytes, group, nodes, fabric): each is
+        # estimated once and broadcast back (sim_core.distinct)
+        first, inv = distinct.rows([op, S, n, N, *netb.values()])
+        res = _estimate(op[first], S[first], n[first], N[first],
+                        {k: v[first] for k, v in netb.items()}, profile)
+        res = {k: v[inv] for k, v in res.items()}
+    else:
+        res = _estimate(op, S, n, N, netb, profile)
+    return {k: v.reshape(shape) for k, v in res.items()}
+
+
+def _estimate(op, S, n, N, netb, profile) -> dict:
+    """collective_time on flat arrays of equal length."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         t, a, p = _by_family(op, S, n, N, netb)
     if profile is not None:
@@ -538,8 +554,7 @@ def collective_time(op, nbytes, group, nodes, net, profile=None) -> dict:
     t = np.where(idle, 0.0, t)
     fb = bus_factor(op, n)
     busbw = np.where(t > 0, S / np.where(t > 0, t, 1.0) * fb / 1e9, 0.0)
-    return {"time_s": t.reshape(shape), "algo": a.reshape(shape), "proto": p.reshape(shape),
-            "busbw_gbs": busbw.reshape(shape)}
+    return {"time_s": t, "algo": a, "proto": p, "busbw_gbs": busbw}
 
 
 def p2p_time(nbytes, intra, net) -> np.ndarray:

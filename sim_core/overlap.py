@@ -40,9 +40,19 @@ def slowdown(sm_arch: np.ndarray, kernel_class: str, features: dict | None = Non
     """
     if _model is not None and features is not None:
         return np.maximum(np.asarray(_model(features), dtype=np.float64), 1.0)
-    out = np.full(sm_arch.shape, PRIOR[max(PRIOR)][kernel_class])
-    for arch, row in PRIOR.items():
-        out[sm_arch == arch] = row[kernel_class]
+    default = PRIOR[max(PRIOR)][kernel_class]
+    arch = np.asarray(sm_arch)
+    code = arch.astype(np.int64)
+    if code.size and (code == arch).all() and 0 <= code.min() and code.max() < 4096:
+        # architectures are small integers: one table lookup instead of a mask per entry
+        table = np.full(int(code.max()) + 1, default)
+        for a, row in PRIOR.items():
+            if a < table.size:
+                table[a] = row[kernel_class]
+        return table[code]
+    out = np.full(sm_arch.shape, default)
+    for a, row in PRIOR.items():
+        out[sm_arch == a] = row[kernel_class]
     return out
 
 

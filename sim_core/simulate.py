@@ -11,8 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import frameworks, goodput, memory, risk, rules, step, workload
+from . import distinct, frameworks, goodput, memory, risk, rules, step, workload
+from .arrays import keep_freed_memory, select
 from .columns import Batch, frame_to_batch
+
+# the simulator's temporaries reuse freed heap instead of faulting fresh pages (arrays.py)
+keep_freed_memory()
 
 # fields replaced by 1 in invalid rows so that the arithmetic stays finite
 _SAFE_FIELDS = ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "dp")
@@ -23,10 +27,10 @@ def _safe(b: Batch, valid: np.ndarray) -> Batch:
         return b
     s = Batch(b)
     for f in _SAFE_FIELDS:
-        s[f] = np.where(valid, b[f], 1.0 if f != "dp" else 0.0)
+        s[f] = select(valid, b[f], 1.0 if f != "dp" else 0.0)
     # num_gpus must match the stand-in world size
-    s["num_gpus"] = np.where(valid, b.num_gpus, 1.0)
-    s["global_batch"] = np.where(valid, b.global_batch, 1.0)
+    s["num_gpus"] = select(valid, b.num_gpus, 1.0)
+    s["global_batch"] = select(valid, b.global_batch, 1.0)
     s["sequence_parallel"] = np.where(valid, b.sequence_parallel, False)
     return s
 
@@ -34,10 +38,16 @@ def _safe(b: Batch, valid: np.ndarray) -> Batch:
 def simulate(b: Batch, profile=None, with_fabric: bool = False) -> dict:
     """Predict step time, breakdown and memory for every configuration in the batch
     (with_fabric: also the `fabric_*` columns a run calibration fits on, step.fabric)."""
+    with distinct.scope():
+        return _simulate(b, profile, with_fabric)
+
+
+def _simulate(b: Batch, profile, with_fabric: bool = False) -> dict:
     valid, reason = rules.check(b)
     s = _safe(b, valid)
     with np.errstate(divide="ignore", invalid="ignore"):
-        wl = workload.build(s)
+        # without ops: the compute model builds and prices them once per distinct input
+        wl = workload.build(s, ops=not distinct.enabled())
         times = step.compose(s, wl, profile, with_fabric)
         mem = memory.estimate(s, wl)
         step_t = times["step_time_s"]
@@ -67,13 +77,16 @@ def simulate(b: Batch, profile=None, with_fabric: bool = False) -> dict:
         "params_per_gpu": wl.params_stage,
         "moe_load_factor": wl.moe_load,
     }
+    # blank the invalid rows: x * 1 is x exactly (x * NaN is NaN), and a product is cheaper
+    # than a select on a scattered mask
+    keep = np.where(valid, 1.0, np.nan)
     for k, v in out.items():
         if k in ("valid", "invalid_reason"):
             continue
         if k == "fits":
             out[k] = np.where(valid, v, False)
         else:
-            out[k] = np.where(valid, np.asarray(v, dtype=np.float64), np.nan)
+            out[k] = np.asarray(v, dtype=np.float64) * keep
     return out
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import compute, moe, nccl, overlap, terms
+from . import compute, distinct, moe, nccl, overlap, terms
+from .arrays import select
 from .columns import Batch
 from .workload import Workload
 
@@ -53,16 +54,35 @@ def comm_times(b: Batch, wl: Workload, profile=None, skip=()) -> list[tuple]:
     """(Comm, seconds per call) for every communication kind in the workload (but `skip`'s
     dimensions)."""
     net = network(b)
+    # the fabric of every row as one code, so that each collective below is estimated once per
+    # distinct (bytes, group, nodes, fabric) and broadcast back (sim_core.distinct)
+    factor = distinct.enabled() and len(b) >= distinct.MIN_ROWS
+    if factor:
+        net_first, fabric = distinct.rows(list(net.values()))
     out = []
+    seen = {}  # several collectives share their bytes, group and nodes arrays (TP's, DP's)
     for cm in wl.comms:
         if cm.dim in skip:
             continue
-        code = np.full(cm.group.shape, COLL_CODE[cm.op])
-        group = np.maximum(cm.group, 1.0)
-        res = nccl.collective_time(code, cm.nbytes, group.astype(np.int64),
-                                   np.maximum(cm.nodes, 1.0).astype(np.int64), net,
-                                   profile=profile)
-        per_call = np.where(cm.calls_per_step > 0, res["time_s"], 0.0)
+        if not np.any(cm.calls_per_step > 0):  # issued by no configuration of the batch
+            out.append((cm, np.zeros(np.shape(cm.calls_per_step))))
+            continue
+        group = np.maximum(cm.group, 1.0).astype(np.int64)
+        nodes = np.maximum(cm.nodes, 1.0).astype(np.int64)
+        if factor:
+            same = (id(cm.nbytes), id(cm.group), id(cm.nodes))
+            if same not in seen:
+                seen[same] = distinct.rows([cm.nbytes, group, nodes, fabric])
+            first, inv = seen[same]
+            rows_net = {k: v[net_first[fabric[first]]] for k, v in net.items()}
+            res = nccl.collective_time(np.full(first.shape, COLL_CODE[cm.op]), cm.nbytes[first],
+                                       group[first], nodes[first], rows_net, profile=profile)
+            time_s = res["time_s"][inv]
+        else:
+            code = np.full(cm.group.shape, COLL_CODE[cm.op])
+            time_s = nccl.collective_time(code, cm.nbytes, group, nodes, net,
+                                          profile=profile)["time_s"]
+        per_call = select(cm.calls_per_step > 0, time_s, 0.0)
         out.append((cm, per_call))
     return out
 
@@ -101,14 +121,15 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     for cm, per_call in comm_times(b, wl, profile, skip=("ep",)):
         total = per_call * cm.calls_per_step
         bigger = (cm.calls_per_step > 0) & (cm.nbytes > msg[cm.dim])
-        msg[cm.dim] = np.where(bigger, cm.nbytes, msg[cm.dim])
-        grp[cm.dim] = np.where(bigger, cm.group, grp[cm.dim])
+        msg[cm.dim] = select(bigger, cm.nbytes, msg[cm.dim])
+        grp[cm.dim] = select(bigger, cm.group, grp[cm.dim])
         if cm.dim == "dp":
             z3 = b.zero >= 2
             if cm.overlap in dp_parts:
                 # ZeRO-2/3 issue their collectives every micro-batch: count them per micro-batch
-                dp_per_mb[cm.overlap] += np.where(z3 & (cm.calls_per_step >= m), total / m, 0.0)
-                dp_parts[cm.overlap] += np.where(z3 & (cm.calls_per_step >= m), 0.0, total)
+                each = z3 & (cm.calls_per_step >= m)
+                dp_per_mb[cm.overlap] += select(each, total / m, 0.0)
+                dp_parts[cm.overlap] += select(each, 0.0, total)
         elif cm.dim == "tp" and cm.overlap == "none":
             tp_edge += total / m
         elif cm.dim == "cp" and cm.overlap == "none":
@@ -126,8 +147,8 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
                                                   "all_gather", msg["tp"], grp["tp"])
     tp_exp_ov = tp_exp_ov + per_mb["tp"] / np.maximum(t, 2)
     ov = b.tp_comm_overlap
-    tp_exposed = np.where(ov, tp_exp_ov, per_mb["tp"]) + tp_edge
-    slow = np.where(ov, tp_extra, 0.0)
+    tp_exposed = select(ov, tp_exp_ov, per_mb["tp"]) + tp_edge
+    slow = select(ov, tp_extra, 0.0)
     # CP: the ring exchange of K/V blocks overlaps the attention of the block in hand
     cp_exposed, cp_extra = overlap.overlap_with(per_mb["cp"], attn_window, arch, "attention",
                                                   "cp", "send_recv", msg["cp"], grp["cp"])
@@ -137,15 +158,23 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     # 1F1B schedule hide it (moe.exposed)
     n_moe = wl.layers_per_stage * wl.dims["n_moe_layers"] / b.layers
     moe_frac = wl.dims["n_moe_layers"] / b.layers
-    d_times = moe.dispatch_times(b, wl.tokens / t, wl.moe_load, network(b), profile)
-    mlp_f, mlp_b = st["layer_moe_mlp_fwd"], st["layer_moe_mlp_bwd"]
-    mlp_w = st["layer_moe_mlp_wgrad"]
-    moe_parts = {"attn_f": (lay_fwd - mlp_f) * moe_frac, "attn_b": (lay_bwd - mlp_b) * moe_frac,
-                 "mlp_f": mlp_f, "mlp_dgrad": mlp_b - mlp_w, "mlp_wgrad": mlp_w,
-                 "shared_f": st["layer_shared_fwd"], "shared_b": st["layer_shared_bwd"]}
-    # a full recompute, or the MoE-layer recompute module, replays dispatch and combine
-    replay = (b.recompute == 2) | ((b.recompute == 0) & (b.moe_recompute == moe.MOE_LAYER))
-    ep_exposed, ep_extra = moe.exposed(b, d_times, moe_parts, n_moe, m, replay)
+    d_times = distinct.on_distinct(
+        "moe.dispatch_times", b, lambda sb: moe.dispatch_times(
+            sb, sb.micro_batch * sb.seq_len / sb.cp / sb.tp, moe.expert_load_factor(sb),
+            network(sb), profile))
+    if (any(np.any(v != 0) for v in d_times.values()) or np.any(b.moe_a2a_overlap)
+            or np.any(b.moe_shared_expert_overlap)):
+        mlp_f, mlp_b = st["layer_moe_mlp_fwd"], st["layer_moe_mlp_bwd"]
+        mlp_w = st["layer_moe_mlp_wgrad"]
+        moe_parts = {"attn_f": (lay_fwd - mlp_f) * moe_frac,
+                     "attn_b": (lay_bwd - mlp_b) * moe_frac,
+                     "mlp_f": mlp_f, "mlp_dgrad": mlp_b - mlp_w, "mlp_wgrad": mlp_w,
+                     "shared_f": st["layer_shared_fwd"], "shared_b": st["layer_shared_bwd"]}
+        # a full recompute, or the MoE-layer recompute module, replays dispatch and combine
+        replay = (b.recompute == 2) | ((b.recompute == 0) & (b.moe_recompute == moe.MOE_LAYER))
+        ep_exposed, ep_extra = moe.exposed(b, d_times, moe_parts, n_moe, m, replay)
+    else:  # no EP transfer and no EP overlap in the batch (dense models): nothing to expose
+        ep_exposed = ep_extra = np.zeros_like(m)
     slow = slow + ep_extra
     # ZeRO-2/3: per micro-batch gradient reduce-scatter behind backward, parameter all-gather
     # behind forward (prefetch); the first layer's gather cannot be hidden

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import moe
+from . import distinct, moe
+from .arrays import select
 from .columns import Batch
 
 ACT_BYTES = 2.0  # bf16 activations and communicated tensors
@@ -209,25 +210,30 @@ def param_counts(b: Batch, dims: dict | None = None) -> tuple[np.ndarray, np.nda
     return total, active
 
 
-def build(b: Batch) -> Workload:
-    d = model_dims(b)
-    h, a = d["h"], d["a"]
+def _layout(b: Batch) -> dict:
+    """What both the ops and the rest of the workload derive first from a configuration."""
+    d = distinct.on_distinct("workload.model_dims", b, model_dims)  # once per model
     t, p, c, v = b.tp, b.pp, b.cp, b.vpp
-    e = b.ep
     etp = np.where(b.etp > 0, b.etp, t)
-    s = b.seq_len
-    dp = np.where(b.dp > 0, b.dp, b.num_gpus / (t * p * c))
-    m = b.global_batch / (dp * b.micro_batch)
-    T = b.micro_batch * s / c
+    T = b.micro_batch * b.seq_len / c
     sp = b.sequence_parallel & (t > 1)
     # layers on the busiest pipeline rank: uneven splits give some chunks one layer more
     L_stage = np.ceil(b.layers / (p * v)) * v
     moe_frac = d["n_moe_layers"] / b.layers  # share of layers that are MoE
+    load = expert_load_factor(b)  # slowest EP rank's load / balanced load (>= 1)
+    return dict(d=d, etp=etp, T=T, sp=sp, L_stage=L_stage, moe_frac=moe_frac, load=load)
+
+
+def _ops(b: Batch, lay: dict) -> list:
+    """The ops of one micro-batch on one GPU (layer, first and last stage)."""
+    d, etp, T, sp = lay["d"], lay["etp"], lay["T"], lay["sp"]
+    L_stage, moe_frac, load = lay["L_stage"], lay["moe_frac"], lay["load"]
+    h, a = d["h"], d["a"]
+    t, e, s = b.tp, b.ep, b.seq_len
 
     # ---- GEMMs of one (average) layer, forward, per GPU --------------------------------------
     # attention projections and dense MLPs see all T tokens; a MoE layer's routed experts see
     # only the tokens routed to them, so their GEMMs are smaller (grouped GEMM over local experts)
-    load = expert_load_factor(b)  # slowest EP rank's load / balanced load (>= 1)
     # rows of one local expert's GEMM: each EP rank dispatches T*top_k copies (split over the
     # tp ranks unless experts are tensor-parallel too: etp) spread over all experts
     tok_expert = np.maximum(T * b.top_k * e * etp / (np.maximum(b.experts, 1) * t), 1.0) * load
@@ -277,6 +283,31 @@ def build(b: Batch) -> Workload:
     ops.append(Op("embedding", "elementwise", 0 * T, 0 * T, 0 * T, 3 * ACT_BYTES * T * h,
                   3 * ACT_BYTES * T * h, where="first_stage"))
 
+    return ops
+
+
+def op_workload(b: Batch) -> Workload:
+    """The part of the workload the compute model prices (ops, tokens, layers per stage, MoE
+    load, model dims), without what depends on the data-parallel size or the batch: the
+    compute model evaluates it once per distinct (model, sequence, tp, cp, micro-batch, ...)."""
+    lay = _layout(b)
+    return Workload(tokens=lay["T"], layers_per_stage=lay["L_stage"], num_microbatches=None,
+                    dp=None, ops=_ops(b, lay), moe_load=lay["load"], dims=lay["d"])
+
+
+def build(b: Batch, ops: bool = True) -> Workload:
+    """The workload of every configuration. ops False leaves `ops` None: compute.stage_times
+    then builds them itself, once per distinct input of the compute model (sim_core.distinct)."""
+    lay = _layout(b)
+    d, etp, T, sp = lay["d"], lay["etp"], lay["T"], lay["sp"]
+    L_stage, moe_frac, load = lay["L_stage"], lay["moe_frac"], lay["load"]
+    h, a = d["h"], d["a"]
+    t, p, c = b.tp, b.pp, b.cp
+    e = b.ep
+    s = b.seq_len
+    dp = select(b.dp > 0, b.dp, b.num_gpus / (t * p * c))
+    m = b.global_batch / (dp * b.micro_batch)
+
     # ---- parameters per GPU ------------------------------------------------------------------
     norms = 2 * h
     dense_layer_gpu = d["attn_params"] / t + d["mlp_params"] / t + norms
@@ -286,10 +317,13 @@ def build(b: Batch) -> Workload:
     params_layer = (1 - moe_frac) * dense_layer_gpu + moe_frac * moe_layer_gpu
     params_embed = b.vocab * h / t
     # worst stage: with pp == 1 one GPU holds both embedding and LM head (unless tied)
-    n_embed_mats = np.where(p > 1, 1.0, np.where(b.tied_embeddings, 1.0, 2.0))
+    n_embed_mats = select(p > 1, 1.0, np.where(b.tied_embeddings, 1.0, 2.0))
     params_stage = params_layer * L_stage + params_embed * n_embed_mats
     expert_fraction = np.where(params_stage > 0, moe_frac * expert_gpu * L_stage / params_stage, 0)
-    total, active = param_counts(b, d)
+    # the model's counts: once per distinct model (sim_core.distinct)
+    counts = distinct.on_distinct("workload.param_counts", b, lambda sb: dict(
+        zip(("total", "active"), param_counts(sb))))
+    total, active = counts["total"], counts["active"]
 
     # model FLOPs per step (MFU convention: 6 * active params * tokens + full attention)
     tokens_step = b.global_batch * s
@@ -297,7 +331,8 @@ def build(b: Batch) -> Workload:
     nonembed_active = active - b.vocab * h * np.where(b.tied_embeddings, 1.0, 2.0) - h
     model_flops = tokens_step * (6 * (nonembed_active + b.vocab * h) + attn_flops_token)
 
-    wl = Workload(tokens=T, layers_per_stage=L_stage, num_microbatches=m, dp=dp, ops=ops,
+    wl = Workload(tokens=T, layers_per_stage=L_stage, num_microbatches=m, dp=dp,
+                  ops=_ops(b, lay) if ops else None,
                   params_layer=params_layer, params_stage=params_stage, params_embed=params_embed,
                   params_total=total, params_active=active, model_flops_per_step=model_flops,
                   expert_fraction=expert_fraction, moe_load=load, dims=d)
@@ -330,13 +365,13 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     n_bwd = 2.0 * L
     # without SP: all-reduce of the full activation; with SP: AG + RS (+ AG re-gather in bwd)
     comms.append(Comm("tp", "all_reduce", act, t, tp_nodes,
-                      np.where(sp, 0.0, (n_fwd + n_bwd) * m), "gemm"))
+                      select(sp, 0.0, (n_fwd + n_bwd) * m), "gemm"))
     comms.append(Comm("tp", "all_gather", act, t, tp_nodes,
-                      np.where(sp, (n_fwd + 2 * n_bwd) * m, 0.0), "gemm"))
+                      select(sp, (n_fwd + 2 * n_bwd) * m, 0.0), "gemm"))
     comms.append(Comm("tp", "reduce_scatter", act, t, tp_nodes,
-                      np.where(sp, (n_fwd + n_bwd) * m, 0.0), "gemm"))
+                      select(sp, (n_fwd + n_bwd) * m, 0.0), "gemm"))
     # vocab-parallel embedding / LM head / cross-entropy (first and last stage only)
-    comms.append(Comm("tp", "all_reduce", act, t, tp_nodes, np.where(p > 1, 1.0, 2.0) * m,
+    comms.append(Comm("tp", "all_reduce", act, t, tp_nodes, select(p > 1, 1.0, 2.0) * m,
                       "none"))
     # ---- CP: K/V of the other sequence shards ------------------------------------------------
     # ring (Megatron cp_comm_type p2p): c-1 send/recv steps of one K,V block per layer, forward
@@ -348,58 +383,60 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     ring = (b.cp_comm == 0) & (c > 1)
     gather = (b.cp_comm == 1) & (c > 1)
     n_cp = L * m * (c - 1) * (1 + full_rc + 2)  # fwd (+recompute) K,V; bwd K,V and dK,dV
-    comms.append(Comm("cp", "send_recv", kv_block, c, cp_nodes, np.where(ring, n_cp, 0.0),
+    comms.append(Comm("cp", "send_recv", kv_block, c, cp_nodes, select(ring, n_cp, 0.0),
                       "attention"))
     n_pass = L * m * (1 + full_rc + 1)
     comms.append(Comm("cp", "all_gather", kv_block * c, c, cp_nodes,
-                      np.where(gather, n_pass, 0.0), "none"))
+                      select(gather, n_pass, 0.0), "none"))
     comms.append(Comm("cp", "reduce_scatter", kv_block * c, c, cp_nodes,
-                      np.where(gather, L * m, 0.0), "none"))
+                      select(gather, L * m, 0.0), "none"))
     # ---- PP: one activation forward and one gradient backward per micro-batch per boundary ----
     pp_nodes = span_nodes(np.full_like(p, 2.0), t * c * dp, gpn)
-    p2p = act / np.where(sp, t, 1.0)
-    comms.append(Comm("pp", "send_recv", p2p, np.where(p > 1, 2.0, 1.0), pp_nodes,
-                      np.where(p > 1, 2 * m * b.vpp, 0.0), "compute"))
+    p2p = act / select(sp, t, 1.0)
+    comms.append(Comm("pp", "send_recv", p2p, select(p > 1, 2.0, 1.0), pp_nodes,
+                      select(p > 1, 2 * m * b.vpp, 0.0), "compute"))
     # ---- DP: gradients (fp32 main grads) and parameters, over dp x cp ranks -------------------
     dp_group = dp * c
     dp_nodes = span_nodes(dp_group, t, gpn)
     dense_params = wl.params_stage * (1 - wl.expert_fraction)
-    g_bytes = np.where(b.grad_reduce_fp32, 4.0, 2.0)  # main grads reduced in fp32 or bf16
+    g_bytes = select(b.grad_reduce_fp32, 4.0, 2.0)  # main grads reduced in fp32 or bf16
     grad_bytes = g_bytes * dense_params
     # parameters are gathered in bf16, or in FP8 with fp8_param_gather (TE FP8 primary weights)
-    param_bytes = np.where(b.fp8_param_gather & (b.precision == 1) & (b.has_fp8 > 0), 1.0,
+    param_bytes = select(b.fp8_param_gather & (b.precision == 1) & (b.has_fp8 > 0), 1.0,
                            2.0) * dense_params
     z = b.zero
     per_mb = z >= 2  # sharded grads must be reduced every micro-batch (ZeRO-2/3, FSDP)
     # ZeRO-0: one all-reduce of all grads per step; ZeRO>=1 reduce-scatter + param all-gather
     comms.append(Comm("dp", "all_reduce", grad_bytes, dp_group, dp_nodes,
-                      np.where((z == 0) & (dp_group > 1), 1.0, 0.0), "backward"))
+                      select((z == 0) & (dp_group > 1), 1.0, 0.0), "backward"))
     comms.append(Comm("dp", "reduce_scatter", grad_bytes, dp_group, dp_nodes,
-                      np.where((z >= 1) & (dp_group > 1), np.where(per_mb, m, 1.0), 0.0),
+                      select((z >= 1) & (dp_group > 1), select(per_mb, m, 1.0), 0.0),
                       "backward"))
     # ZeRO-1/2 gather updated params once per step; ZeRO-3/FSDP gathers them for forward and
     # again for backward in every micro-batch (parameters are resharded after forward)
-    n_ag = np.where(z == 3, 2.0 * m, 1.0)
+    n_ag = select(z == 3, 2.0 * m, 1.0)
     comms.append(Comm("dp", "all_gather", param_bytes, dp_group, dp_nodes,
-                      np.where((z >= 1) & (dp_group > 1), n_ag, 0.0), "forward"))
+                      select((z >= 1) & (dp_group > 1), n_ag, 0.0), "forward"))
     # ---- EP: token dispatch and combine, forward and backward, per MoE layer ----------------
     # (inventory only: step.py prices and overlaps them through moe.py; flex/DeepEP is not an
     # NCCL collective and is not listed)
     e = b.ep
-    moe_layers = L * np.where(d["moe"], (b.layers - b.first_dense_layers) / b.layers, 0.0)
-    by = moe.dispatch_bytes(b, T / t, wl.moe_load)
+    moe_layers = L * select(d["moe"], (b.layers - b.first_dense_layers) / b.layers, 0.0)
+    # (once per distinct layer shape and EP layout: sim_core.distinct)
+    by = distinct.on_distinct("moe.dispatch_bytes", b, lambda sb: moe.dispatch_bytes(
+        sb, sb.micro_batch * sb.seq_len / sb.cp / sb.tp, expert_load_factor(sb)))
     n_a2a = moe_layers * m * 2 * (2 + full_rc)  # dispatch + combine, fwd (+rc) and bwd
     a2a = (b.moe_dispatcher == moe.ALLTOALL) & (e > 1)
-    comms.append(Comm("ep", "all_to_all", by["a2a"], e, by["nodes"], np.where(a2a, n_a2a, 0.0),
+    comms.append(Comm("ep", "all_to_all", by["a2a"], e, by["nodes"], select(a2a, n_a2a, 0.0),
                       "none"))
     ag = (b.moe_dispatcher == moe.ALLGATHER) & (by["ag_group"] > 1) & d["moe"]
     ag_nodes = np.ceil(by["ag_group"] / np.minimum(by["ag_group"], gpn))
     for op in ("all_gather", "reduce_scatter"):
         comms.append(Comm("ep", op, by["ag"], by["ag_group"], ag_nodes,
-                          np.where(ag, n_a2a / 2, 0.0), "none"))
+                          select(ag, n_a2a / 2, 0.0), "none"))
     # expert gradients reduce over the expert-data-parallel group
     edp = dp * c * t / (e * etp)
     exp_grad = g_bytes * wl.params_stage * wl.expert_fraction
     comms.append(Comm("dp", "reduce_scatter", exp_grad, edp, span_nodes(edp, t * c * e, gpn),
-                      np.where((wl.expert_fraction > 0) & (edp > 1), 1.0, 0.0), "backward"))
+                      select((wl.expert_fraction > 0) & (edp > 1), 1.0, 0.0), "backward"))
     return comms

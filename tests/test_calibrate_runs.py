@@ -300,15 +300,15 @@ def test_cli_bad_expression_is_one_line(capsys):
 
 def test_a_learned_residual_is_kept_where_cv_shows_it_helps_and_flags_extrapolation(
         tmp_path, capsys):
-    """The shipped published runs with every pipelined run made 1.5x slower: no global term
-    expresses a slowdown of pipelined layouts only (the pipeline scale moves the bubble, not
-    the step), the XGBoost residual on scale-free features does (the upward fold over GPU
-    counts and grouped CV say so), it is applied inside simulate, and a configuration on more
-    GPUs than any fitted run is flagged and takes the residual of the fitted edge."""
+    """The shipped published runs with every run of 4 pipeline stages or more made 1.5x
+    slower: no global term expresses a slowdown of deep pipelines only (the pipeline scale
+    moves the bubble and transfers of every pipelined run), the XGBoost residual on scale-free
+    features does (the upward fold over GPU counts says so), it is applied inside simulate, and
+    a configuration outside the fitted range is flagged and takes the residual of its edge."""
     from sim_core.accuracy.validation import dataset_path
     from sweep.cli import main
 
-    piped = lambda raw: np.where(pd.to_numeric(raw["pp"], errors="coerce") > 1,  # noqa
+    piped = lambda raw: np.where(pd.to_numeric(raw["pp"], errors="coerce") >= 4,  # noqa
                                  1.5, 1.0)
     p = _copy(tmp_path, dataset_path(), time_factor=piped)
     assert main(["calibrate", "runs", str(p), "--profile", "res"]) == 0
@@ -320,7 +320,7 @@ def test_a_learned_residual_is_kept_where_cv_shows_it_helps_and_flags_extrapolat
               if not k.startswith(runs_fit.UP) or v["timed"] >= runs_fit.MIN_UP_RUNS}
     assert "residual" in c and all(v["with"] < v["without"] for v in gating.values())
     runs = runs_fit.load_runs(dataset_path())
-    use = runs[(runs["skip"] == "") & (runs["pp"] > 1)].head(3).reset_index(drop=True)
+    use = runs[(runs["skip"] == "") & (runs["pp"] >= 4)].head(3).reset_index(drop=True)
     big = use.iloc[[0]].copy()
     rng = c["residual"]["range"]
     # far more micro-batches per pipeline stage than any fitted run: outside the range

@@ -335,6 +335,7 @@ def test_full_disk_while_writing_the_manifest(tmp_path, undisturbed, monkeypatch
         return real(src, dst, *a, **kw)
 
     monkeypatch.setattr(results_mod.os, "replace", replace)
+    monkeypatch.setattr(results_mod, "MANIFEST_EVERY_S", 0.0)  # a rewrite after every batch
     with pytest.raises(SweepError) as ei:
         run_search(space_cfg(), out, workers=1, **FAKE)
     monkeypatch.undo()
@@ -618,3 +619,28 @@ def test_optuna_corrupt_part_is_reevaluated(tmp_path, capsys):
     assert len(study.trials) == n_trials  # no new trials asked
     pd.testing.assert_frame_equal(parquet(out / "results.parquet"),
                                   parquet(ref / "results.parquet"))
+
+
+def test_the_manifest_is_rewritten_at_intervals_not_per_batch(tmp_path, monkeypatch):
+    """Recording a batch does not rewrite the whole manifest each time (quadratic in the
+    number of batches); flush saves every recorded one."""
+    import os
+
+    real, n = os.replace, {"manifest": 0}
+
+    def replace(src, dst, *a, **kw):
+        n["manifest"] += Path(dst).name == "manifest.json"
+        return real(src, dst, *a, **kw)
+
+    monkeypatch.setattr(results_mod.os, "replace", replace)
+    monkeypatch.setattr(results_mod, "MANIFEST_EVERY_S", 3600.0)
+    store = results_mod.ResultStore(tmp_path / "out", "fp").open()
+    opened = n["manifest"]
+    for i in range(200):
+        store.record_part(f"g{i:06d}", {"file": "", "rows": 0, "sha256": "", "counts": {}})
+    assert n["manifest"] - opened == 1  # the first batch, then nothing for an hour
+    assert len(manifest(tmp_path / "out")["batches"]) == 1
+    store.flush()
+    assert len(manifest(tmp_path / "out")["batches"]) == 200
+    store.flush()  # nothing new: no rewrite
+    assert n["manifest"] - opened == 2

@@ -191,8 +191,8 @@ def _with_model_shapes(frame: pd.DataFrame) -> pd.DataFrame:
     shape_cols = [c for c in MODEL_COLUMNS if c != "model"]
     if "model" not in frame.columns or any(c in frame.columns for c in shape_cols):
         return frame
-    models = frame["model"].astype(str).to_numpy()
-    uniq, inv = np.unique(models, return_inverse=True)
+    inv, uniq = pd.factorize(frame["model"].astype(str), use_na_sentinel=False)  # hashed
+    inv = np.asarray(inv)
     specs = [catalog.get_model(m).columns() for m in uniq]
     cols = {}
     for c in shape_cols:

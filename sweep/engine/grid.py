@@ -11,6 +11,7 @@ ever records a batch id once, so nothing is lost or counted twice.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -38,10 +39,23 @@ MAX_GRID_BATCH = 200_000
 
 
 # a grid this small runs in the driver (no --address, no Ray running): starting and stopping a
-# local Ray costs about 6 s, and at the grid's rate (execution.GRID_RATE_PER_CPU, about 20,000
-# candidates/s per CPU) a second CPU saves less than that below about 6 s x 20,000 x 2 =
-# 240,000 candidates (benchmarks/quick_path.py prints both ways)
+# local Ray costs about RAY_START_S, and the driver evaluates a grid at about
+# GRID_RATE_IN_DRIVER candidates/s (rules on the configuration ids, bounds, simulation, parts:
+# 3.3M candidates of the 12-axis 405B space in 7.4 s of one CPU, issue 37; a grid whose every
+# candidate is simulated runs slower), so with c CPUs for Ray a local Ray saves time only when
+# size / rate > RAY_START_S + size / (rate c), i.e. above RAY_START_S * rate * c / (c - 1)
+# candidates: 3.6M on 2 CPUs, 2.1M on 8 (benchmarks/quick_path.py and search_scale.py print
+# both ways). Below IN_PROCESS_CANDIDATES the driver is taken whatever the CPUs.
+RAY_START_S = 6.0
+GRID_RATE_IN_DRIVER = 300_000
 IN_PROCESS_CANDIDATES = 250_000
+
+
+def in_process_candidates(cpus: int) -> int:
+    """The largest grid the driver evaluates itself when Ray would have `cpus` CPUs."""
+    if cpus <= 1:
+        return 2**62  # one CPU: a local Ray only adds its start
+    return max(IN_PROCESS_CANDIDATES, int(RAY_START_S * GRID_RATE_IN_DRIVER * cpus / (cpus - 1)))
 
 
 def grid_batch_size(size: int) -> int:
@@ -197,7 +211,8 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     evaluated = 0
     columns = _part_columns(store, done)
     if todo:
-        with executor(workers, address, space.size, IN_PROCESS_CANDIDATES) as ex:
+        with executor(workers, address, space.size,
+                      in_process_candidates(workers or os.cpu_count() or 1)) as ex:
             space_ref = ex.put(space)
             job_ref = ex.put(job)
             bar = progress_bar(space.size, done_rows, "cfg", progress)
@@ -232,6 +247,7 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
                 # shutdown stops the tasks, and on a cluster a task in flight only finishes
                 # its batch and writes its part atomically (a re-run records or redoes it)
                 bar.close()
+                store.flush()  # every batch recorded so far is kept
                 raise Interrupted(len(store.done), len(batches), str(store.dir)) from None
             except SweepError:
                 # the driver cannot record (full disk for the manifest): let the tasks in
@@ -240,6 +256,7 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
                 bar.close()
                 raise
             bar.close()
+            store.flush()
     if board.counts["simulated"] == 0:
         c = board.counts
         require_valid(Census(c["total"], 0, Counter(board.reasons)), space.name)
@@ -269,6 +286,11 @@ def _drain(ex, pending: dict, store: ResultStore, board, record: bool = True) ->
             break
         board.add(top, par, entry["counts"], entry["reasons"])
     pending.clear()
+    if record:
+        try:
+            store.flush()
+        except SweepError:
+            pass
 
 
 TOP_KEPT = 100  # ranked rows the driver keeps (at least search.top)

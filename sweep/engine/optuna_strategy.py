@@ -415,6 +415,7 @@ class PartWriter:
         are complete files, and recording them saves their re-evaluation)."""
         try:
             self.record_finished(wait=True)
+            self.store.flush()  # the manifest is rewritten at intervals: save the rest
         except SweepError:
             if not interrupted:
                 raise

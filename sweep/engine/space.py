@@ -213,12 +213,18 @@ class Space:
             batch = col("global_batch")
             if batch is None and col("global_batch_tokens") is not None:
                 batch = col("global_batch_tokens") // col("seq_len")
-            model = col("model")
-            models = pd.unique(model) if model is not None else []
+            # the model ids: the axis's values (few), or the one fixed id, not one per row
+            if "model" in names:
+                model = col("model")
+                models = pd.unique(np.asarray(self.axes[names.index("model")][1], dtype=object))
+            elif "model" in self.fixed:
+                model, models = None, [self.fixed["model"]]
+            else:
+                model, models = None, []
             for f in STRUCTURAL_FIELDS:
                 v = {"num_gpus": num, "global_batch": batch}.get(f, col(f))
                 if v is None and f in ("heads", "kv_heads", "layers", "experts") \
-                        and model is not None:
+                        and len(models):
                     shape = {m: catalog.get_model(str(m)).columns()[f] for m in models}
                     v = np.array([shape[m] for m in model]) if len(shape) > 1 \
                         else np.full(n, next(iter(shape.values())))
@@ -246,16 +252,21 @@ class Space:
 
         if cols is None:
             return np.full(0, "", dtype=object)
-        n = len(cols["config_id"])
+        from sim_core import distinct
+
+        fields = {k: v for k, v in cols.items() if k != "config_id"}
+        # the rules once per distinct combination of the fields (few: the structural axes'
+        # product), then broadcast to the batch's rows
+        first, inverse = distinct.rows(list(fields.values()))
+        n = len(first)
         reasons = np.full(n, "", dtype=object)
         open_ = np.ones(n, dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
-            for text, bad in structural_rules(Batch({k: v for k, v in cols.items()
-                                                     if k != "config_id"})):
+            for text, bad in structural_rules(Batch({k: v[first] for k, v in fields.items()})):
                 new = bad & open_
                 reasons[new] = text
                 open_ &= ~bad
-        return reasons
+        return reasons[inverse]
 
     def index_of(self, params: dict) -> int:
         """config_id of one point given as {axis: value}."""

@@ -1,0 +1,184 @@
+"""Evaluate what is distinct once: find the distinct input tuples of a batch, compute a part of
+the simulator on those, broadcast the results back (issue 37).
+
+A search batch has hundreds of thousands of rows but each part of the model sees few distinct
+inputs: the GEMMs of a layer depend on the model, the sequence, tp, cp and the micro-batch, not
+on pp, dp or ZeRO; a collective's time on its kind, bytes, group, nodes spanned and fabric.
+`rows(columns)` finds the distinct tuples exactly (a 64-bit hash of each row's bits, factorised
+by pandas' hash table, then every column checked against its group's representative; a hash
+collision falls back to an exact lexicographic sort), and `on_distinct` evaluates a function of
+a Batch on one representative row per distinct tuple of the columns it reads.
+
+Rows are compared by their bits, so two rows share a group only if every input is bit-identical:
+a part evaluated on the representative gives each row of its group exactly what the direct
+evaluation gives it (the parts are elementwise over rows). `direct()` switches the factorisation
+off, the reference path the tests compare against.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pandas as pd
+
+from .columns import Batch
+
+_state = {"on": True}
+# below this many rows factorising costs more than it saves
+MIN_ROWS = 256
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier (2^64 / golden ratio)
+
+
+def enabled() -> bool:
+    return _state["on"]
+
+
+@contextlib.contextmanager
+def direct():
+    """Within the block every part is evaluated row by row (the un-factorised reference)."""
+    before = _state["on"]
+    _state["on"] = False
+    try:
+        yield
+    finally:
+        _state["on"] = before
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """The row values as uint64 bit patterns (equal bits = the same input)."""
+    a = np.ascontiguousarray(a)
+    if a.dtype.itemsize == 8 and a.dtype.kind in "fiu":
+        return a.view(np.uint64)
+    if a.dtype.kind == "f":
+        a = a.astype(np.float64)
+        return a.view(np.uint64)
+    return a.astype(np.int64).view(np.uint64)
+
+
+def _constant(a: np.ndarray) -> bool:
+    """Every element has the same bits as the first (remembered within a `scope`)."""
+    memo = _scope.get("constant")
+    if memo is not None and id(a) in memo and memo[id(a)][0] is a:
+        return memo[id(a)][1]
+    if a.dtype == bool:
+        same = bool(a.all() or not a.any())
+    else:
+        x = _bits(a)
+        same = bool((x == x[0]).all())
+    if memo is not None:
+        memo[id(a)] = (a, same)  # the reference keeps the id from being reused
+    return same
+
+
+_scope: dict = {}
+
+
+@contextlib.contextmanager
+def scope():
+    """Within the block, arrays are taken not to change in place (simulate's inputs): which
+    columns are constant is found once per array, not once per part that keys on it."""
+    outer = _scope.get("constant")
+    if outer is None:
+        _scope["constant"] = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _scope.pop("constant", None)
+
+
+def rows(columns) -> tuple[np.ndarray, np.ndarray]:
+    """(index of one representative row per distinct tuple, each row's tuple number) for
+    equal-length 1-d arrays: `columns[j][first][inverse]` equals `columns[j]` bit for bit.
+    Constant columns are left out of the key."""
+    cols = [np.asarray(c).ravel() for c in columns]
+    n = cols[0].size if cols else 0
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    bits = [_bits(c) for c in cols if not _constant(c)]
+    if not bits:
+        return np.zeros(1, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    if len(bits) == 1:
+        key = bits[0]
+    else:
+        key = np.zeros(n, dtype=np.uint64)
+        for x in bits:
+            key ^= x
+            key *= _MIX
+            key ^= key >> np.uint64(29)
+    inverse, uniq = pd.factorize(key)
+    inverse = inverse.astype(np.int64, copy=False)
+    first = np.empty(len(uniq), dtype=np.int64)
+    first[inverse[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int64)  # first occurrences
+    if len(bits) > 1:
+        rep = first[inverse]
+        if not all((x[rep] == x).all() for x in bits):  # a hash collision: sort exactly
+            _, first, inverse = np.unique(np.stack(bits, axis=1), axis=0, return_index=True,
+                                          return_inverse=True)
+            first, inverse = first.astype(np.int64), inverse.ravel().astype(np.int64)
+    return first, inverse
+
+
+def take(b: Batch, idx: np.ndarray) -> Batch:
+    """The rows `idx` of every array of the batch (scalars are kept)."""
+    n = len(b)
+    return Batch({k: (v[idx] if np.ndim(v) == 1 and len(v) == n else v) for k, v in b.items()})
+
+
+class Recorder(Batch):
+    """A Batch that notes every column read from it (item, attribute or get)."""
+
+    __slots__ = ()
+    _reads: set = set()
+
+    def __getitem__(self, key):
+        Recorder._reads.add(key)
+        return dict.__getitem__(self, key)
+
+    def get(self, key, default=None):
+        Recorder._reads.add(key)
+        return dict.get(self, key, default)
+
+
+# columns each factorised part has been seen to read, by part name (grows when a part reads a
+# column it had not read before: the part is then evaluated again with the larger key)
+_keys: dict[str, set] = {}
+
+
+def on_distinct(name: str, b: Batch, fn, seed=()) -> dict:
+    """fn(b) -> dict of arrays (one element per row), evaluated on one row per distinct tuple of
+    the columns fn reads, the results broadcast back to every row. The columns fn reads are
+    recorded while it runs; if it reads one outside the key it was grouped by, it is evaluated
+    again grouped by that one too, so the result never depends on a guessed column list."""
+    n = len(b)
+    if not enabled() or n < MIN_ROWS:
+        return fn(b)
+    key = _keys.setdefault(name, set(seed))
+    while True:
+        # (dict's own lookups: a recording batch handed in hears only what fn reads, below)
+        cols = sorted(k for k in key if k in b and np.ndim(dict.__getitem__(b, k)) == 1)
+        first, inverse = rows([dict.__getitem__(b, k) for k in cols])
+        sub = Recorder(take(b, first))
+        outer, Recorder._reads = Recorder._reads, set()
+        try:
+            out = fn(sub)
+        finally:
+            mine, Recorder._reads = Recorder._reads, outer | Recorder._reads
+        read = {k for k in mine if k in b}
+        if read <= key:
+            break
+        key |= read
+    for k in sorted(read):  # what fn read, read from the batch handed in (it may record too)
+        b.get(k)
+    return {k: broadcast(v, inverse, len(first)) for k, v in out.items()}
+
+
+def broadcast(v, inverse: np.ndarray, k: int):
+    """A part's output on the distinct rows, back on every row (scalars stay scalars)."""
+    if np.ndim(v) == 1 and len(v) == k:
+        v = np.asarray(v)
+        if k == 1 or (v.dtype.kind in "fiub" and _constant(v)):  # one value: fill, not gather
+            return np.full(len(inverse), v[0], dtype=v.dtype)
+        return v[inverse]
+    return v

@@ -1,0 +1,173 @@
+"""Evaluating each distinct input once (sim_core.distinct, issue 37) changes no prediction: the
+factorised simulator is compared with the direct, row-by-row evaluation (`distinct.direct()`)
+on candidates of every bundled space and on the published runs, bit for bit. No stored
+predictions: both sides are computed from today's physics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim_core import distinct, nccl
+from sim_core.columns import Batch
+from sim_core.simulate import simulate_frame
+from sim_core.specs import ALL_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACES = sorted(p for p in (ROOT / "search_spaces").glob("*.yaml"))
+
+
+def _same(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind == "f" and b.dtype.kind == "f":
+        return a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+    return np.array_equal(a, b)
+
+
+def assert_same_frames(ref: pd.DataFrame, got: pd.DataFrame) -> None:
+    assert list(ref.columns) == list(got.columns)
+    bad = [c for c in ref.columns if not _same(ref[c].to_numpy(), got[c].to_numpy())]
+    assert not bad, f"factorised differs from direct in {bad}"
+
+
+# ---- the dedup helper ---------------------------------------------------------------------
+def _columns(n: int, rng) -> list[np.ndarray]:
+    return [rng.choice([1.0, 2.0, 4.0, -0.0, 0.0, np.nan], n),
+            rng.integers(0, 5, n),
+            rng.random(n) < 0.5,
+            rng.choice([1e9, 3.5e9], n).astype(np.float32),
+            np.full(n, 7.0)]  # constant: left out of the key
+
+
+def _check_rows(cols, first, inverse):
+    bits = [distinct._bits(c) for c in cols]
+    for x in bits:  # every row equals its representative, bit for bit
+        assert np.array_equal(x[first][inverse], x)
+    # and rows with different inputs are in different groups
+    exact = np.unique(np.stack(bits, axis=1), axis=0).shape[0]
+    assert len(first) == exact
+    assert np.array_equal(np.unique(inverse), np.arange(len(first)))
+
+
+def test_rows_finds_each_distinct_tuple_once():
+    rng = np.random.default_rng(1)
+    cols = _columns(5000, rng)
+    first, inverse = distinct.rows(cols)
+    _check_rows(cols, first, inverse)
+    assert len(first) < 5000 / 4
+
+
+def test_rows_falls_back_to_an_exact_sort_on_a_hash_collision(monkeypatch):
+    # a multiplier of 0 sends every row to one hash: the check must catch it
+    monkeypatch.setattr(distinct, "_MIX", np.uint64(0))
+    rng = np.random.default_rng(2)
+    cols = _columns(3000, rng)
+    first, inverse = distinct.rows(cols)
+    _check_rows(cols, first, inverse)
+    assert len(first) > 1
+
+
+def test_rows_of_constant_and_empty_columns():
+    first, inverse = distinct.rows([np.full(10, 3.0), np.zeros(10, dtype=bool)])
+    assert first.tolist() == [0] and inverse.tolist() == [0] * 10
+    first, inverse = distinct.rows([np.zeros(0)])
+    assert first.size == 0 and inverse.size == 0
+
+
+def test_on_distinct_groups_by_every_column_the_part_reads():
+    n = 4000
+    rng = np.random.default_rng(3)
+    b = Batch(x=rng.integers(0, 3, n).astype(float), y=rng.integers(0, 4, n).astype(float),
+              z=rng.random(n))
+    calls = []
+
+    def part(sb):
+        calls.append(len(sb))
+        return {"out": sb.x * 10 + sb.get("y")}
+
+    distinct._keys.pop("test.part", None)
+    got = distinct.on_distinct("test.part", b, part, seed=("x",))
+    assert np.array_equal(got["out"], b.x * 10 + b.y)
+    # grouped first by x alone, then again by x and y once y was seen read; never by z
+    assert calls == [3, 12]
+    assert distinct._keys["test.part"] == {"x", "y"}
+    with distinct.direct():
+        assert distinct.on_distinct("test.part", b, part)["out"].shape == (n,)
+    assert calls[-1] == n
+
+
+def test_collective_time_factorised_equals_direct():
+    rng = np.random.default_rng(4)
+    n = 20000
+    op = rng.integers(0, len(nccl.COLLECTIVES), n)
+    nbytes = rng.choice([0.0, 4096.0, 2.0 ** 20, 3.3e7, 1e9], n)
+    group = rng.choice([1, 2, 8, 16, 64], n)
+    nodes = np.minimum(rng.choice([1, 2, 8], n), group)
+    net = {"sm_arch": rng.choice([80, 90, 100], n).astype(float),
+           "nvlink_bw_gbs": rng.choice([300.0, 450.0], n), "nvls": rng.random(n) < 0.5,
+           "mesh_links": rng.choice([0.0, 7.0], n), "nic_bw_gbs": 50.0,
+           "intra_latency_us": 2.0, "inter_latency_us": 5.0}
+    got = nccl.collective_time(op, nbytes, group, nodes, net)
+    with distinct.direct():
+        ref = nccl.collective_time(op, nbytes, group, nodes, net)
+    for k in ref:
+        assert _same(ref[k], got[k]), k
+
+
+# ---- the simulator: factorised == direct ---------------------------------------------------
+def _space_frame(path: Path, n: int, seed: int) -> pd.DataFrame:
+    from sweep.config.files import load_space
+    from sweep.engine.space import Space, normalise, rule_reasons, sim_frame
+
+    space = Space.from_config(load_space(path))
+    rng = np.random.default_rng(seed)
+    ids = np.unique(rng.integers(0, space.size, n)) if space.size > n else np.arange(space.size)
+    frame = space.frame_of_ids(ids)
+    frame = frame[rule_reasons(frame) == ""] if len(frame) > 200 else frame
+    return sim_frame(normalise(frame)).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("path", SPACES, ids=lambda p: p.stem)
+def test_bundled_space_predictions_unchanged(path):
+    frame = _space_frame(path, 3000, seed=0)
+    got = simulate_frame(frame)
+    with distinct.direct():
+        ref = simulate_frame(frame)
+    assert_same_frames(ref, got)
+
+
+def test_published_runs_predictions_unchanged(monkeypatch):
+    from sim_core.accuracy import validation
+
+    data = validation.load_published()
+    use = data[data["skip"] == ""]
+    frame = validation._impute(use)
+    frame = frame[[c for c in frame.columns if c in ALL_COLUMNS]]
+    monkeypatch.setattr(distinct, "MIN_ROWS", 0)  # a hundred rows: factorise them all the same
+    got = simulate_frame(frame)
+    with distinct.direct():
+        ref = simulate_frame(frame)
+    assert_same_frames(ref, got)
+    # and twice over, shuffled: rows of one group meet rows of another
+    both = pd.concat([frame, frame]).sample(frac=1.0, random_state=0).reset_index(drop=True)
+    got = simulate_frame(both)
+    with distinct.direct():
+        ref = simulate_frame(both)
+    assert_same_frames(ref, got)
+
+
+def test_select_is_np_where_bit_for_bit():
+    from sim_core.arrays import select
+
+    rng = np.random.default_rng(5)
+    n = 5000
+    a, b = rng.random(n), rng.random(n)
+    a[::7], b[::11], a[::13] = np.nan, -0.0, np.inf
+    for mask in (rng.random(n) < 0.5, np.zeros(n, bool), np.ones(n, bool)):
+        for x, y in ((a, b), (a, 0.0), (0.0, b), (a, -0.0), (3.0, b), (a, np.nan), (2.0, 5.0)):
+            want, got = np.where(mask, x, y), select(mask, x, y)
+            assert got.dtype == np.float64 and got.shape == (n,)
+            assert np.array_equal(want.view(np.uint64), got.view(np.uint64)), (x, y)
