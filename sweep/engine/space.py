@@ -147,25 +147,29 @@ class Space:
         ids = np.arange(start, stop, dtype=np.int64)
         return self._build(ids, self.digits(ids))
 
-    def frame_of_ids(self, ids) -> pd.DataFrame:
+    def frame_of_ids(self, ids, digits: list | None = None) -> pd.DataFrame:
+        """digits: `self.digits(ids)` where the caller has them already."""
         ids = np.asarray(ids, dtype=np.int64)
-        return self._build(ids, self.digits(ids))
+        return self._build(ids, self.digits(ids) if digits is None else digits)
 
-    def duplicates(self, frame: pd.DataFrame) -> np.ndarray:
+    def duplicates(self, frame: pd.DataFrame, digits: list | None = None) -> np.ndarray:
         """Rows that normalise (NOOPS) to a configuration another row of the space already is:
         a no-op setting on an axis at a digit other than the first. The first is evaluated,
-        with the setting normalised, for all of them."""
+        with the setting normalised, for all of them. digits: those of frame["config_id"]
+        where the caller has them already."""
         dup = np.zeros(len(np.asarray(frame["config_id"])), dtype=bool)
         names = self.axis_names
         for setting, size, _ in NOOPS:
             if setting not in names or size not in frame:
                 continue
             k = names.index(setting)
-            digit = self.digits(np.asarray(frame["config_id"]))[k]
+            if digits is None:  # once, whatever the number of no-op settings
+                digits = self.digits(np.asarray(frame["config_id"]))
+            digit = digits[k]
             dup |= (np.asarray(frame[size]) == 1) & (digit != 0)
         return dup
 
-    def subspace_ids(self, ids) -> np.ndarray:
+    def subspace_ids(self, ids, digits: list | None = None) -> np.ndarray:
         """For each config id, the id of its sub-space for the memory bound (sweep/engine/prune.py):
         the configuration with the same values but the first micro_batch and recompute."""
         ids = np.asarray(ids, dtype=np.int64)
@@ -173,14 +177,14 @@ class Space:
         inner = [names.index(a) for a in ("micro_batch", "recompute") if a in names]
         if not inner:
             return ids
-        digits = self.digits(ids)
+        digits = self.digits(ids) if digits is None else digits
         out = ids.copy()
         for k in inner:
             stride = int(np.prod([len(v) for _, v in self.axes[k + 1:]], dtype=np.int64))
             out -= digits[k] * stride
         return out
 
-    def structural_columns(self, ids: np.ndarray) -> dict | None:
+    def structural_columns(self, ids: np.ndarray, digits: list | None = None) -> dict | None:
         """The fields `sim_core.rules.structural_rules` reads, as float arrays straight from
         the config ids (no frame): parallel sizes, cluster size, batch, model shape. None when
         a field cannot be had that way (then every row goes the full way)."""
@@ -189,7 +193,8 @@ class Space:
 
         ids = np.asarray(ids, dtype=np.int64)
         n, names = len(ids), self.axis_names
-        digits = self.digits(ids) if self.axes else []
+        if digits is None:
+            digits = self.digits(ids) if self.axes else []
 
         derived = self.instance_axis()
 
