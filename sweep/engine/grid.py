@@ -100,14 +100,15 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     ids = np.arange(start, stop, dtype=np.int64)
     digits = space.digits(ids)  # once per batch: every step below reads them
     cols = space.structural_columns(ids, digits)
-    pre = np.full(len(ids), "", dtype=object)
+    pre = None  # reasons of the structural rules, where checked before any frame is built
     if cols is not None:
         dup = space.duplicates(cols, digits)
         if is_default(simulate, check):  # divisibility decided before any frame is built
             pre = space.precheck(cols)
     else:
         dup = space.duplicates(space.frame_of_ids(ids, digits), digits)
-    keep = ~dup & (pre == "")
+    passed = np.ones(len(ids), dtype=bool) if pre is None else pre == ""
+    keep = ~dup & passed
     kept = [d[keep] for d in digits]
     frame = space.frame_of_ids(ids[keep], kept)
     bounds = None
@@ -120,8 +121,10 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     # only the simulated rows become a frame; the others are counted from their status
     sim, status, why = evaluate_simulated(frame, simulate, check, bounds)
     bad = status == "invalid"
-    early = pre[~dup & (pre != "")]
-    reasons = pd.Series(np.concatenate([why[bad], early])).value_counts()
+    early = np.zeros(0, dtype=object) if pre is None else pre[~dup & ~passed]
+    # counted as Python objects: typing 10^5 strings as a str column first cost more than
+    # the count (same counts, same first-seen order among equal counts)
+    reasons = pd.Series(np.concatenate([why[bad], early]), dtype=object).value_counts()
     sim = add_costs(sim, job.prices, job.cost_unit)
     top, pareto = Leaderboard(job.objectives, job.keep).local(sim)
     name = f"g{bid:06d}"

@@ -134,12 +134,10 @@ class Space:
 
     def digits(self, ids: np.ndarray) -> list[np.ndarray]:
         """Mixed-radix digits of config ids: one index array per axis (itertools.product order)."""
-        rest = np.asarray(ids, dtype=np.int64).copy()
+        rest = np.asarray(ids, dtype=np.int64)
         out = [None] * len(self.axes)
         for k in range(len(self.axes) - 1, -1, -1):
-            n = len(self.axes[k][1])
-            out[k] = rest % n
-            rest //= n
+            rest, out[k] = np.divmod(rest, len(self.axes[k][1]))  # one pass for both
         return out
 
     def frame(self, start: int, stop: int) -> pd.DataFrame:
