@@ -163,3 +163,16 @@ def test_arrow_conversion_is_from_pandas_less_its_metadata():
         plain = pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(None)
         fast = _arrow_table(frame)
         assert fast.schema == plain.schema and fast.equals(plain)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "search_spaces").glob("*.yaml")))
+def test_structural_reasons_by_combination_are_the_precheck(name):
+    space = _space(name)
+    ids = np.unique(np.random.default_rng(5).integers(0, space.size, 20_000))
+    cols = space.structural_columns(ids)
+    got = space.structural_reasons(space.digits(ids))
+    if got is None:  # no table (too many combinations): the grid runs precheck itself
+        return
+    assert cols is not None
+    expected = space.precheck(cols)
+    assert got.dtype == expected.dtype and (got == expected).all()

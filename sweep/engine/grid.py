@@ -104,7 +104,9 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     if cols is not None:
         dup = space.duplicates(cols, digits)
         if is_default(simulate, check):  # divisibility decided before any frame is built
-            pre = space.precheck(cols)
+            pre = space.structural_reasons(digits)  # once per combination of the axes
+            if pre is None:
+                pre = space.precheck(cols)
     else:
         dup = space.duplicates(space.frame_of_ids(ids, digits), digits)
     passed = np.ones(len(ids), dtype=bool) if pre is None else pre == ""

@@ -43,6 +43,11 @@ COLUMN_ORDER = ("config_id",) + SIM_COLUMNS + PSEUDO_COLUMNS
 # (setting, the parallel size it needs above 1, the value it takes when that size is 1)
 NOOPS = (("sequence_parallel", "tp", False), ("vpp", "pp", 1))
 
+# axes that Space.structural_columns reads besides the structural rules' own fields: what
+# those are derived from (cluster size, batch, model shape, an instance's columns)
+STRUCTURAL_SOURCES = frozenset(("nodes", "global_batch_tokens", "model", "instance"))
+MAX_STRUCTURAL_TABLE = 1 << 21  # combinations of those axes' values checked up front
+
 
 def normalise(frame: pd.DataFrame) -> pd.DataFrame:
     """No-op settings set to what they amount to (see NOOPS); other rows untouched."""
@@ -270,6 +275,48 @@ class Space:
                 reasons[new] = text
                 open_ &= ~bad
         return reasons[inverse]
+
+    def structural_reasons(self, digits: list) -> np.ndarray | None:
+        """`precheck(structural_columns(ids))` from the ids' digits: the structural fields
+        depend on a few axes only (theirs and STRUCTURAL_SOURCES), so the rules are checked once per
+        combination of those axes' values for the whole space (a table built on first use,
+        one row per combination) and each candidate looks its reason up by the combination's
+        index. None when the table would be too large or the fields cannot be had from ids
+        (then precheck)."""
+        table = self.__dict__.get("_structural_table", False)
+        if table is False:
+            table = self.__dict__["_structural_table"] = self._build_structural_table()
+        if table is None:
+            return None
+        axes, strides, reasons = table
+        key = np.zeros(len(digits[0]) if digits else 0, dtype=np.int64)
+        for k, stride in zip(axes, strides):
+            key += digits[k] * stride
+        return reasons[key]
+
+    def _build_structural_table(self):
+        """(axes the structural fields read, the combination index's stride for each, reason
+        of each combination); None where structural_reasons falls back to precheck."""
+        from sim_core.rules import STRUCTURAL_FIELDS
+
+        names = self.axis_names
+        sources = STRUCTURAL_SOURCES | set(STRUCTURAL_FIELDS)
+        axes = [k for k, name in enumerate(names) if name in sources]
+        sizes = [len(self.axes[k][1]) for k in axes]
+        total = int(np.prod(sizes, dtype=np.int64))
+        if not names or total > MAX_STRUCTURAL_TABLE:
+            return None
+        strides = [int(np.prod(sizes[j + 1:], dtype=np.int64)) for j in range(len(axes))]
+        full = [int(np.prod([len(v) for _, v in self.axes[k + 1:]], dtype=np.int64))
+                for k in range(len(names))]
+        combo = np.arange(total, dtype=np.int64)
+        ids = np.zeros(total, dtype=np.int64)  # one candidate per combination: others at 0
+        for k, size, stride in zip(axes, sizes, strides):
+            ids += (combo // stride) % size * full[k]
+        cols = self.structural_columns(ids)
+        if cols is None:
+            return None
+        return axes, strides, self.precheck(cols)
 
     def index_of(self, params: dict) -> int:
         """config_id of one point given as {axis: value}."""
