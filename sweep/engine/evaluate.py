@@ -88,6 +88,40 @@ def evaluate(frame: pd.DataFrame, simulate=None, check=None, prune=None) -> pd.D
     valid rows that a bound proves out of memory or out of the top K are not simulated: status
     pruned_memory or pruned_time (sweep/engine/prune.py).
     """
+    out, cols = _evaluated_columns(frame, simulate, check, prune)
+    return _assemble(out, cols)
+
+
+def evaluate_simulated(frame: pd.DataFrame, simulate=None, check=None, prune=None
+                       ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """`evaluate`, keeping only the simulated rows (status ok or oom) as a frame: what a grid
+    part stores. Returns (those rows, renumbered from 0: the same frame as
+    `evaluate(...)[status in (ok, oom)].reset_index(drop=True)`), the status of every row and
+    the invalid_reason of every row, as arrays. The frame of the rows a grid discards (invalid,
+    pruned by a bound: most of a large grid's candidates) is never built."""
+    out, cols = _evaluated_columns(frame, simulate, check, prune)
+    status, reasons = cols["status"], cols["invalid_reason"]
+    keep = np.flatnonzero((status == "ok") | (status == "oom"))
+    if not len(keep):  # the empty frame's dtypes as the full frame gives them
+        df = _assemble(out, cols)
+        return df.iloc[:0].reset_index(drop=True), status, reasons
+    return _assemble(out, cols, keep).reset_index(drop=True), status, reasons
+
+
+def _assemble(out: pd.DataFrame, cols: dict, rows: np.ndarray | None = None) -> pd.DataFrame:
+    """The evaluated frame: `out` (the resolved inputs) beside `cols` (outputs, status), all
+    rows or the positions `rows` only."""
+    if rows is not None:
+        out = out.iloc[rows]
+        cols = {c: v[rows] for c, v in cols.items()}
+    extra = pd.DataFrame(cols, index=out.index)
+    out = out.drop(columns=[c for c in extra.columns if c in out.columns])
+    return pd.concat([out, extra], axis=1)
+
+
+def _evaluated_columns(frame: pd.DataFrame, simulate=None, check=None, prune=None
+                       ) -> tuple[pd.DataFrame, dict]:
+    """The resolved input frame and the evaluated columns (arrays, one value per row)."""
     # the framework's defaults are resolved here, so that results show the values simulated;
     # no-op settings (sequence parallelism at tp 1, ...) are normalised, not invalid
     out = normalise(resolve_frame(frame.reset_index(drop=True)))
@@ -134,9 +168,7 @@ def evaluate(frame: pd.DataFrame, simulate=None, check=None, prune=None) -> pd.D
     cols["status"] = np.where(~valid, "invalid", np.where(fits, "ok", "oom")).astype(object)
     bound = valid & (pruned != "")
     cols["status"][bound] = pruned[bound]
-    extra = pd.DataFrame(cols, index=out.index)
-    out = out.drop(columns=[c for c in extra.columns if c in out.columns])
-    return pd.concat([out, extra], axis=1)
+    return out, cols
 
 
 def is_default(simulate, check) -> bool:

@@ -27,7 +27,7 @@ from ..results import (
     Leaderboard, ResultStore, add_costs, constant_columns, objective_columns, row_prices,
     write_part_file, write_ranked_tables,
 )
-from .evaluate import Bounds, evaluate, is_default, model_info, model_key
+from .evaluate import Bounds, evaluate_simulated, is_default, model_info, model_key
 from .runtime import executor, progress_bar
 from .space import Census, Space, normalise, require_valid
 from .strategy import Outcome, SearchJob, config_cols
@@ -79,10 +79,13 @@ class GridJob:
     prune: bool = True  # pruning by bounds (search.prune); the time bound: one objective only
 
 
-def part_counts(status: np.ndarray, duplicate: int = 0) -> dict:
-    ok, oom = int((status == "ok").sum()), int((status == "oom").sum())
-    memory, late = int((status == "pruned_memory").sum()), int((status == "pruned_time").sum())
-    n = len(status)
+def part_counts(status: np.ndarray, duplicate: int = 0, invalid: int = 0) -> dict:
+    """A batch's counters from the status of its evaluated rows; `invalid`: rows ruled out
+    before evaluation (not in `status`), `duplicate`: no-op repeats skipped."""
+    seen = pd.Series(status, dtype=object).value_counts()  # one hashed pass, not 4 compares
+    ok, oom = int(seen.get("ok", 0)), int(seen.get("oom", 0))
+    memory, late = int(seen.get("pruned_memory", 0)), int(seen.get("pruned_time", 0))
+    n = len(status) + invalid
     return {"total": n + duplicate, "invalid": n - ok - oom - memory - late, "oom": oom,
             "simulated": ok + oom, "ok": ok, "duplicate": duplicate, "pruned": memory + late,
             "pruned_memory": memory, "pruned_time": late}
@@ -95,35 +98,40 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     threshold: the K-th best value of the (only) objective known when the batch was sent, for
     the time bound."""
     ids = np.arange(start, stop, dtype=np.int64)
-    cols = space.structural_columns(ids)
-    pre = np.full(len(ids), "", dtype=object)
+    digits = space.digits(ids)  # once per batch: every step below reads them
+    cols = space.structural_columns(ids, digits)
+    pre = None  # reasons of the structural rules, where checked before any frame is built
     if cols is not None:
-        dup = space.duplicates(cols)
+        dup = space.duplicates(cols, digits)
         if is_default(simulate, check):  # divisibility decided before any frame is built
-            pre = space.precheck(cols)
+            pre = space.structural_reasons(digits)  # once per combination of the axes
+            if pre is None:
+                pre = space.precheck(cols)
     else:
-        dup = space.duplicates(space.frame_of_ids(ids))
-    keep = ~dup & (pre == "")
-    frame = space.frame_of_ids(ids[keep])
+        dup = space.duplicates(space.frame_of_ids(ids, digits), digits)
+    passed = np.ones(len(ids), dtype=bool) if pre is None else pre == ""
+    keep = ~dup & passed
+    kept = [d[keep] for d in digits]
+    frame = space.frame_of_ids(ids[keep], kept)
     bounds = None
     if job.prune and is_default(simulate, check):
         single = len(job.objectives) == 1
-        bounds = Bounds(space.subspace_ids(ids[keep]), job.objectives[0],
+        bounds = Bounds(space.subspace_ids(ids[keep], kept), job.objectives[0],
                         threshold if single else None,
                         row_prices(frame, job.prices).to_numpy(dtype=np.float64)
                         if "gpu" in frame.columns else None, job.cost_unit)
-    df = evaluate(frame, simulate, check, bounds)
-    status = df["status"].to_numpy()
+    # only the simulated rows become a frame; the others are counted from their status
+    sim, status, why = evaluate_simulated(frame, simulate, check, bounds)
     bad = status == "invalid"
-    early = pre[~dup & (pre != "")]
-    status = np.concatenate([status, np.full(len(early), "invalid", dtype=object)])
-    reasons = pd.Series(np.concatenate([df["invalid_reason"].to_numpy()[bad], early])) \
-        .value_counts()
-    sim = df[df["status"].isin(("ok", "oom")).to_numpy()].reset_index(drop=True)
+    early = np.zeros(0, dtype=object) if pre is None else pre[~dup & ~passed]
+    # counted as Python objects: typing 10^5 strings as a str column first cost more than
+    # the count (same counts, same first-seen order among equal counts)
+    reasons = pd.Series(np.concatenate([why[bad], early]), dtype=object).value_counts()
     sim = add_costs(sim, job.prices, job.cost_unit)
     top, pareto = Leaderboard(job.objectives, job.keep).local(sim)
     name = f"g{bid:06d}"
-    info = {"start": start, "stop": stop, "counts": part_counts(status, int(dup.sum())),
+    info = {"start": start, "stop": stop,
+            "counts": part_counts(status, int(dup.sum()), len(early)),
             "reasons": {str(k): int(v) for k, v in reasons.items()}}
     path = Path(job.parts_dir) / f"{name}.parquet"
     if not len(sim):  # nothing simulated: only the counters are recorded, no part file

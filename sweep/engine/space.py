@@ -43,6 +43,11 @@ COLUMN_ORDER = ("config_id",) + SIM_COLUMNS + PSEUDO_COLUMNS
 # (setting, the parallel size it needs above 1, the value it takes when that size is 1)
 NOOPS = (("sequence_parallel", "tp", False), ("vpp", "pp", 1))
 
+# axes that Space.structural_columns reads besides the structural rules' own fields: what
+# those are derived from (cluster size, batch, model shape, an instance's columns)
+STRUCTURAL_SOURCES = frozenset(("nodes", "global_batch_tokens", "model", "instance"))
+MAX_STRUCTURAL_TABLE = 1 << 21  # combinations of those axes' values checked up front
+
 
 def normalise(frame: pd.DataFrame) -> pd.DataFrame:
     """No-op settings set to what they amount to (see NOOPS); other rows untouched."""
@@ -134,12 +139,10 @@ class Space:
 
     def digits(self, ids: np.ndarray) -> list[np.ndarray]:
         """Mixed-radix digits of config ids: one index array per axis (itertools.product order)."""
-        rest = np.asarray(ids, dtype=np.int64).copy()
+        rest = np.asarray(ids, dtype=np.int64)
         out = [None] * len(self.axes)
         for k in range(len(self.axes) - 1, -1, -1):
-            n = len(self.axes[k][1])
-            out[k] = rest % n
-            rest //= n
+            rest, out[k] = np.divmod(rest, len(self.axes[k][1]))  # one pass for both
         return out
 
     def frame(self, start: int, stop: int) -> pd.DataFrame:
@@ -147,25 +150,29 @@ class Space:
         ids = np.arange(start, stop, dtype=np.int64)
         return self._build(ids, self.digits(ids))
 
-    def frame_of_ids(self, ids) -> pd.DataFrame:
+    def frame_of_ids(self, ids, digits: list | None = None) -> pd.DataFrame:
+        """digits: `self.digits(ids)` where the caller has them already."""
         ids = np.asarray(ids, dtype=np.int64)
-        return self._build(ids, self.digits(ids))
+        return self._build(ids, self.digits(ids) if digits is None else digits)
 
-    def duplicates(self, frame: pd.DataFrame) -> np.ndarray:
+    def duplicates(self, frame: pd.DataFrame, digits: list | None = None) -> np.ndarray:
         """Rows that normalise (NOOPS) to a configuration another row of the space already is:
         a no-op setting on an axis at a digit other than the first. The first is evaluated,
-        with the setting normalised, for all of them."""
+        with the setting normalised, for all of them. digits: those of frame["config_id"]
+        where the caller has them already."""
         dup = np.zeros(len(np.asarray(frame["config_id"])), dtype=bool)
         names = self.axis_names
         for setting, size, _ in NOOPS:
             if setting not in names or size not in frame:
                 continue
             k = names.index(setting)
-            digit = self.digits(np.asarray(frame["config_id"]))[k]
+            if digits is None:  # once, whatever the number of no-op settings
+                digits = self.digits(np.asarray(frame["config_id"]))
+            digit = digits[k]
             dup |= (np.asarray(frame[size]) == 1) & (digit != 0)
         return dup
 
-    def subspace_ids(self, ids) -> np.ndarray:
+    def subspace_ids(self, ids, digits: list | None = None) -> np.ndarray:
         """For each config id, the id of its sub-space for the memory bound (sweep/engine/prune.py):
         the configuration with the same values but the first micro_batch and recompute."""
         ids = np.asarray(ids, dtype=np.int64)
@@ -173,14 +180,14 @@ class Space:
         inner = [names.index(a) for a in ("micro_batch", "recompute") if a in names]
         if not inner:
             return ids
-        digits = self.digits(ids)
+        digits = self.digits(ids) if digits is None else digits
         out = ids.copy()
         for k in inner:
             stride = int(np.prod([len(v) for _, v in self.axes[k + 1:]], dtype=np.int64))
             out -= digits[k] * stride
         return out
 
-    def structural_columns(self, ids: np.ndarray) -> dict | None:
+    def structural_columns(self, ids: np.ndarray, digits: list | None = None) -> dict | None:
         """The fields `sim_core.rules.structural_rules` reads, as float arrays straight from
         the config ids (no frame): parallel sizes, cluster size, batch, model shape. None when
         a field cannot be had that way (then every row goes the full way)."""
@@ -189,7 +196,8 @@ class Space:
 
         ids = np.asarray(ids, dtype=np.int64)
         n, names = len(ids), self.axis_names
-        digits = self.digits(ids) if self.axes else []
+        if digits is None:
+            digits = self.digits(ids) if self.axes else []
 
         derived = self.instance_axis()
 
@@ -267,6 +275,48 @@ class Space:
                 reasons[new] = text
                 open_ &= ~bad
         return reasons[inverse]
+
+    def structural_reasons(self, digits: list) -> np.ndarray | None:
+        """`precheck(structural_columns(ids))` from the ids' digits: the structural fields
+        depend on a few axes only (theirs and STRUCTURAL_SOURCES), so the rules are checked once per
+        combination of those axes' values for the whole space (a table built on first use,
+        one row per combination) and each candidate looks its reason up by the combination's
+        index. None when the table would be too large or the fields cannot be had from ids
+        (then precheck)."""
+        table = self.__dict__.get("_structural_table", False)
+        if table is False:
+            table = self.__dict__["_structural_table"] = self._build_structural_table()
+        if table is None:
+            return None
+        axes, strides, reasons = table
+        key = np.zeros(len(digits[0]) if digits else 0, dtype=np.int64)
+        for k, stride in zip(axes, strides):
+            key += digits[k] * stride
+        return reasons[key]
+
+    def _build_structural_table(self):
+        """(axes the structural fields read, the combination index's stride for each, reason
+        of each combination); None where structural_reasons falls back to precheck."""
+        from sim_core.rules import STRUCTURAL_FIELDS
+
+        names = self.axis_names
+        sources = STRUCTURAL_SOURCES | set(STRUCTURAL_FIELDS)
+        axes = [k for k, name in enumerate(names) if name in sources]
+        sizes = [len(self.axes[k][1]) for k in axes]
+        total = int(np.prod(sizes, dtype=np.int64))
+        if not names or total > MAX_STRUCTURAL_TABLE:
+            return None
+        strides = [int(np.prod(sizes[j + 1:], dtype=np.int64)) for j in range(len(axes))]
+        full = [int(np.prod([len(v) for _, v in self.axes[k + 1:]], dtype=np.int64))
+                for k in range(len(names))]
+        combo = np.arange(total, dtype=np.int64)
+        ids = np.zeros(total, dtype=np.int64)  # one candidate per combination: others at 0
+        for k, size, stride in zip(axes, sizes, strides):
+            ids += (combo // stride) % size * full[k]
+        cols = self.structural_columns(ids)
+        if cols is None:
+            return None
+        return axes, strides, self.precheck(cols)
 
     def index_of(self, params: dict) -> int:
         """config_id of one point given as {axis: value}."""

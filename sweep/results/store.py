@@ -122,7 +122,7 @@ def compact_table(df: pd.DataFrame, constants: dict | None = None) -> pa.Table:
         if c in df.columns and len(df) and not (df[c] == v).all():
             raise ValueError(f"column {c} is not constant ({v!r}) across the space")
     keep = df[[c for c in df.columns if c not in constants]]
-    table = pa.Table.from_pandas(keep, preserve_index=False)
+    table = _arrow_table(keep)
     arrays, fields = [], []
     for f, col in zip(table.schema, table.columns):
         t = f.type
@@ -137,6 +137,18 @@ def compact_table(df: pd.DataFrame, constants: dict | None = None) -> pa.Table:
         arrays.append(col)
         fields.append(pa.field(f.name, col.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _arrow_table(df: pd.DataFrame) -> pa.Table:
+    """`pa.Table.from_pandas(df, preserve_index=False)` less its pandas metadata (which
+    compact_table drops): each column converted as from_pandas converts it, without building
+    that metadata (most of from_pandas' time on a part's 100 columns). Frames whose column
+    names are not distinct strings go through from_pandas itself."""
+    names = list(df.columns)
+    if not all(isinstance(c, str) for c in names) or len(set(names)) != len(names):
+        return pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
+    return pa.Table.from_arrays([pa.array(df[c], from_pandas=True) for c in names],
+                                names=names)
 
 
 def constant_columns(df: pd.DataFrame, exclude=()) -> dict:
@@ -733,12 +745,21 @@ def row_prices(df: pd.DataFrame, prices: dict) -> pd.Series:
     """Each row's USD per GPU-hour: its instance type's where it names one (NaN, cost
     unknown, for a type without a sourced or given price: never its GPU's generic price),
     else its GPU's."""
-    price = df["gpu"].map(prices).astype(float)
+    price = _looked_up(df["gpu"], prices)
     if "instance" in df.columns:
         inst = df["instance"]
         named = (inst.notna() & (inst.astype(str) != "")).to_numpy()
-        price = price.where(~named, inst.map(prices).astype(float))
+        price = price.where(~named, _looked_up(inst, prices))
     return price
+
+
+def _looked_up(col: pd.Series, prices: dict) -> pd.Series:
+    """`col.map(prices).astype(float)`, looking up each distinct value once (a grid batch has
+    a few GPU types in 10^5 rows)."""
+    codes, uniq = pd.factorize(col)
+    values = np.append(pd.Series(uniq, dtype=object).map(prices).astype(float).to_numpy(),
+                       np.nan)  # code -1 (missing) takes the last: NaN
+    return pd.Series(values[codes], index=col.index, name=col.name)
 
 
 def add_costs(df: pd.DataFrame, prices: dict, cost_unit: str = "mtok") -> pd.DataFrame:
@@ -848,13 +869,29 @@ class Leaderboard:
         self.reasons: dict[str, int] = {}
 
     def local(self, df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """(top K, Pareto set) of one part's rows (run where the part is)."""
-        sub = rankable(df, self.objectives)
-        if not len(sub):
+        """(top K, Pareto set) of one part's rows (run where the part is).
+
+        The same rows as sorting the `rankable` rows and `pareto_rows` of them, but only the
+        objective columns and config_id are sorted and compared; the K + Pareto rows are then
+        taken whole (a part has some 100 columns and 10^4 rows)."""
+        if not len(df) or "status" not in df.columns:
+            sub = rankable(df, self.objectives)
+            return sub.reset_index(drop=True), sub.reset_index(drop=True)
+        obj = objective_columns(self.objectives)
+        pos = np.flatnonzero(((df["status"] == "ok") & df[obj[0][0]].notna()).to_numpy())
+        if not len(pos):
+            sub = df.iloc[pos]
             return sub.reset_index(drop=True), sub.reset_index(drop=True)
         cols, asc = sort_key(self.objectives)
-        top = sub.sort_values(cols, ascending=asc, kind="stable").head(self.keep)
-        return top.reset_index(drop=True), pareto_rows(sub, self.objectives).reset_index(drop=True)
+        key = df[list(dict.fromkeys(cols))].iloc[pos].reset_index(drop=True)
+        order = key.sort_values(cols, ascending=asc, kind="stable").index.to_numpy()
+        top = df.iloc[pos[order[: self.keep]]]
+        if len(obj) < 2:
+            pareto = df.iloc[pos[:0]]
+        else:
+            vals = np.column_stack([key[c].to_numpy(float) * (1 if a else -1) for c, a in obj])
+            pareto = df.iloc[pos[pareto_mask(np.nan_to_num(vals, nan=np.inf))]]
+        return top.reset_index(drop=True), pareto.reset_index(drop=True)
 
     def add(self, top: pd.DataFrame, pareto: pd.DataFrame, counts: dict | None = None,
             reasons: dict | None = None) -> None:
