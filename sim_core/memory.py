@@ -160,12 +160,15 @@ def set_overhead(fn) -> None:
     _overhead = fn
 
 
+_NO_OVERHEAD = {"fixed_gib": 0.0, "states": 1.0, "activations": 1.0, "logits": 1.0}
+
+
 def _overhead_parts(b) -> tuple:
+    """(fixed GiB, states, activations, logits scales): the installed overhead's, else neutral."""
     if _overhead is None:
-        return 0.0, 1.0, 1.0, 1.0
+        return tuple(_NO_OVERHEAD[k] for k in OVERHEAD_KEYS)
     o = _overhead(b)
-    neutral = {"fixed_gib": 0.0, "states": 1.0, "activations": 1.0, "logits": 1.0}
-    return tuple(np.asarray(o.get(k, neutral[k]), dtype=np.float64) for k in OVERHEAD_KEYS)
+    return tuple(np.asarray(o.get(k, _NO_OVERHEAD[k]), dtype=np.float64) for k in OVERHEAD_KEYS)
 
 
 def estimate(b: Batch, wl: Workload) -> dict:

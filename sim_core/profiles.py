@@ -220,13 +220,8 @@ def activate(name_or_path) -> dict:
         if "terms" not in comps["runs"]:
             raise ProfileError(f"profile {d.name}: its runs component was fitted by an older "
                                "sweep (scales, not terms); run `sweep calibrate runs` again")
-        runs_fit.install(comps["runs"]["terms"])
-        iv = comps["runs"].get("interval") or {}
-        from . import risk, terms as terms_mod
-
-        terms_mod.set_interval(iv.get("step_sigma_log"), iv.get("step_sigma_log_terms"))
-        if comps["runs"].get("accepted"):
-            risk.set_calibrated_sigma(iv.get("mem_sigma_log"))
+        runs_fit.install(comps["runs"]["terms"], comps["runs"].get("interval"),
+                         memory_spread=bool(comps["runs"].get("accepted")))
         res = comps["runs"].get("residual")
         if res:
             from . import terms

@@ -257,8 +257,8 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
                             fabric=fab)
     extra = {f"fabric_{k}": np.asarray(v, float) for k, v in fab.items()} if with_fabric else {}
     if learned is not None:
-        # a calibration's learned residual scales every part alike (0 outside its range, where
-        # the row is flagged)
+        # a calibration's learned residual scales every part alike (outside its range: the
+        # residual of the fitted edge, and the row is flagged)
         r, flag = learned(b, wl, raw, fab)
         f = np.exp(r)
         breakdown = {k: v * f for k, v in breakdown.items()}

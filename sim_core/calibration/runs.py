@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .. import catalog, frameworks, memory, nccl, specs, terms
+from .. import catalog, frameworks, memory, nccl, risk, specs, terms
 from ..simulate import simulate_frame
 
 STATUS = ("ok", "oom", "failed")
@@ -133,9 +133,14 @@ def prior_mean(name: str) -> float:
 
 
 # ---- applying fitted terms ------------------------------------------------------------------
-def install(params: dict) -> None:
+def install(params: dict, spread: dict | None = None, memory_spread: bool = False) -> None:
     """Make every later simulation use the fitted terms (terms, network bandwidth and memory
-    hooks). The network scale multiplies an NCCL calibration already installed."""
+    hooks), and, with `spread` (interval()), the step-time interval and, with memory_spread,
+    the OOM risk's calibrated memory sigma. The network scale multiplies an NCCL calibration
+    already installed."""
+    spread = spread or {}
+    terms.set_interval(spread.get("step_sigma_log"), spread.get("step_sigma_log_terms"))
+    risk.set_calibrated_sigma(spread.get("mem_sigma_log") if memory_spread else None)
     t = {k: float(v) for k, v in params.items() if k in terms.NEUTRAL}
     terms.set_params(t or None)
     bw = float(params.get("net_bw", 1.0))
@@ -163,8 +168,6 @@ def install(params: dict) -> None:
 
 
 def uninstall() -> None:
-    from .. import risk
-
     terms.set_params(None)
     terms.set_interval(None)
     risk.set_calibrated_sigma(None)
@@ -311,8 +314,12 @@ def prepare(runs: pd.DataFrame) -> RunData:
     if len(use) == 0:
         return _empty(skipped)
     base = base[keep].reset_index(drop=True)
-    parts = np.stack([_parts(base)] + [_parts(_simulate_neutral(use, float(np.exp(g))))
-                                       for g in NET_GRID[1:]], axis=2)
+    first = _parts(base)
+    if (base["fabric_net_calls"].to_numpy(float) > 0).any():
+        parts = np.stack([first] + [_parts(_simulate_neutral(use, float(np.exp(g))))
+                                    for g in NET_GRID[1:]], axis=2)
+    else:  # no collective crosses nodes: the network's bandwidth changes nothing
+        parts = np.repeat(first[:, :, None], len(NET_GRID), axis=2)
     mem = np.column_stack([sum(base[c].to_numpy(float) for c in cols)
                            for cols in MEM_PARTS.values()])
     runtime = (base["peak_memory_gib"] - base["peak_reserved_gib"]).to_numpy(float)
@@ -451,15 +458,13 @@ def candidates(d: RunData) -> tuple[list, list]:
         for j, name in enumerate(terms.GROUPS):
             if (P[:, j, 0] > 0).any():
                 tt.append(name)
-        if (d.net_calls[timed] > 0).any():
-            tt.append("net_bw")
         tt.append("host_step_s")
         if len(np.unique(d.m[timed])) > 1:
             tt.append("host_mb_s")
         if len(np.unique(d.nodes[timed])) > 1:
             tt.append("node_c")
-        if (d.net_calls[timed] > 0).any():
-            tt.append("net_latency_s")
+        if (d.net_calls[timed] > 0).any():  # a collective crosses nodes
+            tt += ["net_bw", "net_latency_s"]
     mm = []
     memrows = np.isfinite(d.m_meas) | d.oom
     if memrows.any():
@@ -601,10 +606,10 @@ def metrics(d: RunData, pred: dict, out_mask=None) -> dict:
             else float("nan"), "spearman_groups": len(rhos), "by_cluster": by_cluster}
 
 
-def fold_metrics(d: RunData, free, groups, out_mask=None) -> dict:
-    """metrics() of out-of-fold predictions; an upward fold (a boolean test mask) is scored on
-    its test runs alone."""
-    p = cv_predict(d, free, groups)
+def fold_metrics(d: RunData, free, groups, out_mask=None, pred=None) -> dict:
+    """metrics() of out-of-fold predictions (`pred`: cv_predict's, when already made); an
+    upward fold (a boolean test mask) is scored on its test runs alone."""
+    p = cv_predict(d, free, groups) if pred is None else pred
     groups = np.asarray(groups)
     if groups.dtype != bool:
         return metrics(d, p, out_mask)
@@ -633,7 +638,8 @@ def _score(d: RunData, free, folds: dict, kind: str, cache: dict) -> float:
 MIN_UP_RUNS = 20  # an upward fold that predicts fewer timed runs is too noisy to select on alone
 
 
-def _upward_decides(d: RunData) -> bool:
+def upward_decides(d: RunData) -> bool:
+    """Whether the upward folds alone judge: each predicts MIN_UP_RUNS timed runs or more."""
     up = upward(d)
     timed = np.isfinite(d.t_meas)
     return bool(up) and all(int((v & timed).sum()) >= MIN_UP_RUNS for v in up.values())
@@ -644,7 +650,7 @@ def selection_folds(d: RunData) -> dict:
     upward fold predicts fewer than MIN_UP_RUNS timed runs (a published table of a dozen runs),
     the grouped-CV folds too, the error averaged over them."""
     up = upward(d)
-    if _upward_decides(d):
+    if upward_decides(d):
         return up
     return {**{UP + k: v for k, v in up.items()}, **groupings(d)}
 
@@ -744,6 +750,9 @@ class Calibration:
     up_folds: dict = field(default_factory=dict)  # upward folds: name -> test mask
     up_before: dict = field(default_factory=dict)
     up_after: dict = field(default_factory=dict)
+    # out-of-fold predictions of the kept model on the folds interval() reads (upward ones
+    # where there are, grouped CV otherwise): what calibrate fitted already
+    oof: dict = field(default_factory=dict)
 
 
 def calibrate(d: RunData, free=None, log=None) -> Calibration:
@@ -762,18 +771,21 @@ def calibrate(d: RunData, free=None, log=None) -> Calibration:
     f = fit(d, free)
     out = outliers(d, predict_arrays(d, f.params))
     before, after, up_before, up_after = {}, {}, {}, {}
+    oof_cv, oof_up = {}, {}
     for name, groups in folds.items():
+        oof_cv[name] = cv_predict(d, free, groups)
         before[name] = fold_metrics(d, [], groups, out)
-        after[name] = fold_metrics(d, free, groups, out)
+        after[name] = fold_metrics(d, free, groups, out, oof_cv[name])
     for name, test in up.items():
+        oof_up[name] = cv_predict(d, free, test)
         up_before[name] = fold_metrics(d, [], test, out)
-        up_after[name] = fold_metrics(d, free, test, out)
+        up_after[name] = fold_metrics(d, free, test, out, oof_up[name])
     worse_up = any(up_after[k]["step"] > up_before[k]["step"] + 1e-9 for k in up
                    if np.isfinite(up_after[k]["step"]))
     # where the upward folds are large enough to select on alone, they alone decide: grouped
     # CV also scores steps down (fit on 3B, predict 1B) that a user never takes
     worse = any(after[k]["step"] > before[k]["step"] + 1e-9 for k in folds
-                if np.isfinite(after[k]["step"])) and not _upward_decides(d)
+                if np.isfinite(after[k]["step"])) and not upward_decides(d)
     rejected_by = ("the upward check" if free and worse_up else
                    "grouped CV" if free and worse else "")
     # extrapolating to a larger model: the calibrated model must not be worse than the
@@ -792,7 +804,8 @@ def calibrate(d: RunData, free=None, log=None) -> Calibration:
         f = Fit([], white_box().x, {})
         after, up_after = before, up_before
     return Calibration(d, free if accepted else [], f, folds, trail, before, after, out,
-                       accepted, ext, rejected_by, list(free), up, up_before, up_after)
+                       accepted, ext, rejected_by, list(free), up, up_before, up_after,
+                       (oof_up or oof_cv) if accepted else {})
 
 
 def learning_curve(d: RunData, sizes, repeats: int = 5, seed: int = 0) -> pd.DataFrame:
@@ -857,7 +870,6 @@ def _apply_residual(d: RunData, params: dict, booster, rng) -> tuple[np.ndarray,
 
 UP = "upward: "  # residual_cv's names of the upward folds
 TWIN_SPREAD = 1.25  # twins measured further apart than this are listed
-Z90 = 1.2815515655446004  # the standard normal's 90% quantile: intervals are 10%-90%
 
 
 def twins(d: RunData) -> pd.DataFrame:
@@ -888,12 +900,12 @@ def interval(cal: Calibration, rcv: dict | None = None) -> dict:
     sigma (upward folds where the runs have them, grouped CV otherwise; the worst fold), the
     residual's own gain applied when it is kept, plus the fitted terms' uncertainty (their
     Jacobian covariance carried to each run's prediction, the median run's). Intervals are
-    prediction x exp(+-Z90 sigma)."""
+    prediction x exp(+-terms.Z90 sigma)."""
     d = cal.data
     folds = cal.up_folds or cal.folds
     sig_t, sig_m = [], []
-    for groups in folds.values():
-        p = cv_predict(d, cal.free, groups)
+    for name, groups in folds.items():
+        p = cal.oof[name] if name in cal.oof else cv_predict(d, cal.free, groups)
         with np.errstate(divide="ignore", invalid="ignore"):
             rt = np.log(p["step_s"] / d.t_meas)
             rm = np.log(p["mem_gib"] / d.m_meas)
@@ -961,11 +973,10 @@ def residual_cv(cal: Calibration) -> dict | None:
                      )["step_with_outliers"]
         e1 = metrics(d, {**predict_arrays(d, cal.fit.params), "step_s": with_r}
                      )["step_with_outliers"]
+        predicted = np.isfinite(without)
         out[name] = {"without": e0, "with": e1, "flagged": flagged,
-                     "timed": int(np.isfinite(without).sum()),
-                     "all_flagged": bool(flagged) and flagged >= int(np.isfinite(
-                         d.t_meas[groups if groups.dtype == bool else ~np.zeros(len(d), bool)]
-                     ).sum())}
+                     "timed": int((predicted & np.isfinite(d.t_meas)).sum()),
+                     "all_flagged": flagged > 0 and flagged >= int(predicted.sum())}
     return out
 
 

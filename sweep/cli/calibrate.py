@@ -431,9 +431,10 @@ def cmd_runs(args) -> int:
     missing = runs_fit.upward_cannot_show(train)
     if missing:
         print(f"  the table cannot show the step to {missing}")
-    print("forward selection (a term is freed when it lowers the "
-          + ("upward" if up else "grouped-CV") + f" error by {100 * runs_fit.MIN_GAIN:.1f} "
-          "points):")
+    judge = ("upward" if runs_fit.upward_decides(train) else
+             "upward and grouped-CV" if up else "grouped-CV")
+    print(f"forward selection (a term is freed when it lowers the {judge} error by "
+          f"{100 * runs_fit.MIN_GAIN:.1f} points):")
     try:
         cal = runs_fit.calibrate(train, log=print)
     except runs_fit.CalibrationError as exc:
@@ -445,7 +446,7 @@ def cmd_runs(args) -> int:
         print(f"the term{'s' if many else ''} {', '.join(cal.selected)} lower"
               f"{'' if many else 's'} the grouped-CV error but not the error extrapolated to a "
               "larger model: the white-box model is kept")
-    elif cal.rejected_by == "the upward check" or (cal.selected and cal.rejected_by):
+    elif cal.rejected_by:
         print(f"the terms {', '.join(cal.selected)} make {cal.rejected_by} worse: the white-box "
               "model is kept")
     else:
