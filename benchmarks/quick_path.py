@@ -1,5 +1,5 @@
 """End-to-end `sweep search` on a small bundled space, evaluated in the driver (the default for
-a grid of up to grid.in_process_candidates(CPUs) candidates without --address) and on a local Ray
+a grid that `grid.runs_in_driver` keeps there without --address) and on a local Ray
 (SWEEP_RAY=1), alternating, each a fresh process (CLI start-up, recommendation and recipes
 included). Prints each run's wall time and peak RSS, the medians, the ratio measured in this
 run, and the load average before and after (wall times follow the machine's load).

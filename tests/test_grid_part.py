@@ -176,3 +176,31 @@ def test_structural_reasons_by_combination_are_the_precheck(name):
     assert cols is not None
     expected = space.precheck(cols)
     assert got.dtype == expected.dtype and (got == expected).all()
+
+
+def test_the_framed_share_is_estimated_from_a_sample_of_the_ids():
+    """The driver-or-Ray choice rests on the share of candidates a batch frames: the sample's
+    estimate is within sampling error of the count over every id, and exact on a small space."""
+    for name in ("gpt3-175b-1024xa100.yaml", "deepseek-v3-1024xh100.yaml", "multi-hardware.yaml"):
+        space = _space(name)
+        assert space.size > 20_000  # larger than the sample
+        ids = np.arange(space.size, dtype=np.int64)
+        digits = space.digits(ids)
+        cols = space.structural_columns(ids, digits)
+        exact = ((space.precheck(cols) == "") & ~space.duplicates(cols, digits)).mean()
+        assert 0.0 < exact < 1.0  # the space has invalid candidates or no-op repeats
+        assert abs(space.framed_fraction() - exact) < 0.02
+    small = _space("quickstart.yaml")
+    ids = np.arange(small.size, dtype=np.int64)
+    digits = small.digits(ids)
+    cols = small.structural_columns(ids, digits)
+    exact = ((small.precheck(cols) == "") & ~small.duplicates(cols, digits)).mean()
+    assert small.framed_fraction() == pytest.approx(exact)
+
+
+def test_a_grid_goes_to_ray_only_when_the_driver_would_take_longer_than_ray_s_start():
+    small = _space("quickstart.yaml")
+    assert grid.runs_in_driver(small, 2)
+    huge = _space("llama3.1-405b-billion.yaml")
+    assert grid.driver_seconds(huge) > 100 * grid.RAY_START_S
+    assert not grid.runs_in_driver(huge, 2) and grid.runs_in_driver(huge, 1)

@@ -38,24 +38,33 @@ DEFAULT_GRID_BATCH = 20_000
 MAX_GRID_BATCH = 200_000
 
 
-# a grid this small runs in the driver (no --address, no Ray running): starting and stopping a
-# local Ray costs about RAY_START_S, and the driver evaluates a grid at about
-# GRID_RATE_IN_DRIVER candidates/s (rules on the configuration ids, bounds, simulation, parts:
-# 3.3M candidates of the 12-axis 405B space in 7.4 s of one CPU, issue 37; a grid whose every
-# candidate is simulated runs slower), so with c CPUs for Ray a local Ray saves time only when
-# size / rate > RAY_START_S + size / (rate c), i.e. above RAY_START_S * rate * c / (c - 1)
-# candidates: 3.6M on 2 CPUs, 2.1M on 8 (benchmarks/quick_path.py and search_scale.py print
-# both ways). Below IN_PROCESS_CANDIDATES the driver is taken whatever the CPUs.
+# a grid runs in the driver (no --address, no Ray running) when the driver would finish it
+# before a local Ray pays off: starting and stopping one costs about RAY_START_S, so with c CPUs
+# for Ray it saves time only when T > RAY_START_S + T / c, i.e. T > RAY_START_S * c / (c - 1),
+# T being the driver's own time. T is estimated per space, before any batch runs: every
+# candidate costs CANDIDATE_S (ids, digits, the structural rules' table, counters), and each one
+# that passes the structural rules and is not a no-op repeat (`Space.framed_fraction`) costs
+# FRAMED_S more (its frame, the rules, the bounds, the simulation, its part). Both fitted on the
+# two grids of benchmarks/search_scale.py in the driver (issue 37, 2026-11-27, one CPU):
+# 3.3M candidates, 1.22M framed, 6.8 s; 29.5M candidates, 1.19M framed, 9.9 s. So the
+# 29.5M grid (96% invalid or repeats) runs in the driver and the 10^9 one on Ray. Below
+# IN_PROCESS_CANDIDATES the driver is taken whatever the CPUs.
 RAY_START_S = 6.0
-GRID_RATE_IN_DRIVER = 300_000
+CANDIDATE_S = 1.2e-7
+FRAMED_S = 5.2e-6
 IN_PROCESS_CANDIDATES = 250_000
 
 
-def in_process_candidates(cpus: int) -> int:
-    """The largest grid the driver evaluates itself when Ray would have `cpus` CPUs."""
-    if cpus <= 1:
-        return 2**62  # one CPU: a local Ray only adds its start
-    return max(IN_PROCESS_CANDIDATES, int(RAY_START_S * GRID_RATE_IN_DRIVER * cpus / (cpus - 1)))
+def driver_seconds(space: Space) -> float:
+    """Seconds of one CPU the driver would spend on the whole grid (see above)."""
+    return space.size * (CANDIDATE_S + space.framed_fraction() * FRAMED_S)
+
+
+def runs_in_driver(space: Space, cpus: int) -> bool:
+    """Whether the driver evaluates the grid itself rather than a local Ray with `cpus` CPUs."""
+    if cpus <= 1 or space.size <= IN_PROCESS_CANDIDATES:
+        return True  # one CPU: a local Ray only adds its start
+    return driver_seconds(space) <= RAY_START_S * cpus / (cpus - 1)
 
 
 def grid_batch_size(size: int) -> int:
@@ -219,8 +228,8 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     evaluated = 0
     columns = _part_columns(store, done)
     if todo:
-        with executor(workers, address, space.size,
-                      in_process_candidates(workers or os.cpu_count() or 1)) as ex:
+        small = runs_in_driver(space, workers or os.cpu_count() or 1)
+        with executor(workers, address, space.size, space.size if small else 0) as ex:
             space_ref = ex.put(space)
             job_ref = ex.put(job)
             bar = progress_bar(space.size, done_rows, "cfg", progress)
