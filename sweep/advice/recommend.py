@@ -187,8 +187,10 @@ def reprice(df: pd.DataFrame, prices: dict) -> pd.DataFrame:
 def capacity_gib(gpus: pd.Series) -> pd.Series:
     from sim_core import catalog
 
-    caps = {g: float(catalog.get_gpu(g).hbm_gib) for g in gpus.unique()}
-    return gpus.map(caps).astype(float)
+    # each GPU looked up once, then taken by code (Series.map hashes every row's string)
+    codes, uniq = pd.factorize(gpus, use_na_sentinel=True)
+    caps = np.array([float(catalog.get_gpu(g).hbm_gib) for g in uniq] + [np.nan])
+    return pd.Series(caps[codes], index=gpus.index, name=gpus.name)
 
 
 DERIVED = ("capacity_gib", "headroom_gib", "headroom_frac", "tokens_per_s", "days",
