@@ -14,6 +14,10 @@ prints configurations/s, the driver's peak RSS and the bytes per result row on d
 prunes too (it applies to single-objective searches).
 --space FILE: a space file instead (e.g. search_spaces/llama3.1-405b-billion.yaml, 1.06e9
 candidates); --progress shows the search's progress bar on stderr while it runs.
+--against REV [--rounds N]: this checkout and revision REV (its `sim_core` and `sweep`
+exported with git archive) run the same space alternating, each `sweep search` a fresh child
+process with PYTHONPATH switched (this script drives both); prints each time, the best of each
+side and their ratio, measured in one run.
 The load average is printed before and after: other work on the machine slows the run.
 """
 
@@ -182,6 +186,48 @@ def scaling(out: Path) -> int:
     return 0
 
 
+def against(rev: str, args, doc_args: list) -> int:
+    """Time `sweep search` of the same space at this checkout and at REV, alternating."""
+    root = Path(__file__).resolve().parents[1]
+    sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", rev], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    here = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
+                          capture_output=True, text=True).stdout.strip()
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"({os.cpu_count()} CPUs)", flush=True)
+    times: dict = {"this": [], "rev": []}
+    rss: dict = {"this": [], "rev": []}
+    with tempfile.TemporaryDirectory(prefix="search-scale-") as tmp:
+        tree = Path(tmp) / "rev"
+        tree.mkdir()
+        archive = subprocess.run(["git", "-C", str(root), "archive", sha, "sim_core", "sweep"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+        for r in range(args.rounds):
+            for side, path in (("rev", tree), ("this", root)):
+                out = Path(tmp) / f"{side}-{r}"
+                env = dict(os.environ, PYTHONPATH=str(path))
+                cmd = [sys.executable, __file__, *doc_args, "--child", str(out)]
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")),
+                            None)
+                if proc.returncode != 0 or line is None:
+                    sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+                    return 1
+                res = json.loads(line[len("RESULT "):])
+                times[side].append(res["seconds"])
+                rss[side].append(res["driver_peak_rss"] / 2**30)
+                print(f"round {r + 1} {side:>4}: {res['seconds']:.1f} s, driver peak "
+                      f"{rss[side][-1]:.2f} GiB (load {os.getloadavg()[0]:.2f})", flush=True)
+                shutil.rmtree(out, ignore_errors=True)
+    a, b = min(times["this"]), min(times["rev"])
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"this ({here}): best {a:.1f} s, driver peak {max(rss['this']):.2f} GiB; "
+          f"{sha}: best {b:.1f} s, driver peak {max(rss['rev']):.2f} GiB")
+    print(f"time_ratio_vs_{sha}: {a / b:.2f}")
+    return 0
+
+
 def grid_task(size: int) -> int:
     from sweep.engine.grid import grid_batch_size
 
@@ -200,6 +246,8 @@ def main(argv=None) -> int:
     ap.add_argument("--single", action="store_true", help="one objective: step_time")
     ap.add_argument("--space", help="a space file instead of the generated 405B space")
     ap.add_argument("--progress", action="store_true", help="show the progress bar (stderr)")
+    ap.add_argument("--against", metavar="REV", help="also time revision REV, alternating")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of --against")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--gpus", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--sizes", type=int, help=argparse.SUPPRESS)
@@ -229,6 +277,11 @@ def main(argv=None) -> int:
     if args.child:
         child(doc, args.child, args.workers, args.progress)
         return 0
+    if args.against:
+        doc_args = ["--scale", str(args.scale)] + (["--space", args.space] if args.space else [])
+        doc_args += ([] if PRUNE else ["--no-prune"]) + (["--single"] if args.single else [])
+        doc_args += ["--workers", str(args.workers)] if args.workers else []
+        return against(args.against, args, doc_args)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="search_scale-"))
     cmd = [sys.executable, __file__, "--scale", str(args.scale), "--child", str(out)]
     cmd += (["--space", args.space] if args.space else []) + (
