@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import compute, distinct, frameworks, moe, nccl, overlap, terms
+from . import compute, distinct, moe, nccl, overlap, terms
 from .arrays import select
 from .columns import Batch
 from .workload import Workload
@@ -187,17 +187,6 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
                                                     grp["dp"])
     z_exposed = z_bwd_exp + z_fwd_exp + dp_per_mb["forward"] / np.maximum(2 * L_stage, 1)
     slow = slow + z_bwd_extra + z_fwd_extra
-    # FSDP (frameworks.yaml fsdp_backward_exposed): the backward's reduce-scatters and, under
-    # ZeRO-3, its re-gathers (half of the per-micro-batch all-gathers) wait in the open
-    bx = frameworks._support_table()["fsdp_backward_exposed"][
-        frameworks.column(b, "framework").astype(np.int64)] & (b.zero >= 2)
-    if bx.any():
-        ag_bwd = np.where(b.zero == 3, 0.5, 0.0) * dp_per_mb["forward"]
-        z_exposed = np.where(bx, dp_per_mb["backward"] + ag_bwd
-                             + z_fwd_exp * (1.0 - np.where(b.zero == 3, 0.5, 0.0))
-                             + dp_per_mb["forward"] / np.maximum(2 * L_stage, 1), z_exposed)
-        slow = np.where(bx, slow - z_bwd_extra - z_fwd_extra * np.where(b.zero == 3, 0.5, 0.0),
-                        slow)
 
     layers_mb = lay_fwd + lay_bwd + lay_rc
     comm_mb = tp_exposed + cp_exposed + ep_exposed + z_exposed
