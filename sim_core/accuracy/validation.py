@@ -82,23 +82,21 @@ IMPUTATION = {
                           "model FLOPs: 72*B*s*l*h^2*(1+s/6h+V/12lh))",
 }
 
-_GPU_RULES = [
-    (r"GB200", "gb200"), (r"GB300", "gb300"), (r"B200", "b200"), (r"H200", "h200"),
-    (r"H20(?!0)", "h20"), (r"H800", "h800"), (r"H100 9[56]GB", "h100-96gb"),
-    (r"H100[\s-]*PCIe", "h100-pcie"), (r"H100[\s-]*NVL", "h100-nvl"), (r"H100", "h100-sxm"),
-    (r"A100 40GB", "a100-40gb"), (r"A100", "a100-80gb"),
-]
-
-
 def dataset_path():
     return resources.files("sim_core").joinpath("data/published_runs.csv")
 
 
 def _gpu_id(text: str) -> str:
-    for pat, gid in _GPU_RULES:
-        if re.search(pat, text, re.I):
-            return gid
-    return ""
+    """Catalog id of a row's GPU column (sim_core/gpu_names.py), or ''."""
+    return catalog.resolve_gpu(text) or ""
+
+
+def _unknown_gpu(text: str) -> str:
+    """The skip reason of a GPU no rule names, with a did-you-mean when one is close."""
+    from .. import gpu_names
+
+    hint = gpu_names.suggest(text, catalog.gpu_names(), cutoff=0.8)
+    return f"unknown GPU '{text}'" + (f" (did you mean {hint}?)" if hint else "")
 
 
 def _num(x, default=np.nan):
@@ -229,11 +227,11 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     fw = f"{r['framework']} {r['source']}"
     gpu = _gpu_id(str(r["gpu"]))
     if not gpu:
-        return {}, f"unknown GPU '{r['gpu']}'"
-    try:
-        catalog.get_gpu(gpu)
-    except catalog.CatalogError:
-        return {}, f"GPU '{gpu}' not in the catalog"
+        from .. import gpu_names
+
+        named = gpu_names.resolve(str(r["gpu"]))
+        return {}, (f"GPU '{r['gpu']}' ({named}) not in the catalog" if named
+                    else _unknown_gpu(str(r["gpu"])))
     tp, pp = _num(r["tp"]), _num(r["pp"])
     if np.isnan(tp) or np.isnan(pp):
         return {}, "parallel layout (tp/pp) not stated"
