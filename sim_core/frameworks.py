@@ -204,6 +204,9 @@ def _support_table() -> dict[str, np.ndarray]:
         "fp8_norm_amax": np.array([bool(s.get("fp8_norm_amax")) for s in sup]),
         "pp_zero_max": np.array([s.get("pp_zero_max", 3) for s in sup], dtype=np.float64),
         "rocm": np.array([bool((p.get("rocm") or {}).get("runs")) for p in profiles().values()]),
+        # a profile whose ROCm port was read (rocm.code names the code); others are unchecked
+        "rocm_read": np.array([bool((p.get("rocm") or {}).get("code"))
+                               for p in profiles().values()]),
         "rocm_fp8": np.array([bool((p.get("rocm") or {}).get("fp8")) for p in profiles().values()]),
     }
 
@@ -255,7 +258,12 @@ def rules(b) -> list[tuple[str, np.ndarray]]:
     if rocm.any():
         rocm = np.asarray(b["rocm"]) > 0
         checks += [
-            ("ROCm support (AMD GPUs)", ~s["rocm"][fw] & rocm),
+            # every refusal cites code (frameworks.yaml rocm.code/source); a framework whose
+            # ROCm port was not read is refused as unchecked, not as unable
+            ("ROCm support (AMD GPUs)", ~s["rocm"][fw] & s["rocm_read"][fw] & rocm),
+            ("ROCm port read for this project (AMD GPUs are offered only with megatron-core, "
+             "nemo or torchtitan, whose ROCm code is cited)", ~s["rocm"][fw] & ~s["rocm_read"][fw]
+             & rocm),
             ("FA3/cuDNN attention on ROCm (CK flash-attention is the fa2 family)",
              s["rocm"][fw] & rocm & (b.attention_kernel == 0)),
             ("FP8 training on ROCm", s["rocm"][fw] & ~s["rocm_fp8"][fw] & rocm

@@ -105,3 +105,11 @@ def test_yaml_takes_a_product_name(tmp_path):
 
     with pytest.raises(ConfigError, match="cluster.gpu: unknown gpu 'A100': did you mean"):
         parse_space({**base, "cluster": {"gpu": "A100", "num_gpus": 8}})  # 40 or 80 GB?
+
+
+@pytest.mark.parametrize("text, prec", [
+    ("BF16 (no float8)", "bf16"), ("BF16, without FP8", "bf16"), ("fp8 off", "bf16"),
+    ("BF16 + Float8 linears", "fp8"), ("FP8-CS", "fp8"), ("amp_bf16", "bf16")])
+def test_precision_column_reads_a_negation(text, prec):
+    """A run table's "BF16 (no float8)" was read as FP8 (it names float8)."""
+    assert validation._precision(text) == prec

@@ -259,7 +259,7 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         if np.isnan(_num(r[col])):
             text = str(r[col]).strip()
             return {}, (f"{field} '{text}' is not a number" if text else f"{field} not stated")
-    prec = "fp8" if re.search(r"fp8|float8", str(r["precision"]), re.I) else "bf16"
+    prec = _precision(str(r["precision"]))
     recipe = _fp8_recipe(str(r["precision"])) if prec == "fp8" else ""
     mbs_text = str(r["mbs"])
     mbs = _num(mbs_text, 0.0)  # 0 = unstated
@@ -378,6 +378,19 @@ _FP8_RECIPES = [(r"\bCS\b|current", "tensorwise"), (r"\bMX|mxfp8", "mxfp8"),
                 (r"\bSS\b|sub.?channel|blockwise", "blockwise"), (r"\bDS\b|delayed", "delayed"),
                 (r"rowwise.?with.?gw", "rowwise_with_gw_hp"), (r"rowwise", "rowwise"),
                 (r"tensorwise", "tensorwise")]
+
+
+# a format the row says it did NOT use: "BF16 (no float8)", "bf16, without FP8", "w/o fp8"
+_NEGATED = re.compile(r"\b(?:no|without|w/o|not)\s+(?:float8|fp8)\b|\b(?:float8|fp8)\s+(?:off|"
+                      r"disabled)\b", re.I)
+
+
+def _precision(text: str) -> str:
+    """The run's training precision from the row's precision column: fp8 where it names FP8
+    (fp8, float8, FP8-CS, MXFP8) and does not negate it ("BF16 (no float8)" is BF16), else
+    bf16."""
+    said = _NEGATED.sub(" ", text)
+    return "fp8" if re.search(r"fp8|float8", said, re.I) else "bf16"
 
 
 def _fp8_recipe(text: str) -> str:

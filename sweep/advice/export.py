@@ -373,7 +373,8 @@ def megatron_text(row) -> str:
     if d.get("zero") in (2, 3):
         lines.append("# ZeRO-2/3 maps to Megatron FSDP (--use-megatron-fsdp); it may need "
                      "--ckpt-format fsdp_dtensor")
-    lines += rocm_lines(d, "megatron-core", "")
+    # NeMo / Megatron-Bridge rows run Megatron-Core too; on ROCm through their own port
+    lines += rocm_lines(d, "nemo" if d.get("framework") == "nemo" else "megatron-core", "")
     lines.append("# add your data/tokenizer/optimizer flags (--data-path, --tokenizer-type, "
                  "--lr, --train-iters, ...)")
     lines.append("MEGATRON_ARGS=(")
