@@ -739,6 +739,9 @@ def _gpu_table():
             peak_tf32=g.peak_tflops["tf32"],
             peak_fp32=g.peak_tflops["fp32"],
             has_fp8=has_fp8,
+            # dense FP4 tensor peaks (0 where the part has no such format: sim_core/fp4.py)
+            peak_nvfp4=g.peak_tflops.get("nvfp4", 0.0),
+            peak_mxfp4=g.peak_tflops.get("mxfp4", 0.0),
             hbm_gib=g.hbm_gib, hbm_bw_gbs=g.hbm_bw_gbs,
             sm_count=g.sm_count, sm_arch=g.sm_arch,
             nvlink_bw_gbs=g.nvlink_bw_gbs, nvls=g.nvls,

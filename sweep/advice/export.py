@@ -130,8 +130,8 @@ def describe(d: dict) -> str:
     if d.get("sequence_parallel"):
         parts.append("sp")
     parts.append(f"z{d.get('zero', 1)}")
-    if d.get("precision") == "fp8":
-        parts.append("fp8")
+    if d.get("precision") in ("fp8", "nvfp4", "mxfp4"):
+        parts.append(d["precision"])
     return " ".join(parts)
 
 
@@ -231,6 +231,13 @@ def megatron_args(row) -> list[str]:
     if d.get("precision") == "fp8":
         opt("--fp8-format", "hybrid")
         opt("--fp8-recipe", d.get("fp8_recipe") or "delayed")  # tensorwise|delayed|mxfp8|blockwise
+    elif d.get("precision") == "nvfp4":
+        # TE NVFP4BlockScaling (Megatron-LM core_v0.19.0 transformer_config.py fp4 / fp4_recipe /
+        # fp4_param; catalogs/fp4.yaml); every layer in FP4 (--first-last-layers-bf16 is off)
+        opt("--fp4-format", "e2m1")
+        opt("--fp4-recipe", "nvfp4")
+        if d.get("fp8_param_gather"):
+            opt("--fp4-param-gather")
     # the cross-entropy that was priced (workload.LOSS_TRAFFIC); vocab_parallel is the default
     if d.get("loss_impl") in ("fused", "te"):
         opt("--cross-entropy-loss-fusion")
@@ -340,6 +347,12 @@ def rocm_lines(d: dict, framework: str, comment: str) -> list[str]:
            "NCCL_* names",
            f"{c}attention: CK flash-attention (fa2 family; no FA3/cuDNN on ROCm)"]
     out += [f"{comment}export {k}={v}" for k, v in r.get("env", {}).items()]
+    if d.get("precision") == "mxfp4":
+        # AMD-AGI/Primus v26.5.1: MXFP4 is a Primus config (trainer_base.yaml fp4 / fp4_recipe,
+        # primus_turbo.yaml), not a flag of upstream Megatron-LM (its --fp4-recipe is nvfp4 only)
+        out.append(f"{c}MXFP4 (Primus config, not a pretrain_gpt.py flag): fp4: e2m1, "
+                   "fp4_recipe: mxfp4, enable_primus_turbo: true, use_turbo_gemm: true "
+                   "(Primus-Turbo MXFP4 GEMMs on gfx950; catalogs/fp4.yaml)")
     if r.get("env_not_set"):
         out.append(f"{c}not set here: {r['env_not_set']}")
     return out

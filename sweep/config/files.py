@@ -5,7 +5,7 @@ A run file fixes one configuration::
     model: gpt3-175b            # a catalog id, or inline {layers: .., hidden: .., heads: .., ...}
     seq_len: 2048
     global_batch: 1536          # sequences per optimizer step (or global_batch_tokens: 3145728)
-    precision: bf16             # bf16 | fp8
+    precision: bf16             # bf16 | fp8 | nvfp4 | mxfp4
     cluster: {gpu: a100-80gb, num_gpus: 1024, gpus_per_node: 8}   # or nodes: 128
     # or a cloud instance type (catalogs/instances.yaml: GPU, node, network, price):
     # cluster: {instance: gcp-a3-mega, nodes: 16}    (`cluster: aws-p5` alone names it)
@@ -206,7 +206,7 @@ class RunConfig(_Strict):
     seq_len: PosInt
     global_batch: PosInt | None = None  # sequences per optimizer step
     global_batch_tokens: PosInt | None = None  # tokens per step; global_batch = this / seq_len
-    precision: Literal["bf16", "fp8"] = "bf16"
+    precision: Literal["bf16", "fp8", "nvfp4", "mxfp4"] = "bf16"
     # which framework runs the job: its profile sets the defaults of the parallel fields below
     framework: Literal[FRAMEWORK] = "megatron-core"  # type: ignore[valid-type]
     cluster: ClusterConfig
