@@ -86,3 +86,33 @@ def test_recipes_export_the_fp4_flags():
     assert all(a in known for a in args if a.startswith("--"))
     amd = export.megatron_text(_evaluate("mi355x", "mxfp4"))
     assert "fp4_recipe: mxfp4" in amd and "--fp4-recipe" not in amd
+
+
+@pytest.mark.parametrize("space, fmt, gpus", [("nvfp4-b200.yaml", "nvfp4", {"b200", "gb300"}),
+                                              ("mxfp4-mi355x.yaml", "mxfp4", {"mi355x"})])
+def test_bundled_fp4_spaces_run_and_report_bf16_fp8_fp4_on_one_plot(tmp_path, space, fmt, gpus):
+    from pathlib import Path
+
+    from sweep import api
+    from sweep.advice import report
+
+    out = tmp_path / fmt
+    api.search(Path(__file__).parent.parent / "search_spaces" / space, out)
+    r = report.build(out)
+    pf = r["precision_front"]
+    assert set(pf["precision"]) == {"bf16", "fp8", fmt} and set(pf["gpu"]) <= gpus
+    assert r["png"]["precision_frontier"][:4] == b"\x89PNG"
+    # on the same space the FP4 frontier's fastest point beats FP8's, which beats BF16's
+    fastest = pf.groupby("precision")["tokens_per_s"].max()
+    assert fastest[fmt] > fastest["fp8"] > fastest["bf16"]
+    md = report.render_md(r, "plots")
+    assert "Each precision's own frontier" in md and "plots/precision_frontier.png" in md
+
+
+def test_catalog_listing_says_what_is_a_stand_in():
+    from sweep.cli.catalog import gpu_lines
+
+    lines = {ln.split()[0]: ln for ln in gpu_lines()}
+    assert "attention is a stand-in" in lines["mi300x"] and "stand-in" in lines["mi355x"]
+    assert "stand-in" not in lines["h100-sxm"]
+    assert "mxfp4 10,066" in lines["mi355x"] and "nvfp4 9,000" in lines["b200"]
