@@ -109,7 +109,37 @@ def test_yaml_takes_a_product_name(tmp_path):
 
 @pytest.mark.parametrize("text, prec", [
     ("BF16 (no float8)", "bf16"), ("BF16, without FP8", "bf16"), ("fp8 off", "bf16"),
+    ("BF16 (TE_FP8=0)", "bf16"), ("FP8 (TE_FP8=1)", "fp8"), ("MXFP4", "mxfp4"),
+    ("NVFP4 (TE NVFP4BlockScaling)", "nvfp4"), ("FP8-MX (MXFP8)", "fp8"), ("FP4", "fp4"),
     ("BF16 + Float8 linears", "fp8"), ("FP8-CS", "fp8"), ("amp_bf16", "bf16")])
 def test_precision_column_reads_a_negation(text, prec):
     """A run table's "BF16 (no float8)" was read as FP8 (it names float8)."""
     assert validation._precision(text) == prec
+
+
+def test_amd_run_table_as_the_rocm_docs_state_it():
+    """AMD's Megatron-LM benchmark commands (tests/data/amd_runs): the GPU resolves, TE_FP8=0
+    reads as BF16, FSDP=1 as ZeRO-3; every row is skipped only because nothing is measured,
+    and the simulator predicts each stated layout or says truly why it cannot."""
+    from pathlib import Path
+
+    import sim_core
+
+    path = Path(__file__).parent / "data" / "amd_runs" / "rocm_docs_megatron_lm_v25_4_configs.csv"
+    d = validation.load_published(path)
+    assert set(d["gpu"]) == {"mi300x"} and set(d["framework"]) == {"megatron-core"}
+    assert d["precision"].tolist() == ["fp8", "bf16", "fp8", "bf16", "bf16", "bf16"]
+    assert d["zero"].tolist() == [1, 1, 1, 1, 3, 3]
+    assert set(d["skip"]) == {"nothing measured (no step time, throughput or peak memory)"}
+    cols = ["model", "framework", "seq_len", "global_batch", "precision", "gpu", "num_gpus",
+            "gpus_per_node", "tp", "pp", "cp", "vpp", "micro_batch", "recompute",
+            "sequence_parallel", "zero", "tp_comm_overlap", "ep", "moe_dropless", "etp"]
+    frame = d[cols].assign(recompute=d["recompute"].replace("", "selective"))
+    reasons = sim_core.check_rules(frame).tolist()
+    assert reasons[:5] == [""] * 5
+    assert reasons[5] == "global_batch % (dp*micro_batch) != 0"  # BS=56, MBS=3, 8 GPUs
+    out = sim_core.simulate_frame(frame.iloc[:4])
+    assert (out["step_time_s"] > 0).all()
+    # FP8 (TE on MI300X) is faster than BF16 on the same layout
+    assert out["step_time_s"][0] < out["step_time_s"][1]
+    assert out["step_time_s"][2] < out["step_time_s"][3]

@@ -69,6 +69,9 @@ IMPUTATION = {
     "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
                        "compared with peak_reserved_gib; TorchSim tracks live tensors, so its "
                        "tables compare with peak_allocated_gib",
+    "precision": "nvfp4 / mxfp4 where the precision column names the FP4 format (a bare "
+                 "'FP4': NVFP4 on NVIDIA, MXFP4 on AMD), fp8 where it names FP8 and does not "
+                 "negate it ('BF16 (no float8)', 'TE_FP8=0' are BF16), else bf16",
     "fp8 recipe": "what the precision column states (FP8-CS / current scaling -> tensorwise, "
                   "FP8-MX -> mxfp8, FP8-SS / blockwise -> blockwise, FP8-DS / delayed -> delayed, "
                   "rowwise); otherwise the framework profile's default (Megatron-Core/NeMo "
@@ -260,6 +263,8 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
             text = str(r[col]).strip()
             return {}, (f"{field} '{text}' is not a number" if text else f"{field} not stated")
     prec = _precision(str(r["precision"]))
+    if prec == "fp4":  # NVIDIA's block-scaled FP4 training recipe is NVFP4, AMD's MXFP4
+        prec = "mxfp4" if catalog.get_gpu(gpu).vendor == "amd" else "nvfp4"
     recipe = _fp8_recipe(str(r["precision"])) if prec == "fp8" else ""
     mbs_text = str(r["mbs"])
     mbs = _num(mbs_text, 0.0)  # 0 = unstated
@@ -380,16 +385,25 @@ _FP8_RECIPES = [(r"\bCS\b|current", "tensorwise"), (r"\bMX|mxfp8", "mxfp8"),
                 (r"tensorwise", "tensorwise")]
 
 
-# a format the row says it did NOT use: "BF16 (no float8)", "bf16, without FP8", "w/o fp8"
+# a format the row says it did NOT use: "BF16 (no float8)", "bf16, without FP8", "w/o fp8",
+# a launcher switch set off ("TE_FP8=0" in AMD's Megatron scripts, "fp8: false")
 _NEGATED = re.compile(r"\b(?:no|without|w/o|not)\s+(?:float8|fp8)\b|\b(?:float8|fp8)\s+(?:off|"
-                      r"disabled)\b", re.I)
+                      r"disabled)\b|\w*(?:float8|fp8)\s*[=:]\s*(?:0|false|off|no)\b", re.I)
 
 
 def _precision(text: str) -> str:
-    """The run's training precision from the row's precision column: fp8 where it names FP8
-    (fp8, float8, FP8-CS, MXFP8) and does not negate it ("BF16 (no float8)" is BF16), else
+    """The run's training precision from the row's precision column: nvfp4 / mxfp4 where it
+    names the FP4 format ("fp4" where it says FP4 only), fp8 where it names FP8 (fp8, float8,
+    FP8-CS, MXFP8) and does not negate it ("BF16 (no float8)", "TE_FP8=0" are BF16), else
     bf16."""
     said = _NEGATED.sub(" ", text)
+    # FP4 training (sim_core/fp4.py): the block-scaled format the row names; a bare "FP4" is
+    # read by the GPU's vendor in _row_to_run (NVFP4 on NVIDIA, MXFP4 on AMD)
+    for fmt in ("nvfp4", "mxfp4"):
+        if re.search(fmt, said, re.I):
+            return fmt
+    if re.search(r"fp4", said, re.I):
+        return "fp4"
     return "fp8" if re.search(r"fp8|float8", said, re.I) else "bf16"
 
 
