@@ -87,6 +87,12 @@ def test_rccl_device_lines_and_gpu_flag_resolve():
     assert nccl_fit.gpu_from_names(["AMD Instinct MI350X"]) == "mi350x"
     assert nccl_fit.gpu_from_names(["AMD Instinct MI250X/MI250"]) == "mi250x"
     assert nccl_fit.nccl_gpu([], given="AMD Instinct MI355X") == "mi355x"
+    # the gfx target alone (HIP gcnArchName, as rocminfo prints it: github.com/ROCm/rccl-tests/
+    # issues/146): read as the first part that has it in a log, refused in a file
+    assert nccl_fit.gpu_from_names(["gfx942:sramecc+:xnack-"]) == "mi300x"
+    assert nccl_fit.gpu_from_names(["gfx950"]) == "mi355x"
+    with pytest.raises(catalog.CatalogError, match="unknown gpu 'gfx942'"):
+        catalog.get_gpu("gfx942")
     text = "#  Rank  0 Group  0 Pid  37300 on   g100n126 device  0 [0000:05:00] AMD Instinct MI300X\n"
     assert nccl_fit.guess_gpu(text) == "mi300x"
 
