@@ -348,11 +348,12 @@ def rocm_lines(d: dict, framework: str, comment: str) -> list[str]:
            f"{c}attention: CK flash-attention (fa2 family; no FA3/cuDNN on ROCm)"]
     out += [f"{comment}export {k}={v}" for k, v in r.get("env", {}).items()]
     if d.get("precision") == "mxfp4":
-        # AMD-AGI/Primus v26.5.1: MXFP4 is a Primus config (trainer_base.yaml fp4 / fp4_recipe,
-        # primus_turbo.yaml), not a flag of upstream Megatron-LM (its --fp4-recipe is nvfp4 only)
+        # AMD-AGI/Primus: MXFP4 is a Primus config, not a flag of upstream Megatron-LM (its
+        # --fp4-recipe is nvfp4 only): examples/megatron/configs/MI355X/
+        # llama3.1_8B-MXFP4-pretrain.yaml @fd1eeabb sets these three; primus_turbo.py
+        # primus_turbo_fp4_autocast runs the Primus-Turbo MXFP4 GEMMs (catalogs/fp4.yaml)
         out.append(f"{c}MXFP4 (Primus config, not a pretrain_gpt.py flag): fp4: e2m1, "
-                   "fp4_recipe: mxfp4, enable_primus_turbo: true, use_turbo_gemm: true "
-                   "(Primus-Turbo MXFP4 GEMMs on gfx950; catalogs/fp4.yaml)")
+                   "fp4_recipe: mxfp4, enable_primus_turbo: true")
     if r.get("env_not_set"):
         out.append(f"{c}not set here: {r['env_not_set']}")
     return out
