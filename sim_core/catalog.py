@@ -21,6 +21,7 @@ import difflib
 import functools
 from pathlib import Path
 
+from . import gpu_names as _gpu_names
 from .specs import ACTIVATION, ClusterSpec, GPUSpec, InstanceSpec, ModelSpec
 
 __all__ = [
@@ -402,7 +403,31 @@ def _gpus() -> dict[str, GPUSpec]:
 
 
 def get_gpu(name: str) -> GPUSpec:
-    return _lookup("gpu", name, _gpus())
+    """The catalog entry for a catalog id or a product name as tools and tables print it
+    ("AMD Instinct MI300X VF", "NVIDIA H100 80GB HBM3": sim_core/gpu_names.py), else a
+    one-line did-you-mean error."""
+    table = _gpus()
+    if _norm(name) not in table and _gpu_names.ambiguous(name):
+        raise _unknown("gpu", name, table)  # "h100": choose h100-sxm, h100-pcie, ...
+    gid = _gpu_names.resolve(name, table)
+    if gid in table:
+        return table[gid]
+    if gid:
+        raise CatalogError(f"GPU {str(name)!r} is {gid}, which the catalog has no entry for; "
+                           f"allowed: {', '.join(table)} (`sweep catalog gpus` lists them)")
+    hint = _gpu_names.suggest(name, table)
+    if hint:
+        raise CatalogError(f"unknown gpu {str(name)!r}: did you mean {hint!r}? allowed: "
+                           f"{', '.join(table)} (`sweep catalog gpus` lists them)")
+    raise _unknown("gpu", name, table)
+
+
+def resolve_gpu(name) -> str | None:
+    """Catalog id of a GPU name (catalog id or product name), or None. Unlike get_gpu, a bare
+    family name ("H100") is read as its first part (gpu_names.yaml `ambiguous`): run tables
+    and log headers use it that way."""
+    gid = _gpu_names.resolve(name, _gpus())
+    return gid if gid in _gpus() else None
 
 
 def gpu_names() -> list[str]:
@@ -714,6 +739,9 @@ def _gpu_table():
             peak_tf32=g.peak_tflops["tf32"],
             peak_fp32=g.peak_tflops["fp32"],
             has_fp8=has_fp8,
+            # dense FP4 tensor peaks (0 where the part has no such format: sim_core/fp4.py)
+            peak_nvfp4=g.peak_tflops.get("nvfp4", 0.0),
+            peak_mxfp4=g.peak_tflops.get("mxfp4", 0.0),
             hbm_gib=g.hbm_gib, hbm_bw_gbs=g.hbm_bw_gbs,
             sm_count=g.sm_count, sm_arch=g.sm_arch,
             nvlink_bw_gbs=g.nvlink_bw_gbs, nvls=g.nvls,

@@ -19,7 +19,7 @@ from importlib import resources
 import numpy as np
 import yaml
 
-from . import distinct, frameworks, moe, workload
+from . import distinct, fp4, frameworks, moe, workload
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 from .workload import ACT_BYTES, Workload
@@ -388,6 +388,7 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     for bit, as pricing every row (tests/test_distinct.py).
     """
     fp8 = (b.precision == 1) & (b.has_fp8 > 0)
+    fp4_rows = fp4.active(b)  # NVFP4 / MXFP4 layers: their own amax reduction (sim_core/fp4.py)
     if wl.ops is None:
         if _gemm_model is None and _attention_model is None and _efficiency_scale is None:
             core = distinct.on_distinct("compute.stage_times", b,
@@ -399,7 +400,8 @@ def stage_times(b: Batch, wl: Workload) -> dict:
         core = _stage_core(b, wl)
     out = {k: v for k, v in core.items() if not k.startswith("_")}
     # the FP8 recipe's amax all-reduces span tp x dp x cp: added on every row
-    sync = fp8_scale_sync_s(b, fp8_recipe_arrays(b), fp8, wl.layers_per_stage)
+    sync = fp8_scale_sync_s(b, fp4.apply_to_recipe(fp8_recipe_arrays(b), b, fp4_rows),
+                            fp8 | fp4_rows, wl.layers_per_stage)
     lay_fwd = out["layer_fwd"] + sync
     out["layer_fwd"] = lay_fwd
     out["layer_bwd"] = out["layer_bwd"] + sync
@@ -423,6 +425,7 @@ STAGE_INPUTS = (
     "tied_embeddings", "tp", "pp", "cp", "vpp", "ep", "etp", "micro_batch", "seq_len",
     "sequence_parallel", "recompute", "moe_recompute", "fp8_recipe", "framework", "loss_impl",
     "sliding_window", "window_attn_skip_freq", "attention_dropout", "moe_dispatcher",
+    "peak_nvfp4", "peak_mxfp4",
 )
 
 
@@ -433,6 +436,13 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
     clock = power_clock_scale(b)  # a board power limit lowers the tensor clock
     peak_bf16 = b.peak_bf16 * 1e12 * clock
     peak_gemm = np.where(fp8, b.peak_fp8, b.peak_bf16) * 1e12 * clock
+    # FP4 (nvfp4 / mxfp4, sim_core/fp4.py): the layer GEMMs at the format's dense peak, with
+    # the FP8 GEMM ceiling (an assumption: no FP4 GEMM measured); below, FP4 rows take the FP8
+    # path ("is_fp8" = low precision) with their recipe's quantisation traffic
+    fp4_rows = fp4.active(b)
+    if fp4_rows.any():
+        peak_gemm = np.where(fp4_rows, fp4.peak(b) * 1e12 * clock, peak_gemm)
+        fp8 = fp8 | fp4_rows
     hbm = b.hbm_bw_gbs * 1e9 * _by_arch(b.sm_arch, "elementwise")
     # eager (unfused) elementwise ops move more bytes per useful byte
     hbm_elem = hbm / np.where(b.fused_elementwise, 1.0, _by_arch(b.sm_arch, "unfused_elementwise"))
@@ -452,7 +462,7 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
 
     # per-architecture constants of the GEMM loop, looked up once; the FP8 recipe adds its
     # own quantisation traffic and decides whether the weight-gradient GEMM runs in FP8
-    recipe = fp8_recipe_arrays(b)
+    recipe = fp4.apply_to_recipe(fp8_recipe_arrays(b), b, fp4_rows)
     cast_bytes = _by_arch(b.sm_arch, "fp8_cast_bytes") + recipe["extra_cast_bytes"]
     # current scaling's amax pass rides in the norm kernel where the framework fuses the norm
     # into the FP8 Linear (TE LayerNormLinear: frameworks.yaml fp8_norm_amax): the forward

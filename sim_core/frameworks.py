@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .specs import ATTENTION_KERNEL, CATEGORICAL, FRAMEWORK, PARALLEL_COLUMNS
+from .specs import ATTENTION_KERNEL, CATEGORICAL, FRAMEWORK, PARALLEL_COLUMNS, PRECISION
 
 DEFAULT_FRAMEWORK = "megatron-core"
 
@@ -204,7 +204,15 @@ def _support_table() -> dict[str, np.ndarray]:
         "fp8_norm_amax": np.array([bool(s.get("fp8_norm_amax")) for s in sup]),
         "pp_zero_max": np.array([s.get("pp_zero_max", 3) for s in sup], dtype=np.float64),
         "rocm": np.array([bool((p.get("rocm") or {}).get("runs")) for p in profiles().values()]),
+        # a profile whose ROCm port was read (rocm.code names the code); others are unchecked
+        "rocm_read": np.array([bool((p.get("rocm") or {}).get("code"))
+                               for p in profiles().values()]),
         "rocm_fp8": np.array([bool((p.get("rocm") or {}).get("fp8")) for p in profiles().values()]),
+        # FP4 formats (sim_core/fp4.py) per framework: on NVIDIA (supports.fp4), on ROCm (rocm.fp4)
+        **{f"fp4_{f}": np.array([f in (s.get("fp4") or []) for s in sup])
+           for f in ("nvfp4", "mxfp4")},
+        **{f"rocm_fp4_{f}": np.array([f in ((p.get("rocm") or {}).get("fp4") or [])
+                                      for p in profiles().values()]) for f in ("nvfp4", "mxfp4")},
     }
 
 
@@ -255,7 +263,12 @@ def rules(b) -> list[tuple[str, np.ndarray]]:
     if rocm.any():
         rocm = np.asarray(b["rocm"]) > 0
         checks += [
-            ("ROCm support (AMD GPUs)", ~s["rocm"][fw] & rocm),
+            # every refusal cites code (frameworks.yaml rocm.code/source); a framework whose
+            # ROCm port was not read is refused as unchecked, not as unable
+            ("ROCm support (AMD GPUs)", ~s["rocm"][fw] & s["rocm_read"][fw] & rocm),
+            ("ROCm port read for this project (AMD GPUs are offered only with megatron-core, "
+             "nemo or torchtitan, whose ROCm code is cited)", ~s["rocm"][fw] & ~s["rocm_read"][fw]
+             & rocm),
             ("FA3/cuDNN attention on ROCm (CK flash-attention is the fa2 family)",
              s["rocm"][fw] & rocm & (b.attention_kernel == 0)),
             ("FP8 training on ROCm", s["rocm"][fw] & ~s["rocm_fp8"][fw] & rocm
@@ -265,6 +278,16 @@ def rules(b) -> list[tuple[str, np.ndarray]]:
             ("FlashAttention-1 on ROCm (flash-attn v1 had no ROCm build)",
              s["rocm"][fw] & rocm & (b.attention_kernel == ATTENTION_KERNEL.index("fa1"))),
         ]
+    # FP4 training (sim_core/fp4.py): the formats the framework's code has, on NVIDIA
+    # (supports.fp4) and in its ROCm build (rocm.fp4); read only where a row asks for FP4
+    prec = np.asarray(b.precision)
+    if (prec >= 2).any():
+        amd = np.asarray(b["rocm"]) > 0
+        for f in ("nvfp4", "mxfp4"):
+            rows = prec == PRECISION.index(f)
+            checks += [(f"{f.upper()} training", rows & ~amd & ~s[f"fp4_{f}"][fw]),
+                       (f"{f.upper()} training on ROCm", rows & amd & s["rocm"][fw]
+                        & ~s[f"rocm_fp4_{f}"][fw])]
     # Attention kernels a framework's code does not have, after the ROCm rules (an AMD row names
     # what ROCm lacks first). Peeked at as `rocm` is: fa3 and fa2 are open to every framework,
     # so a space without triton or fa1 keeps attention_kernel out of the rules' axes.

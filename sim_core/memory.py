@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import distinct, frameworks, moe, workload
+from . import distinct, fp4, frameworks, moe, workload
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 from .workload import ACT_BYTES, Workload
@@ -77,6 +77,10 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
     # FP8 (Transformer Engine) saves the FP8-cast input of each GEMM for its weight gradient:
     # 1 byte instead of 2 for the QKV, out-proj, FC1 and FC2 inputs
     g_in = np.where((b.precision == 1) & (b.has_fp8 > 0), 1.0, ACT_BYTES)
+    # FP4 (sim_core/fp4.py): the columnwise FP4 copy with its block scales (0.53-0.56 B)
+    fp4_rows = fp4.active(b)
+    if fp4_rows.any():
+        g_in = np.where(fp4_rows, fp4.arrays(b)["saved_bytes"], g_in)
     # attention block: norm input, QKV input, Q/K/V, attention output (= out-proj input),
     # softmax statistics (fp32 log-sum-exp per head)
     qkv = dims["q_dim"] + 2 * dims["kv_dim"]
@@ -200,6 +204,11 @@ def estimate(b: Batch, wl: Workload) -> dict:
     fp8_primary = fp8 & b.fp8_param_gather
     weights = weights + np.where(fp8 & ~fsdp & ~fp8_primary, 1.0 * (P - wl.params_embed),
                                  np.where(fp8_primary & ~fsdp, -1.0 * (P - wl.params_embed), 0.0))
+    # FP4 (sim_core/fp4.py) caches its FP4 weight copies (with scales) beside the bf16 weights
+    fp4_rows = fp4.active(b)
+    if fp4_rows.any():
+        weights = weights + np.where(fp4_rows & ~fsdp, fp4.arrays(b)["weight_cache_bytes"]
+                                     * (P - wl.params_embed), 0.0)
     # the framework's gradient layout (catalogs/frameworks.yaml): the main-grad buffer (fp32 or
     # bf16) is sharded from the framework's stage on (nanotron's fp32 accumulator never is), and
     # torch DDP keeps bf16 gradient buckets beside it when dp > 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import frameworks
+from . import fp4, frameworks
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 
@@ -25,6 +25,7 @@ def rules(b: Batch) -> list[tuple[str, np.ndarray]]:
         *moe_rules(b, np.where(b.etp > 0, b.etp, b.tp)),
         *frameworks.rules(b),
         *fp8_rules(b),
+        *fp4.rules(b),
         *attention_rules(b),
     ]
 
@@ -61,7 +62,11 @@ def fp8_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
     mx = (b.precision == 1) & (b.get("fp8_recipe", 0 * b.tp) == 5)
     if not mx.any():
         return []
-    return [("fp8_recipe mxfp8 needs a Blackwell GPU (sm_arch >= 100)", mx & (b.sm_arch < 100))]
+    # CDNA2/CDNA3 (gfx90a, gfx942: MI250X, MI300X, MI325X) have no MX formats (CDNA 3 white
+    # paper; Primus-Turbo v0.4.0 check_mxfp8_support: gfx950 or newer); CDNA4 has MXFP8
+    no_mx = (b.sm_arch < 100) | ((b.sm_arch > 900) & (b.sm_arch < 950))
+    return [("fp8_recipe mxfp8 needs MX tensor cores (Blackwell, sm_arch 100; CDNA4: mi350x, "
+             "mi355x)", mx & no_mx)]
 
 
 # The fields structural_rules reads: the parallel sizes, batch and model shape. A search can

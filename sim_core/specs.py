@@ -14,7 +14,10 @@ from dataclasses import asdict, dataclass
 # Enumerations: string values a user writes, and the small integer codes the core computes with.
 # ---------------------------------------------------------------------------------------------
 RECOMPUTE = ("none", "selective", "full")
-PRECISION = ("bf16", "fp8")
+# nvfp4 / mxfp4: FP4 (E2M1) training of the layers' GEMMs with block scales (sim_core/fp4.py):
+# NVFP4 (1x16 E4M3 scales + a per-tensor FP32 scale; TE NVFP4BlockScaling) on Blackwell, MXFP4
+# (1x32 E8M0 scales; AMD Primus-Turbo) on CDNA4
+PRECISION = ("bf16", "fp8", "nvfp4", "mxfp4")
 ACTIVATION = ("gelu", "swiglu", "relu2")
 ATTENTION = ("mha", "mla")  # mha covers MHA/GQA/MQA through kv_heads
 # Flash-attention kernel family: fa2 (FlashAttention-2, torch SDPA's flash backend) or fa3

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import distinct, moe
+from . import distinct, fp4, moe
 from .arrays import select
 from .columns import Batch
 
@@ -404,6 +404,12 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     # parameters are gathered in bf16, or in FP8 with fp8_param_gather (TE FP8 primary weights)
     param_bytes = select(b.fp8_param_gather & (b.precision == 1) & (b.has_fp8 > 0), 1.0,
                            2.0) * dense_params
+    # FP4 primary weights (Megatron --fp4-param-gather, on in Megatron-Bridge's NVFP4 recipe;
+    # the run field fp8_param_gather asks for it): gathered in FP4 with their scales
+    fp4_rows = fp4.active(b)
+    if fp4_rows.any():
+        param_bytes = select(fp4_rows & b.fp8_param_gather, fp4.arrays(b)["gather_bytes"] *
+                             dense_params, param_bytes)
     z = b.zero
     per_mb = z >= 2  # sharded grads must be reduced every micro-batch (ZeRO-2/3, FSDP)
     # ZeRO-0: one all-reduce of all grads per step; ZeRO>=1 reduce-scatter + param all-gather

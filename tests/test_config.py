@@ -169,7 +169,7 @@ def test_axis_errors(name, spec, expect):
     ({"seq_len": 0}, "seq_len: expected a positive integer, got 0"),
     ({"global_batch": "many"}, "global_batch: expected a positive integer, got 'many'"),
     ({"global_batch_tokens": 1 << 20}, "give global_batch or global_batch_tokens, not both"),
-    ({"precision": "fp16"}, "precision: expected one of 'bf16' or 'fp8', got 'fp16'"),
+    ({"precision": "fp16"}, "precision: expected one of 'bf16', 'fp8', 'nvfp4' or 'mxfp4', got 'fp16'"),
 ])
 def test_run_errors(change, expect):
     assert expect in error_of(parse_run, {**RUN, **change})

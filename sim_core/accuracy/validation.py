@@ -69,6 +69,9 @@ IMPUTATION = {
     "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
                        "compared with peak_reserved_gib; TorchSim tracks live tensors, so its "
                        "tables compare with peak_allocated_gib",
+    "precision": "nvfp4 / mxfp4 where the precision column names the FP4 format (a bare "
+                 "'FP4': NVFP4 on NVIDIA, MXFP4 on AMD), fp8 where it names FP8 and does not "
+                 "negate it ('BF16 (no float8)', 'TE_FP8=0' are BF16), else bf16",
     "fp8 recipe": "what the precision column states (FP8-CS / current scaling -> tensorwise, "
                   "FP8-MX -> mxfp8, FP8-SS / blockwise -> blockwise, FP8-DS / delayed -> delayed, "
                   "rowwise); otherwise the framework profile's default (Megatron-Core/NeMo "
@@ -82,23 +85,21 @@ IMPUTATION = {
                           "model FLOPs: 72*B*s*l*h^2*(1+s/6h+V/12lh))",
 }
 
-_GPU_RULES = [
-    (r"GB200", "gb200"), (r"GB300", "gb300"), (r"B200", "b200"), (r"H200", "h200"),
-    (r"H20(?!0)", "h20"), (r"H800", "h800"), (r"H100 9[56]GB", "h100-96gb"),
-    (r"H100[\s-]*PCIe", "h100-pcie"), (r"H100[\s-]*NVL", "h100-nvl"), (r"H100", "h100-sxm"),
-    (r"A100 40GB", "a100-40gb"), (r"A100", "a100-80gb"),
-]
-
-
 def dataset_path():
     return resources.files("sim_core").joinpath("data/published_runs.csv")
 
 
 def _gpu_id(text: str) -> str:
-    for pat, gid in _GPU_RULES:
-        if re.search(pat, text, re.I):
-            return gid
-    return ""
+    """Catalog id of a row's GPU column (sim_core/gpu_names.py), or ''."""
+    return catalog.resolve_gpu(text) or ""
+
+
+def _unknown_gpu(text: str) -> str:
+    """The skip reason of a GPU no rule names, with a did-you-mean when one is close."""
+    from .. import gpu_names
+
+    hint = gpu_names.suggest(text, catalog.gpu_names(), cutoff=0.8)
+    return f"unknown GPU '{text}'" + (f" (did you mean {hint}?)" if hint else "")
 
 
 def _num(x, default=np.nan):
@@ -229,11 +230,11 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     fw = f"{r['framework']} {r['source']}"
     gpu = _gpu_id(str(r["gpu"]))
     if not gpu:
-        return {}, f"unknown GPU '{r['gpu']}'"
-    try:
-        catalog.get_gpu(gpu)
-    except catalog.CatalogError:
-        return {}, f"GPU '{gpu}' not in the catalog"
+        from .. import gpu_names
+
+        named = gpu_names.resolve(str(r["gpu"]))
+        return {}, (f"GPU '{r['gpu']}' ({named}) not in the catalog" if named
+                    else _unknown_gpu(str(r["gpu"])))
     tp, pp = _num(r["tp"]), _num(r["pp"])
     if np.isnan(tp) or np.isnan(pp):
         return {}, "parallel layout (tp/pp) not stated"
@@ -261,7 +262,9 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         if np.isnan(_num(r[col])):
             text = str(r[col]).strip()
             return {}, (f"{field} '{text}' is not a number" if text else f"{field} not stated")
-    prec = "fp8" if re.search(r"fp8|float8", str(r["precision"]), re.I) else "bf16"
+    prec = _precision(str(r["precision"]))
+    if prec == "fp4":  # NVIDIA's block-scaled FP4 training recipe is NVFP4, AMD's MXFP4
+        prec = "mxfp4" if catalog.get_gpu(gpu).vendor == "amd" else "nvfp4"
     recipe = _fp8_recipe(str(r["precision"])) if prec == "fp8" else ""
     mbs_text = str(r["mbs"])
     mbs = _num(mbs_text, 0.0)  # 0 = unstated
@@ -380,6 +383,28 @@ _FP8_RECIPES = [(r"\bCS\b|current", "tensorwise"), (r"\bMX|mxfp8", "mxfp8"),
                 (r"\bSS\b|sub.?channel|blockwise", "blockwise"), (r"\bDS\b|delayed", "delayed"),
                 (r"rowwise.?with.?gw", "rowwise_with_gw_hp"), (r"rowwise", "rowwise"),
                 (r"tensorwise", "tensorwise")]
+
+
+# a format the row says it did NOT use: "BF16 (no float8)", "bf16, without FP8", "w/o fp8",
+# a launcher switch set off ("TE_FP8=0" in AMD's Megatron scripts, "fp8: false")
+_NEGATED = re.compile(r"\b(?:no|without|w/o|not)\s+(?:float8|fp8)\b|\b(?:float8|fp8)\s+(?:off|"
+                      r"disabled)\b|\w*(?:float8|fp8)\s*[=:]\s*(?:0|false|off|no)\b", re.I)
+
+
+def _precision(text: str) -> str:
+    """The run's training precision from the row's precision column: nvfp4 / mxfp4 where it
+    names the FP4 format ("fp4" where it says FP4 only), fp8 where it names FP8 (fp8, float8,
+    FP8-CS, MXFP8) and does not negate it ("BF16 (no float8)", "TE_FP8=0" are BF16), else
+    bf16."""
+    said = _NEGATED.sub(" ", text)
+    # FP4 training (sim_core/fp4.py): the block-scaled format the row names; a bare "FP4" is
+    # read by the GPU's vendor in _row_to_run (NVFP4 on NVIDIA, MXFP4 on AMD)
+    for fmt in ("nvfp4", "mxfp4"):
+        if re.search(fmt, said, re.I):
+            return fmt
+    if re.search(r"fp4", said, re.I):
+        return "fp4"
+    return "fp8" if re.search(r"fp8|float8", said, re.I) else "bf16"
 
 
 def _fp8_recipe(text: str) -> str:

@@ -19,20 +19,9 @@ from .training import _gpu_row
 # =============================================================================================
 SCALES = ("nvlink_bw", "nic_bw", "intra_latency", "inter_latency")
 _NET_KEY = nccl.CALIBRATION_KEYS
-_GPU_HINTS = (("mi300x", "mi300x"), ("mi325x", "mi325x"), ("mi355x", "mi355x"),
-              ("gb300", "gb300"), ("b300", "b300"),
-              ("gb200", "gb200"), ("b200", "b200"), ("h200", "h200"), ("h800", "h800"),
-              ("h100", "h100-sxm"), ("a100-sxm4-40gb", "a100-40gb"), ("a100", "a100-80gb"))
-
-
 def guess_gpu(text: str) -> str | None:
     """Catalog GPU from the device names in an nccl-tests header ("NVIDIA H100 80GB HBM3")."""
-    names = " ".join(re.findall(r"device\s+\d+\s+\[[^\]]*\]\s+(.+)$", text, re.M)).lower()
-    names = names.replace(" ", "-")
-    for hint, gpu in _GPU_HINTS:
-        if hint in names:
-            return gpu
-    return None
+    return gpu_from_names(re.findall(r"device\s+\d+\s+\[[^\]]*\]\s+(.+)$", text, re.M))
 
 
 def base_network(gpu: str, cluster: str | None = None) -> dict:
@@ -57,9 +46,9 @@ def scale_net(net: dict | None, scales: dict) -> dict:
 
 def gpu_from_names(names) -> str | None:
     """Catalog GPU id for the device names of an nccl-tests header, or None."""
-    joined = " ".join(names).lower().replace(" ", "-")
-    for hint, gpu in _GPU_HINTS:
-        if hint in joined:
+    for name in names:  # sim_core/gpu_names.py: product names as rocm-smi/nvidia-smi print them
+        gpu = catalog.resolve_gpu(name)
+        if gpu:
             return gpu
     return None
 
@@ -74,9 +63,8 @@ def nccl_gpu(paths, given: str | None = None, notes: dict | None = None) -> str:
     difference; --gpu fits against another)."""
 
 
-    if given:
-        catalog.get_gpu(given)
-        return given
+    if given:  # a catalog id or a product name ("MI300X VF"): its catalog id
+        return catalog.get_gpu(given).name
     names = []
     for p in paths:
         names += read_log(Path(p).read_text(errors="replace")).gpu_names
@@ -85,7 +73,11 @@ def nccl_gpu(paths, given: str | None = None, notes: dict | None = None) -> str:
         return gpu
     known = ", ".join(catalog.gpu_table().index)
     if names:
-        raise ValueError(f"GPU '{names[0]}' (the log's device lines) is not in the catalog; "
+        from .. import gpu_names
+
+        named = gpu_names.resolve(names[0])
+        what = f"is {named}, which is" if named else "is"
+        raise ValueError(f"GPU '{names[0]}' (the log's device lines) {what} not in the catalog; "
                          f"give --gpu with the nearest catalog GPU ({known})")
     if notes is not None:
         notes.setdefault("*", []).append(

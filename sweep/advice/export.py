@@ -130,8 +130,8 @@ def describe(d: dict) -> str:
     if d.get("sequence_parallel"):
         parts.append("sp")
     parts.append(f"z{d.get('zero', 1)}")
-    if d.get("precision") == "fp8":
-        parts.append("fp8")
+    if d.get("precision") in ("fp8", "nvfp4", "mxfp4"):
+        parts.append(d["precision"])
     return " ".join(parts)
 
 
@@ -231,6 +231,13 @@ def megatron_args(row) -> list[str]:
     if d.get("precision") == "fp8":
         opt("--fp8-format", "hybrid")
         opt("--fp8-recipe", d.get("fp8_recipe") or "delayed")  # tensorwise|delayed|mxfp8|blockwise
+    elif d.get("precision") == "nvfp4":
+        # TE NVFP4BlockScaling (Megatron-LM core_v0.19.0 transformer_config.py fp4 / fp4_recipe /
+        # fp4_param; catalogs/fp4.yaml); every layer in FP4 (--first-last-layers-bf16 is off)
+        opt("--fp4-format", "e2m1")
+        opt("--fp4-recipe", "nvfp4")
+        if d.get("fp8_param_gather"):
+            opt("--fp4-param-gather")
     # the cross-entropy that was priced (workload.LOSS_TRAFFIC); vocab_parallel is the default
     if d.get("loss_impl") in ("fused", "te"):
         opt("--cross-entropy-loss-fusion")
@@ -340,6 +347,13 @@ def rocm_lines(d: dict, framework: str, comment: str) -> list[str]:
            "NCCL_* names",
            f"{c}attention: CK flash-attention (fa2 family; no FA3/cuDNN on ROCm)"]
     out += [f"{comment}export {k}={v}" for k, v in r.get("env", {}).items()]
+    if d.get("precision") == "mxfp4":
+        # AMD-AGI/Primus: MXFP4 is a Primus config, not a flag of upstream Megatron-LM (its
+        # --fp4-recipe is nvfp4 only): examples/megatron/configs/MI355X/
+        # llama3.1_8B-MXFP4-pretrain.yaml @fd1eeabb sets these three; primus_turbo.py
+        # primus_turbo_fp4_autocast runs the Primus-Turbo MXFP4 GEMMs (catalogs/fp4.yaml)
+        out.append(f"{c}MXFP4 (Primus config, not a pretrain_gpt.py flag): fp4: e2m1, "
+                   "fp4_recipe: mxfp4, enable_primus_turbo: true")
     if r.get("env_not_set"):
         out.append(f"{c}not set here: {r['env_not_set']}")
     return out
@@ -373,7 +387,8 @@ def megatron_text(row) -> str:
     if d.get("zero") in (2, 3):
         lines.append("# ZeRO-2/3 maps to Megatron FSDP (--use-megatron-fsdp); it may need "
                      "--ckpt-format fsdp_dtensor")
-    lines += rocm_lines(d, "megatron-core", "")
+    # NeMo / Megatron-Bridge rows run Megatron-Core too; on ROCm through their own port
+    lines += rocm_lines(d, "nemo" if d.get("framework") == "nemo" else "megatron-core", "")
     lines.append("# add your data/tokenizer/optimizer flags (--data-path, --tokenizer-type, "
                  "--lr, --train-iters, ...)")
     lines.append("MEGATRON_ARGS=(")

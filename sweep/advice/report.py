@@ -115,6 +115,47 @@ def hardware(df: pd.DataFrame) -> pd.Series:
     return label.where(has, gpu)
 
 
+# precision -> colour of its frontier (a run that searches bf16, fp8 and an FP4 format)
+PRECISION_COLOURS = {"bf16": "#4c78a8", "fp8": "#f58518", "nvfp4": "#54a24b", "mxfp4": "#e45756"}
+
+
+def precision_frontiers(fits: pd.DataFrame) -> pd.DataFrame:
+    """Each training precision's own cost/throughput frontier (empty unless the run searched
+    more than one precision): what FP8 or FP4 buys over BF16 on the same space."""
+    if "precision" not in fits.columns or fits["precision"].nunique() < 2:
+        return fits.iloc[:0]
+    return pd.concat([frontier(g) for _, g in fits.groupby("precision", sort=True)])
+
+
+def precision_rows(pfront: pd.DataFrame, tokens: float | None):
+    """frontier_rows with each row's precision first (the per-precision frontier table)."""
+    heads, rows = frontier_rows(pfront, tokens)
+    return ["precision"] + heads, [[str(p)] + r for p, r in zip(pfront["precision"], rows)]
+
+
+def plot_precision_frontiers(fits: pd.DataFrame, pfront: pd.DataFrame) -> bytes:
+    """BF16, FP8 and FP4 on one plot: every fitting configuration coloured by its precision,
+    and each precision's frontier as a step line of the same colour."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9.5, 5.6))
+    for i, (prec, pts) in enumerate(fits.groupby("precision", sort=True)):
+        colour = PRECISION_COLOURS.get(str(prec), GPU_COLOURS[i % len(GPU_COLOURS)])
+        ax.scatter(pts["tokens_per_s"], pts["cost_per_mtok_usd"], s=8, alpha=0.25,
+                   color=colour, linewidths=0, rasterized=True)
+        f = pfront[pfront["precision"] == prec].sort_values("tokens_per_s")
+        ax.plot(f["tokens_per_s"], f["cost_per_mtok_usd"], "-", color=colour, lw=1.6,
+                drawstyle="steps-post", label=f"{prec} frontier ({len(pts):,} fit)")
+        ax.scatter(f["tokens_per_s"], f["cost_per_mtok_usd"], s=30, facecolors="white",
+                   edgecolors=colour, zorder=4)
+    ax.legend(fontsize=8, loc="upper left", frameon=False)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("throughput (tokens/s, whole cluster)")
+    ax.set_ylabel("cost (USD per million tokens)")
+    ax.set_title("Pareto frontier per training precision", fontsize=10)
+    return _png(fig)
+
+
 def plot_frontier(fits: pd.DataFrame, front: pd.DataFrame, tokens: float | None,
                   front_fail: pd.DataFrame | None = None) -> bytes:
     plt = _plt()
@@ -676,6 +717,7 @@ def build(run_dir: str | Path, *, objective: str | None = None,
     # each GPU type's own frontier: a type the overall frontier leaves out still shows what it
     # costs and how fast it goes (a buyer may not be able to rent the winner)
     gpu_front = pd.concat([frontier(g) for _, g in fits.groupby("gpu", sort=True)])
+    prec_front = precision_frontiers(fits)
     best = d.loc[d["config_id"] == rec.best["config_id"]].iloc[0]
     col, asc = objective_column(obj, c.failures)
     topn = fits.sort_values([col, "config_id"], ascending=[asc, True]).head(top)
@@ -684,7 +726,8 @@ def build(run_dir: str | Path, *, objective: str | None = None,
     points = shown_points(fits, front)
     ids = {int(best["config_id"])} | set(topn["config_id"].astype(int)) \
         | set(front["config_id"].astype(int)) | set(points["config_id"].astype(int)) \
-        | set(front_fail["config_id"].astype(int)) | set(gpu_front["config_id"].astype(int))
+        | set(front_fail["config_id"].astype(int)) | set(gpu_front["config_id"].astype(int)) \
+        | set(prec_front["config_id"].astype(int))
     if rot is not None:
         ids.add(int(rot["config_id"]))
     full = read_rows(run_dir, ids | set(rec_ids(rec)), c.tokens, prices, c.failures)
@@ -693,6 +736,8 @@ def build(run_dir: str | Path, *, objective: str | None = None,
         return full.loc[rows["config_id"].astype(int)].reset_index(drop=True)
     front, topn, points = whole(front), whole(topn), whole(points)
     gpu_front = whole(gpu_front)
+    png_prec = plot_precision_frontiers(fits, prec_front) if len(prec_front) else None
+    prec_front = whole(prec_front)
     best = full.loc[int(best["config_id"])]
     rot = full.loc[int(rot["config_id"])] if rot is not None else None
     rec = read_full(run_dir, rec, rows=full)
@@ -735,7 +780,7 @@ def build(run_dir: str | Path, *, objective: str | None = None,
         "run": str(meta.get("space") or Path(run_dir).name), "meta": meta,
         "counts": result_counts(Path(run_dir)),
         "objective": obj, "constraints": c, "rec": rec, "best": best, "front": front,
-        "gpu_front": gpu_front,
+        "gpu_front": gpu_front, "precision_front": prec_front,
         "fits": fits, "top": topn, "rot": rot, "rule": rule, "why": why(best, rot, rule),
         "model": str(best.get("model")), "gpus": sorted(d["gpu"].unique()),
         "sizes": sorted(int(x) for x in d["num_gpus"].unique()), "price_rows": price_rows,
@@ -743,7 +788,8 @@ def build(run_dir: str | Path, *, objective: str | None = None,
         "png": {"frontier": plot_frontier(fits, front, c.tokens, front_fail),
                 "breakdown": plot_breakdown(bars, labels),
                 "heatmap": plot_heatmap(heat, best),
-                "memory": plot_memory(best, cap, rot, "rule of thumb")},
+                "memory": plot_memory(best, cap, rot, "rule of thumb"),
+                **({"precision_frontier": png_prec} if png_prec is not None else {})},
         "megatron": export.megatron_text(best),
         "interactive": interactive_plots(fits, front, best, points),
     }
@@ -807,6 +853,10 @@ def render_html(r: dict) -> str:
         *_scaling_html(r),
         "<h3>Each GPU type's own frontier</h3>",
         html_table(*frontier_rows(r["gpu_front"], c.tokens)),
+        *(["<h3>Each precision's own frontier (BF16, FP8, FP4)</h3>",
+           _img(r["png"]["precision_frontier"], "frontier per precision"),
+           html_table(*precision_rows(r["precision_front"], c.tokens))]
+          if len(r.get("precision_front", ())) else []),
         "<h2>Configurations: step time vs memory</h2>", ia["scatter"], ia["panel"],
         "<h2>Step-time breakdown of the top configurations</h2>",
         _img(r["png"]["breakdown"], "step time breakdown"),
@@ -844,6 +894,11 @@ def render_md(r: dict, plot_dir: str | None) -> str:
                 md_table(*r["scaling"]), ""]
     out += ["### Each GPU type's own frontier", "",
             md_table(*frontier_rows(r["gpu_front"], c.tokens)), ""]
+    if len(r.get("precision_front", ())):
+        out += ["### Each precision's own frontier (BF16, FP8, FP4)", ""]
+        if plot_dir:
+            out += [f"![frontier per precision]({plot_dir}/precision_frontier.png)", ""]
+        out += [md_table(*precision_rows(r["precision_front"], c.tokens)), ""]
     if plot_dir:
         out += ["## Step-time breakdown", "", f"![breakdown]({plot_dir}/breakdown.png)", "",
                 "## TP x PP heatmap", "", f"![heatmap]({plot_dir}/heatmap.png)", "",

@@ -24,16 +24,31 @@ def _short(text: str, full: bool) -> str:
     return text if full or len(text) <= SOURCE_CHARS else text[:SOURCE_CHARS - 3] + "..."
 
 
+def _stand_ins() -> dict:
+    """catalogs/efficiency.yaml `stand_ins`: {sm_arch: what its constants borrow}."""
+    from importlib import resources
+
+    import yaml
+
+    text = resources.files("sim_core").joinpath("catalogs/efficiency.yaml").read_text()
+    return {int(k): v for k, v in (yaml.safe_load(text).get("stand_ins") or {}).items()}
+
+
 def gpu_lines(full: bool = False) -> list[str]:
     from sim_core import catalog
 
     out = []
+    stand_ins = _stand_ins()
     for name in catalog.gpu_names():
         g = catalog.get_gpu(name)
         fp8 = f"fp8 {g.peak_tflops['fp8']:,.0f}" if g.peak_tflops["fp8"] else "no fp8"
-        out.append(f"{name:<12} bf16 {g.peak_tflops['bf16']:,.0f} TFLOP/s, {fp8}, "
+        # FP4 training formats (sim_core/fp4.py): their dense peaks; GEMM ceiling = FP8's
+        fp4 = "".join(f", {f} {g.peak_tflops[f]:,.0f}" for f in ("nvfp4", "mxfp4")
+                      if g.peak_tflops.get(f))
+        note = f" [{stand_ins[g.sm_arch]}]" if g.sm_arch in stand_ins else ""
+        out.append(f"{name:<12} bf16 {g.peak_tflops['bf16']:,.0f} TFLOP/s, {fp8}{fp4}, "
                    f"{g.hbm_gib:g} GiB at {g.hbm_bw_gbs:,.0f} GB/s, link {g.nvlink_bw_gbs:g} GB/s, "
-                   f"${g.price_per_hour:g}/GPU-h | {_short(g.source, full)}")
+                   f"${g.price_per_hour:g}/GPU-h{note} | {_short(g.source, full)}")
     return out
 
 

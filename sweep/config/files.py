@@ -5,7 +5,7 @@ A run file fixes one configuration::
     model: gpt3-175b            # a catalog id, or inline {layers: .., hidden: .., heads: .., ...}
     seq_len: 2048
     global_batch: 1536          # sequences per optimizer step (or global_batch_tokens: 3145728)
-    precision: bf16             # bf16 | fp8
+    precision: bf16             # bf16 | fp8 | nvfp4 | mxfp4
     cluster: {gpu: a100-80gb, num_gpus: 1024, gpus_per_node: 8}   # or nodes: 128
     # or a cloud instance type (catalogs/instances.yaml: GPU, node, network, price):
     # cluster: {instance: gcp-a3-mega, nodes: 16}    (`cluster: aws-p5` alone names it)
@@ -206,7 +206,7 @@ class RunConfig(_Strict):
     seq_len: PosInt
     global_batch: PosInt | None = None  # sequences per optimizer step
     global_batch_tokens: PosInt | None = None  # tokens per step; global_batch = this / seq_len
-    precision: Literal["bf16", "fp8"] = "bf16"
+    precision: Literal["bf16", "fp8", "nvfp4", "mxfp4"] = "bf16"
     # which framework runs the job: its profile sets the defaults of the parallel fields below
     framework: Literal[FRAMEWORK] = "megatron-core"  # type: ignore[valid-type]
     cluster: ClusterConfig
@@ -399,18 +399,20 @@ def _key(part) -> str:
 # ---------------------------------------------------------------------------------------------
 # Catalog checks (model and gpu names)
 # ---------------------------------------------------------------------------------------------
-def _check_name(kind: str, name: str, where: str) -> None:
-    """A catalog id of `kind` (gpu | model), or a one-line error at `where` (did you mean)."""
+def _check_name(kind: str, name: str, where: str) -> str:
+    """The catalog id of `kind` (gpu | model) that `name` names, or a one-line error at
+    `where` (did you mean). A GPU may be named as vendors print it ("AMD Instinct MI300X")."""
     from sim_core import catalog
 
     try:
-        (catalog.get_gpu if kind == "gpu" else catalog.get_model)(name)
+        return (catalog.get_gpu if kind == "gpu" else catalog.get_model)(name).name
     except ValueError as exc:
         raise ConfigError(f"{where}: {_first_line(exc)}") from None
 
 
-def check_gpu(name: str, where: str) -> None:
-    _check_name("gpu", name, where)
+def check_gpu(name: str, where: str) -> str:
+    """The catalog id of a GPU name (sim_core/gpu_names.py), or a one-line ConfigError."""
+    return _check_name("gpu", name, where)
 
 
 def check_model(name: str, where: str) -> None:
@@ -536,7 +538,7 @@ def _check_fixed(cfg: RunConfig) -> None:
         raise ConfigError("cluster.gpu: required field is missing (or give cluster.instance, "
                           "a cloud instance type: `sweep catalog instances`)")
     if c.gpu is not None and "gpu" not in space:
-        check_gpu(c.gpu, "cluster.gpu")
+        c.gpu = check_gpu(c.gpu, "cluster.gpu")  # a product name -> its catalog id
     if isinstance(c.price_per_hour, dict):
         for key in c.price_per_hour:
             _check_price_key(str(key))
@@ -667,7 +669,9 @@ def _check_value(name: str, v, where: str):
     if name in ("gpu", "model"):
         if not isinstance(v, str) or not v.strip():
             raise ConfigError(bad)
-        (check_gpu if name == "gpu" else check_model)(v, where)
+        if name == "gpu":
+            return check_gpu(v, where)  # a product name -> its catalog id
+        check_model(v, where)
         return v
     if name == "instance":
         if not isinstance(v, str) or not v.strip():
