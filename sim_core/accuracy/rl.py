@@ -79,6 +79,10 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         # FSDP: weights, grads and optimizer sharded over every rank (ZeRO-3)
         "train_zero": np.where(fsdp, 3, 1),
     })
+    # optional columns beyond the (a recipe's settings the table states)
+    for col, d in (("train_etp", 0), ("offload_params", False), ("offload_optimizer", False)):
+        if col in t.columns:
+            df[col] = t[col].where(t[col].notna(), d).to_numpy()
     for i in np.flatnonzero(~t.prompt_len.notna().to_numpy() if "prompt_len" in t else
                             np.ones(len(t), bool)):
         imputed[i].append("prompt mean=max_prompt_len/2")

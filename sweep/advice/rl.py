@@ -59,6 +59,8 @@ def verl_overrides(row) -> dict:
         "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": _i(row["train_pp"]),
         "actor_rollout_ref.actor.megatron.context_parallel_size": _i(row["train_cp"]),
         "actor_rollout_ref.actor.megatron.expert_model_parallel_size": _i(row["train_ep"]),
+        "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size":
+            _i(row["train_etp"]) if _i(row.get("train_etp", 0) or 0) > 0 else None,
         "actor_rollout_ref.actor.megatron.optimizer_offload": bool(row["offload_optimizer"]),
         "actor_rollout_ref.actor.megatron.param_offload": bool(row["offload_params"]),
         "actor_rollout_ref.actor.ppo_mini_batch_size": max(seqs // _i(row["mini_batches"]), 1),
@@ -68,6 +70,8 @@ def verl_overrides(row) -> dict:
         "trainer.n_gpus_per_node": gpn,
         "trainer.nnodes": max(train_gpus // gpn, 1),
     }
+    if o["actor_rollout_ref.actor.megatron.expert_tensor_parallel_size"] is None:
+        del o["actor_rollout_ref.actor.megatron.expert_tensor_parallel_size"]
     if row["train_recompute"] != "none":
         o["actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity"] = \
             row["train_recompute"]
@@ -106,6 +110,8 @@ def nemo_rl_config(row) -> dict:
         "policy.megatron_cfg.pipeline_model_parallel_size": _i(row["train_pp"]),
         "policy.megatron_cfg.context_parallel_size": _i(row["train_cp"]),
         "policy.megatron_cfg.expert_model_parallel_size": _i(row["train_ep"]),
+        "policy.megatron_cfg.expert_tensor_parallel_size": (
+            _i(row["train_etp"]) if _i(row.get("train_etp", 0) or 0) > 0 else _i(row["train_tp"])),
         "policy.megatron_cfg.activation_checkpointing": row["train_recompute"] != "none",
         "policy.dtensor_cfg.enabled": False,
         "policy.generation.vllm_cfg.tensor_parallel_size": _i(row["rollout_tp"]),

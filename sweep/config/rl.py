@@ -74,6 +74,7 @@ class Parallel(_S):
     pp: int = Field(1, gt=0)
     cp: int = Field(1, gt=0)
     ep: int = Field(1, gt=0)
+    etp: int = Field(0, ge=0)  # expert tensor parallel; 0 = same as tp (Megatron's default)
     micro_batch: int = Field(1, gt=0)
     recompute: Literal["none", "selective", "full"] = "full"
     zero: int = Field(1, ge=0, le=3)
@@ -161,7 +162,7 @@ class RLConfig(_S):
             "train_framework": self.train.framework,
             "train_seq_len": self.train.seq_len or float("nan"),
         }
-        for f in ("tp", "pp", "cp", "ep", "micro_batch", "recompute", "zero",
+        for f in ("tp", "pp", "cp", "ep", "etp", "micro_batch", "recompute", "zero",
                   "sequence_parallel"):
             row[f"train_{f}"] = getattr(self.parallel, f)
         return row
