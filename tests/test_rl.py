@@ -132,3 +132,22 @@ def test_validate_reads_the_published_rl_table():
     assert cmp.step_err.notna().sum() >= 4
     # blanks are imputed and said so
     assert cmp.imputed.str.contains("response mean").any()
+
+
+def test_engine_wider_than_a_node_pays_the_network():
+    b = inputs.to_batch(pd.DataFrame([{**BASE, "rollout_tp": 8}, {**BASE, "rollout_tp": 8,
+                                                                   "gpus_per_node": 4}]))
+    k = generation.decode_constants()
+    t = generation.step_time(b, np.array([64.0, 64.0]), np.array([2000.0, 2000.0]), k)
+    assert t[1] > t[0]  # the same engine across two nodes all-reduces over the NICs
+
+
+def test_expert_parallel_rollout_spreads_the_experts():
+    moe = {**BASE, "model": "qwen3-235b-a22b", "rollout_tp": 4, "train_tp": 4, "train_pp": 4,
+           "train_ep": 4, "train_etp": 1}
+    b = inputs.to_batch(pd.DataFrame([moe, {**moe, "rollout_ep": 16}]))
+    w = generation.weights_per_gpu(b)
+    assert w[1] < w[0] / 2
+    r = run(moe, {**moe, "rollout_ep": 16}, {**moe, "rollout_ep": 3})
+    assert r.kv_cache_gib[1] > r.kv_cache_gib[0]
+    assert not r.valid[2] and "rollout_ep" in r.invalid_reason[2]

@@ -15,7 +15,8 @@ Why each part, and where the rule comes from:
 - **Decode step.** Every layer runs its GEMMs, which read the replica's weights (MoE: only the
   experts the batch's tokens route to, 1 - (1 - k/E)^B of them) at the GPU's HBM bandwidth
   times a fitted efficiency or compute 2 x active params FLOPs per token at `compute.py`'s
-  GEMM efficiency, whichever is longer, and then its attention, which reads each running
+  GEMM efficiency, whichever is longer (routed experts spread over the EP group when expert
+  parallelism spans more GPUs than the engine's TP x PP), and then its attention, which reads each running
   sequence's cache at the same bandwidth (kernels in sequence: the times add); plus 2 TP
   all-reduces per layer of the
   batch's hidden states (latency-bound, `nccl.py`) and a fitted per-step overhead
@@ -85,6 +86,19 @@ def weight_bytes(b: Batch) -> np.ndarray:
     return np.where(b.rollout_precision == 1, 1.0, 2.0)
 
 
+def expert_shards(b: Batch) -> np.ndarray:
+    """GPUs the routed experts are spread over: the engine's TP x PP GPUs, or the EP group
+    when expert parallelism spans more (vLLM `enable_expert_parallel`: EP = TP x DP, attention
+    data-parallel across the replicas)."""
+    return np.maximum(b.rollout_tp * b.rollout_pp, b.rollout_ep)
+
+
+def weights_per_gpu(b: Batch) -> np.ndarray:
+    """Bytes of weights each rollout GPU holds."""
+    g = b.rollout_tp * b.rollout_pp
+    return (b.dense_params / g + b.routed_params / expert_shards(b)) * weight_bytes(b)
+
+
 def kv_split(b: Batch) -> np.ndarray:
     """How many ways a layer's cache is split over the TP ranks."""
     return np.where(b.mla > 0, 1.0, np.minimum(b.rollout_tp, b.kv_heads))
@@ -99,7 +113,7 @@ def rollout_memory(b: Batch) -> dict:
     cache vLLM allocates and the tokens it holds per replica."""
     g = b.rollout_tp * b.rollout_pp
     k = constants()["vllm"]
-    w = b.params * weight_bytes(b) / g
+    w = weights_per_gpu(b)
     T = k["max_num_batched_tokens"]
     # profiling forward: the MLP's gate+up output and a few hidden-sized buffers of T tokens,
     # plus the sampler's fp32 logits of max_num_seqs rows (vLLM's dummy sampler run)
@@ -143,7 +157,8 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     routed = c(b.routed_params)
     E = np.maximum(c(b.experts), 1.0)
     touched = np.where(c(b.experts) > 0, 1 - (1 - c(b.top_k) / E) ** batch, 0.0)
-    w_read = (c(b.dense_params) + routed * touched) * wb / tp
+    # per GPU; PP reads its stage's weights once per micro-batch (pp of them per step)
+    w_read = (c(b.dense_params) / tp + routed * touched * pp / c(expert_shards(b))) * wb
     kv_read = batch * ctx * c(b.layers) * c(b.kv_elems) * c(b.kv_cache_bytes) / (
         pp * c(kv_split(b)))
     bw = c(b.hbm_bw_gbs) * 1e9 * k["hbm_efficiency"]
@@ -161,7 +176,17 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     nbytes = batch / pp * c(b.hidden) * 2
     nodes = np.broadcast_to(np.ceil(tp / c(b.gpus_per_node)), np.shape(nbytes))
     ar = nccl.collective_time("all_reduce", nbytes, tp, nodes, net)["time_s"]
-    t_tp = np.where(tp > 1, 2 * c(b.layers) * ar, 0.0)
+    ep = c(b.rollout_ep)
+    moe = c(b.moe_layers)
+    # with EP the MoE layers dispatch and combine the routed copies by all-to-all over the EP
+    # group instead of all-reducing their output over TP
+    ar_calls = np.where(ep > 1, 2 * c(b.layers) - moe, 2 * c(b.layers))
+    t_tp = np.where(tp > 1, ar_calls * ar, 0.0)
+    a2a_bytes = batch / pp * c(b.top_k) * c(b.hidden) * 2
+    ep_nodes = np.broadcast_to(np.ceil(ep / c(b.gpus_per_node)), np.shape(a2a_bytes))
+    a2a = nccl.collective_time("all_to_all", a2a_bytes, np.broadcast_to(ep, np.shape(a2a_bytes)),
+                               ep_nodes, net)["time_s"]
+    t_tp = t_tp + np.where(ep > 1, 2 * moe * a2a, 0.0)
     # the GEMMs (weights read or FLOPs, whichever is longer) and the attention kernels (the
     # cache read) run one after the other in every layer: their times add
     t_gemm = np.maximum(w_read / bw, t_cmp)

@@ -99,7 +99,7 @@ def model_arrays(models: pd.Series) -> dict:
         rows.append(dict(layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads,
                          head_dim=hd, ffn=m.ffn, vocab=m.vocab, experts=m.experts,
                          top_k=m.top_k, expert_ffn=m.expert_ffn, params=total,
-                         active_params=active, routed_params=routed,
+                         active_params=active, routed_params=routed, moe_layers=moe_layers,
                          dense_params=total - routed, kv_elems=kv_elems, mla=float(mla),
                          attn_dim=attn_dim))
     table = pd.DataFrame(rows)

@@ -81,6 +81,9 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     flag(b.replicas < 1, "rollout_tp x rollout_pp exceeds the rollout GPUs")
     flag(np.mod(b.rollout_gpus, g) != 0, "rollout GPUs not a multiple of rollout_tp x rollout_pp")
     flag(colo & (b.asynchrony > 0), "colocated placement runs sync only")
+    flag((b.rollout_ep > 1) & ((b.experts == 0) | (np.mod(b.experts, b.rollout_ep) != 0)
+                               | (b.rollout_ep > b.rollout_gpus)),
+         "rollout_ep must divide the experts of an MoE model and fit the rollout GPUs")
     flag((b.gpu_memory_utilization <= 0) | (b.gpu_memory_utilization > 1),
          "gpu_memory_utilization must be in (0, 1]")
     flag(~tr["train_valid"].astype(bool),

@@ -93,7 +93,7 @@ class Asynchrony(_S):
 
 
 class RLSearch(_S):
-    objective: Literal["step_time", "samples_per_gpu", "cost"] = "step_time"
+    objective: Literal["step_time", "samples_per_gpu", "tokens_per_gpu", "cost"] = "step_time"
     top: int = Field(10, gt=0)
 
 
@@ -181,6 +181,8 @@ class RLConfig(_S):
         df["train_sequence_parallel"] = df["train_sequence_parallel"] & (df["train_tp"] > 1)
         # colocated rows ignore the GPU split: one row per distinct configuration
         df.loc[df["placement"] == "colocated", "rollout_gpus"] = 0
+        # split rows keep their training states on their own GPUs: nothing to offload
+        df.loc[df["placement"] == "split", ["offload_params", "offload_optimizer"]] = False
         return df.drop_duplicates(ignore_index=True)
 
 

@@ -17,8 +17,9 @@ from sim_core.rl.phases import simulate_rl
 
 from ..errors import SweepError
 
-OBJECTIVES = {"step_time": ("step_time_s", True), "samples_per_gpu": ("samples_per_s_per_gpu",
-                                                                      False),
+OBJECTIVES = {"step_time": ("step_time_s", True),
+              "samples_per_gpu": ("samples_per_s_per_gpu", False),
+              "tokens_per_gpu": ("tokens_per_s_per_gpu", False),
               "cost": ("cost_per_1000_steps", True)}
 
 
@@ -35,7 +36,10 @@ def evaluate(cfg) -> pd.DataFrame:
 
 def rank(res: pd.DataFrame, objective: str) -> pd.DataFrame:
     col, asc = OBJECTIVES[objective]
-    return res[res["fits"]].sort_values(col, ascending=asc, kind="stable")
+    # ties (a one-step-off pipeline bound by its training side) go to the faster generation,
+    # then the smaller rollout footprint
+    return res[res["fits"]].sort_values([col, "gen_time_s", "rollout_peak_gib"],
+                                        ascending=[asc, True, True], kind="stable")
 
 
 def search(cfg, out: str | Path) -> dict:
