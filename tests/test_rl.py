@@ -151,3 +151,23 @@ def test_expert_parallel_rollout_spreads_the_experts():
     r = run(moe, {**moe, "rollout_ep": 16}, {**moe, "rollout_ep": 3})
     assert r.kv_cache_gib[1] > r.kv_cache_gib[0]
     assert not r.valid[2] and "rollout_ep" in r.invalid_reason[2]
+
+
+def test_python_api_and_check(tmp_path, capsys):
+    import json
+
+    import sweep
+    from sweep.cli.main import main
+
+    one = sweep.simulate("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml")
+    assert len(one) == 1 and one.step_time_s.iloc[0] > one.gen_time_s.iloc[0]
+    assert main(["check", "search_spaces/rl-grpo-qwen3-32b-64xh100.yaml"]) == 0
+    assert "configurations:" in capsys.readouterr().out
+    trace = tmp_path / "step.json"
+    assert main(["simulate", "search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml",
+                 "--trace", str(trace)]) == 0
+    ev = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+    # colocated sync: the phases follow each other on one track and add up to the step
+    end = max(e["ts"] + e["dur"] for e in ev) / 1e6
+    assert end == pytest.approx(one.step_time_s.iloc[0], rel=1e-6)
+    assert [e["name"] for e in ev][:3] == ["reload (wake)", "prefill", "decode"]
