@@ -8,7 +8,8 @@ reads at, and a per-step overhead. Everything else (bytes per step, GEMM efficie
 all-reduces, KV cache, continuous batching, prefill) is the white-box model of generation.py.
 A benchmark row is an offline max-throughput run: N requests of ISL prompt and OSL output
 tokens on one engine of tp GPUs; its predicted output throughput is N x OSL over the
-generation time of one replica. TensorRT-LLM sizes its KV cache as a fraction (0.90, the
+generation time of one replica, with the engine's own admission rule (TensorRT-LLM reserves
+prompt + max output per request) and trtllm-bench's max batch size (`trtllm_max_batch`). TensorRT-LLM sizes its KV cache as a fraction (0.90, the
 page's default) of the memory free after the weights, converted here into vLLM's
 `gpu_memory_utilization` of the total.
 """
@@ -29,7 +30,16 @@ from . import generation, inputs
 EFF_GRID = np.round(np.arange(0.40, 0.9501, 0.01), 4)  # ~0.9 is what HBM streams reach
 OVH_GRID = np.round(np.arange(0.0, 0.0300001, 0.0005), 6)
 KV_FREE_FRACTION = 0.90  # trtllm-bench's kv_cache_free_gpu_mem_fraction default (the page)
-MAX_BATCH = 2048         # trtllm-bench's largest CUDA-graph batch used on the page, up to 8192
+
+
+def trtllm_max_batch(kv_requests, pp=1):
+    """trtllm-bench's max batch size: the requests of ISL + OSL tokens 95% of the memory left
+    by the weights holds, capped at 4096, rounded up (NVIDIA/TensorRT-LLM 04cba88
+    tensorrt_llm/bench/build/tuning.py calc_engine_setting / finetune_setting: up to 32 below
+    256, 128 below 1024, 256 above; at least 64)."""
+    raw = np.minimum(kv_requests, 4096) / pp
+    return np.where(raw < 256, np.maximum(64, 32 * np.ceil(raw / 32)),
+                    np.where(raw < 1024, 128 * np.ceil(raw / 128), 256 * np.ceil(raw / 256)))
 
 
 def load(path=None) -> pd.DataFrame:
@@ -41,16 +51,20 @@ def frame(bench: pd.DataFrame) -> pd.DataFrame:
     """Benchmark rows as RL configurations (one replica = the whole engine)."""
     from .. import catalog
 
+    hbm = np.array([catalog.get_gpu(g).hbm_gib for g in bench.gpu])
+    w = np.array([catalog.param_count(m) for m in bench.model]) * np.where(
+        bench.precision == "fp8", 1, 2) / bench.tp / 2**30
+    spec = [catalog.get_model(m) for m in bench.model]
+    kv_tok = np.array([2 * m.layers * max(tp, m.kv_heads) * (m.head_dim or m.hidden // m.heads)
+                       for m, tp in zip(spec, bench.tp)]) * bench.kv_cache_bytes / 2**30
+    kv_req = 0.95 * (hbm - w) * bench.tp / (kv_tok * (bench.isl + bench.osl))
     df = pd.DataFrame({
         "model": bench.model, "gpu": bench.gpu, "num_gpus": bench.tp, "rollout_tp": bench.tp,
         "prompts_per_step": bench.num_requests, "responses_per_prompt": 1,
         "prompt_len": bench.isl, "response_mean": bench.osl, "response_max": bench.osl,
         "rollout_precision": bench.precision, "kv_cache_bytes": bench.kv_cache_bytes,
-        "max_num_seqs": MAX_BATCH,
+        "rollout_engine": "tensorrt-llm", "max_num_seqs": trtllm_max_batch(kv_req),
     })
-    hbm = np.array([catalog.get_gpu(g).hbm_gib for g in bench.gpu])
-    w = np.array([catalog.param_count(m) for m in bench.model]) * np.where(
-        bench.precision == "fp8", 1, 2) / bench.tp / 2**30
     df["gpu_memory_utilization"] = (w + KV_FREE_FRACTION * (hbm - w)) / hbm
     return df
 

@@ -225,7 +225,11 @@ def generate(b: Batch, overrides: dict | None = None) -> dict:
     mx = np.maximum(b.response_max, 1.0)
     th, m1, m2 = length_moments(np.minimum(b.response_mean, mx), mx)
     inflight_ctx = b.prompt_len + m2 / (2 * m1)
-    cap = np.floor(mem["kv_tokens"] / inflight_ctx)
+    # what the scheduler reserves per admitted request: the cache it holds on average
+    # (vLLM, SGLang: blocks as tokens come), or prompt + max output (TensorRT-LLM's
+    # GUARANTEED_NO_EVICT capacity scheduler)
+    reserve = np.where(b.rollout_engine == 2, b.prompt_len + mx, inflight_ctx)
+    cap = np.floor(mem["kv_tokens"] / reserve)
     conc = np.maximum(np.minimum(np.minimum(b.max_num_seqs, n_seq), cap), 1.0)
     # saturated part: the sequences beyond the last `conc`, at full concurrency
     sat_tokens = np.maximum(n_seq - conc, 0.0) * m1

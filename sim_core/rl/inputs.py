@@ -26,7 +26,10 @@ PLACEMENT = ("colocated", "split")
 # fully_async_policy, NeMo RL async GRPO max_trajectory_age_steps)
 ASYNC = ("sync", "one_step_off", "async")
 ALGORITHM = ("grpo", "dapo", "ppo")
-ENGINE = ("vllm", "sglang")
+# tensorrt-llm: only for its published benchmarks (calibrate.py); its default capacity scheduler
+# (GUARANTEED_NO_EVICT) admits a request only when the cache can hold its prompt + maximum
+# output, where vLLM and SGLang allocate blocks as tokens come (and preempt when full)
+ENGINE = ("vllm", "sglang", "tensorrt-llm")
 ROLLOUT_PRECISION = ("bf16", "fp8")
 
 # column -> default (None = required). Lengths are tokens.
