@@ -171,3 +171,18 @@ def test_python_api_and_check(tmp_path, capsys):
     end = max(e["ts"] + e["dur"] for e in ev) / 1e6
     assert end == pytest.approx(one.step_time_s.iloc[0], rel=1e-6)
     assert [e["name"] for e in ev][:3] == ["reload (wake)", "prefill", "decode"]
+
+
+def test_rl_errors_are_one_line(tmp_path, capsys):
+    from sweep.cli.main import main
+
+    bad = tmp_path / "runs.csv"
+    bad.write_text("model,gpu\nqwen3-32b,h100-sxm\n")
+    assert main(["validate", "--rl", str(bad)]) == 2
+    space = tmp_path / "s.yaml"
+    space.write_text("task: rl\nmodel: qwen3-32b\ncluster: {gpu: h100-sxm, num_gpus: 8}\n"
+                     "prompts_per_step: 8\nprompt_len: 100\nresponse_len: {mean: 100, max: 200}\n"
+                     "space: {rollout_tpp: [1, 2]}\n")
+    assert main(["search", str(space)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "rollout_tpp" in err[1] and "allowed" in err[1]
