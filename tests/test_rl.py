@@ -186,3 +186,13 @@ def test_rl_errors_are_one_line(tmp_path, capsys):
     assert main(["search", str(space)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "rollout_tpp" in err[1] and "allowed" in err[1]
+
+
+def test_decode_step_out_of_sample_on_other_engines():
+    chk = calibrate.tpot_check()
+    assert set(chk.engine) == {"sglang", "vllm"} and chk.url.str.startswith("https://").all()
+    # a decode step on other engines, GPUs and precision than the fit's, within its spread
+    assert np.median(np.abs(chk.err)) < 0.25
+    # more running requests, a longer step (more cache, more FLOPs)
+    one = chk[(chk.model == "llama3.1-70b") & (chk.engine == "sglang")].sort_values("batch")
+    assert one.pred_tpot_ms.is_monotonic_increasing

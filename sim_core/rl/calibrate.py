@@ -124,6 +124,31 @@ def report(bench: pd.DataFrame) -> dict:
             "in_sample": ins, "held_out": held}
 
 
+# ShareGPT context held by a running request (prompt + half its answer), a declared order of
+# magnitude: at these concurrencies (5-30 requests) the cache read is a few % of a step
+TPOT_CONTEXT = 500
+
+
+def tpot_check(path=None) -> pd.DataFrame:
+    """Out-of-sample check of one decode step: online serving benchmarks of other engines
+    (SGLang, vLLM; bf16; A100 and H100) give the median time per output token at a request
+    rate; the running batch is the rate x the median end-to-end latency (Little's law). Not
+    fitted: the constants are the TensorRT-LLM fit's. TPOT includes the prefill steps that
+    interleave with decode, so the model (decode only) is expected a little below it."""
+    path = path or resources.files("sim_core").joinpath("data/rl/decode_tpot.csv")
+    t = pd.read_csv(path)
+    conc = t.rps * t.median_e2e_ms / 1000.0
+    df = pd.DataFrame({"model": t.model, "gpu": t.gpu, "num_gpus": t.tp, "rollout_tp": t.tp,
+                       "prompts_per_step": 1, "prompt_len": TPOT_CONTEXT,
+                       "response_mean": 1, "response_max": 1,
+                       "rollout_precision": t.precision, "rollout_engine": t.engine})
+    b = inputs.to_batch(df)
+    pred = generation.step_time(b, conc.to_numpy(float), np.full(len(t), float(TPOT_CONTEXT)),
+                                generation.decode_constants()) * 1e3
+    return t.assign(batch=conc.round(1), pred_tpot_ms=pred.round(2),
+                    err=pred / t.median_tpot_ms - 1)
+
+
 def write_constants(eff: float, ovh: float) -> None:
     path = resources.files("sim_core").joinpath("catalogs/rl.yaml")
     text = path.read_text()
@@ -148,6 +173,12 @@ def main(argv=None) -> int:
             ["model", "gpu"]):
         print(f"  {m:14s} {gpu:9s} in-sample {np.median(part.ins):6.1%}  "
               f"held out {np.median(part.held):6.1%}")
+    chk = tpot_check()
+    print(f"out of sample, decode step vs median TPOT of online SGLang/vLLM runs "
+          f"({len(chk)} rows, bf16, A100/H100): median |error| {np.median(np.abs(chk.err)):.1%}")
+    for _, r in chk.iterrows():
+        print(f"  {r.model:13s} {r.gpu:9s} tp{r.tp} {r.engine:6s} batch {r.batch:5.1f}: "
+              f"{r.median_tpot_ms:6.2f} ms measured, {r.pred_tpot_ms:6.2f} predicted ({r.err:+.0%})")
     if a.write:
         write_constants(r["hbm_efficiency"], r["step_overhead_s"])
         print("wrote catalogs/rl.yaml decode constants")
