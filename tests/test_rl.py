@@ -196,3 +196,9 @@ def test_decode_step_out_of_sample_on_other_engines():
     # more running requests, a longer step (more cache, more FLOPs)
     one = chk[(chk.model == "llama3.1-70b") & (chk.engine == "sglang")].sort_values("batch")
     assert one.pred_tpot_ms.is_monotonic_increasing
+
+
+def test_decode_leave_one_source_out():
+    lo = calibrate.leave_one_source_out()
+    assert lo["trt_from_tpot"] < 0.3 and lo["tpot_from_trt"] < 0.3
+    assert lo["trt_fit"] == calibrate.fit(calibrate.load())

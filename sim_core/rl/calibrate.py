@@ -129,20 +129,49 @@ def report(bench: pd.DataFrame) -> dict:
 TPOT_CONTEXT = 500
 
 
+def _tpot_frame(t: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({"model": t.model, "gpu": t.gpu, "num_gpus": t.tp, "rollout_tp": t.tp,
+                         "prompts_per_step": 1, "prompt_len": TPOT_CONTEXT,
+                         "response_mean": 1, "response_max": 1,
+                         "rollout_precision": t.precision, "rollout_engine": t.engine})
+
+
+def load_tpot(path=None) -> pd.DataFrame:
+    return pd.read_csv(path or resources.files("sim_core").joinpath("data/rl/decode_tpot.csv"))
+
+
+def leave_one_source_out() -> dict:
+    """The two sources, each predicted with the constants fitted on the other alone: the
+    TensorRT-LLM throughput rows from a fit on the SGLang/vLLM TPOT rows, and back."""
+    bench, t = load(), load_tpot()
+    b = inputs.to_batch(_tpot_frame(t))
+    conc = (t.rps * t.median_e2e_ms / 1000.0).to_numpy(float)
+    ctx = np.full(len(t), float(TPOT_CONTEXT))
+    loss = np.empty((len(EFF_GRID), len(OVH_GRID)))
+    for i, e in enumerate(EFF_GRID):
+        base = generation.step_time(b, conc, ctx, {"hbm_efficiency": e, "step_overhead_s": 0.0})
+        pred = (base[None, :] + OVH_GRID[:, None]) * 1e3
+        loss[i] = (np.log(pred / t.median_tpot_ms.to_numpy()[None, :]) ** 2).mean(axis=1)
+    i, j = np.unravel_index(np.argmin(loss), loss.shape)
+    e_t, o_t = float(EFF_GRID[i]), float(OVH_GRID[j])
+    trt_err = np.abs(predict(bench, e_t, o_t) / bench.output_tokens_per_s.to_numpy() - 1)
+    e_b, o_b = fit(bench)
+    tp_err = np.abs(generation.step_time(b, conc, ctx, {"hbm_efficiency": e_b,
+                                                          "step_overhead_s": o_b}) * 1e3
+                    / t.median_tpot_ms.to_numpy() - 1)
+    return {"tpot_fit": (e_t, o_t), "trt_from_tpot": float(np.median(trt_err)),
+            "trt_fit": (e_b, o_b), "tpot_from_trt": float(np.median(tp_err))}
+
+
 def tpot_check(path=None) -> pd.DataFrame:
     """Out-of-sample check of one decode step: online serving benchmarks of other engines
     (SGLang, vLLM; bf16; A100 and H100) give the median time per output token at a request
     rate; the running batch is the rate x the median end-to-end latency (Little's law). Not
     fitted: the constants are the TensorRT-LLM fit's. TPOT includes the prefill steps that
     interleave with decode, so the model (decode only) is expected a little below it."""
-    path = path or resources.files("sim_core").joinpath("data/rl/decode_tpot.csv")
-    t = pd.read_csv(path)
+    t = load_tpot(path)
     conc = t.rps * t.median_e2e_ms / 1000.0
-    df = pd.DataFrame({"model": t.model, "gpu": t.gpu, "num_gpus": t.tp, "rollout_tp": t.tp,
-                       "prompts_per_step": 1, "prompt_len": TPOT_CONTEXT,
-                       "response_mean": 1, "response_max": 1,
-                       "rollout_precision": t.precision, "rollout_engine": t.engine})
-    b = inputs.to_batch(df)
+    b = inputs.to_batch(_tpot_frame(t))
     pred = generation.step_time(b, conc.to_numpy(float), np.full(len(t), float(TPOT_CONTEXT)),
                                 generation.decode_constants()) * 1e3
     return t.assign(batch=conc.round(1), pred_tpot_ms=pred.round(2),
@@ -179,6 +208,11 @@ def main(argv=None) -> int:
     for _, r in chk.iterrows():
         print(f"  {r.model:13s} {r.gpu:9s} tp{r.tp} {r.engine:6s} batch {r.batch:5.1f}: "
               f"{r.median_tpot_ms:6.2f} ms measured, {r.pred_tpot_ms:6.2f} predicted ({r.err:+.0%})")
+    lo = leave_one_source_out()
+    print(f"leave one source out: TensorRT-LLM throughput from a fit on the SGLang/vLLM rows "
+          f"(eff {lo['tpot_fit'][0]:.2f}, {lo['tpot_fit'][1] * 1e3:.1f} ms): median |error| "
+          f"{lo['trt_from_tpot']:.1%}; SGLang/vLLM TPOT from the TensorRT-LLM fit: "
+          f"{lo['tpot_from_trt']:.1%}")
     if a.write:
         write_constants(r["hbm_efficiency"], r["step_overhead_s"])
         print("wrote catalogs/rl.yaml decode constants")
