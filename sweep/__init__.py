@@ -13,7 +13,8 @@ os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 from .errors import SweepError  # noqa: E402
 
-__all__ = ["simulate", "search", "validate", "open_results", "Results", "SweepError"]
+__all__ = ["simulate", "search", "rl_search", "validate", "open_results", "Results",
+           "SweepError"]
 
 
 def __getattr__(name: str):

@@ -23,7 +23,7 @@ import pandas as pd
 
 from .errors import SweepError
 
-__all__ = ["simulate", "search", "validate", "open_results", "Results"]
+__all__ = ["simulate", "search", "rl_search", "validate", "open_results", "Results"]
 
 
 def _one_line(fn):
@@ -74,6 +74,10 @@ def simulate(run, *, profile: str | None = None) -> pd.DataFrame:
 
     if isinstance(run, (str, Path)):
         cfg = load_run(run)
+    elif isinstance(run, dict) and run.get("task") == "rl":
+        from .config.rl import parse_rl
+
+        cfg = parse_rl(run)
     elif isinstance(run, dict):
         if "space" in run or "search" in run:
             raise SweepError("run: this is a search space (it has space:/search:); use "
@@ -82,6 +86,10 @@ def simulate(run, *, profile: str | None = None) -> pd.DataFrame:
     else:
         raise SweepError(f"run: expected a dict, a YAML path or a DataFrame, got "
                          f"{type(run).__name__}")
+    if getattr(cfg, "task", None) == "rl":  # RL post-training: one row per configuration
+        from .engine.rl import evaluate
+
+        return evaluate(cfg)
     rows, _ = simulate_rows(cfg, sim)
     return rows.reset_index(drop=True)
 
@@ -165,6 +173,28 @@ def search(space, out: str | Path | None = None, *, workers: int | None = None,
     outcome = run_search(cfg, out, workers=workers, address=address, progress=progress,
                          fresh=fresh, simulate=_activate(profile))
     return Results(outcome.out_dir, note=outcome.note)
+
+
+@_one_line
+def rl_search(space, out: str | Path | None = None) -> pd.DataFrame:
+    """`sweep search` of a `task: rl` space (YAML path or dict): writes results.csv,
+    ranking.csv and recipe/ (verl, NeMo RL, step timeline) to `out` (default
+    results/<name>/) and returns the ranking (configurations that fit, best first)."""
+    from .advice.rl import write_recipes, write_trace
+    from .config import load_space
+    from .config.rl import parse_rl
+    from .engine.rl import search as _rl
+
+    cfg = load_space(space) if isinstance(space, (str, Path)) else parse_rl(
+        {"name": "rl", **space})
+    if getattr(cfg, "task", None) != "rl":
+        raise SweepError("space: not a task: rl space; use sweep.search")
+    r = _rl(cfg, Path(out) if out else Path("results") / (cfg.name or "rl"))
+    if not r["ranking"].empty:
+        best = r["ranking"].iloc[0]
+        write_recipes(best, r["out"] / "recipe")
+        write_trace(best, r["out"] / "recipe" / "step_trace.json")
+    return r["ranking"].reset_index(drop=True)
 
 
 @_one_line

@@ -14,8 +14,11 @@ from sweep.errors import ConfigError
 from sweep.engine.space import Space
 
 ROOT = Path(__file__).resolve().parents[1]
-SPACES = sorted((ROOT / "search_spaces").glob("*.yaml"))
-EXAMPLES = sorted((ROOT / "search_spaces" / "examples").glob("*.yaml"))
+# pre-training files (`task: rl` files have their own schema and tests: tests/test_rl.py)
+SPACES = sorted(p for p in (ROOT / "search_spaces").glob("*.yaml")
+                if "task: rl" not in p.read_text())
+EXAMPLES = sorted(p for p in (ROOT / "search_spaces" / "examples").glob("*.yaml")
+                  if "task: rl" not in p.read_text())
 
 RUN = {
     "model": "gpt3-175b", "seq_len": 2048, "global_batch": 1536, "precision": "bf16",

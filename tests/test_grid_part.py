@@ -165,7 +165,8 @@ def test_arrow_conversion_is_from_pandas_less_its_metadata():
         assert fast.schema == plain.schema and fast.equals(plain)
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "search_spaces").glob("*.yaml")))
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "search_spaces").glob("*.yaml")
+                                         if "task: rl" not in p.read_text()))
 def test_structural_reasons_by_combination_are_the_precheck(name):
     space = _space(name)
     ids = np.unique(np.random.default_rng(5).integers(0, space.size, 20_000))

@@ -64,6 +64,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     cfg = load_space(args.space)
+    if getattr(cfg, "task", None) == "rl":  # RL post-training (sweep/cli/rl.py)
+        from .rl import search_rl
+
+        return search_rl(cfg, args)
     if args.strategy:
         cfg.search.strategy = args.strategy
     if args.trials:

@@ -25,6 +25,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     cfg = load_run(args.run)
+    if getattr(cfg, "task", None) == "rl":  # RL post-training (sweep/cli/rl.py)
+        from .rl import simulate_rl_run
+
+        return simulate_rl_run(cfg, args)
     if args.profile:
         from sim_core import profiles
 

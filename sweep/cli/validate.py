@@ -29,6 +29,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loso", action="store_true",
                    help="also refit the fitted constants leaving each source family out and "
                         "print the held-out error (about 20 s)")
+    p.add_argument("--rl", action="store_true",
+                   help="RL post-training runs (sim_core/data/rl/rl_runs.csv or DATASET with "
+                        "its columns; docs/rl.md): step time and generation share")
     p.add_argument("--markdown", action="store_true",
                    help="print only the accuracy summary as a Markdown table (for the README; "
                         "with --loso it has the held-out column)")
@@ -36,6 +39,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from sim_core.accuracy import fit, validation
+
+    if args.rl:
+        return run_rl(args)
 
     data = load_dataset(args.dataset)
     skipped = data[data["skip"] != ""]
@@ -93,3 +99,25 @@ def run(args) -> int:
         print(f"\nwrote {out / 'validation.csv'} and {out / 'validation.png'}")
     return 0
 
+
+
+def run_rl(args) -> int:
+    """`sweep validate --rl`: the RL model on published RL steps (sim_core/accuracy/rl.py)."""
+    from sim_core.accuracy import rl
+
+    cmp = rl.compare(rl.load(args.dataset))
+    pd.set_option("display.width", 250)
+    cols = ["model", "gpu", "num_gpus", "placement", "policy_mode", "step_time_s",
+            "pred_step_s", "step_err", "gen_share", "pred_gen_share", "fits"]
+    print(cmp[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    for i, r in cmp.iterrows():
+        note = "; ".join(x for x in (r["imputed"] and f"imputed {r['imputed']}",
+                                     r["oom_reason"]) if x)
+        if note or r["step_err"] != r["step_err"]:
+            print(f"  row {i}: {note or 'no prediction (invalid configuration)'}")
+    s = rl.summary(cmp)
+    share = s["median_abs_gen_share_pts"]
+    print(f"\n{s['rows']} rows predicted: median |step error| {s['median_abs_step_err']:.1%} "
+          "(nothing fitted on them: leave-one-source-out = in-sample); generation share "
+          + (f"median |error| {share:.1f} points" if share is not None else "not measured"))
+    return 0

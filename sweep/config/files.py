@@ -273,6 +273,10 @@ def read_yaml(path: str | Path) -> dict:
 
 def load_run(path: str | Path) -> RunConfig:
     data = read_yaml(path)
+    if data.get("task") == "rl":  # RL post-training: its own schema (sweep/config/rl.py)
+        from .rl import parse_rl
+
+        return parse_rl(data, path)
     if "space" in data or "search" in data:
         raise ConfigError(f"{path}: this is a search-space file; use `sweep search {path}`")
     return parse_run(data)
@@ -280,6 +284,10 @@ def load_run(path: str | Path) -> RunConfig:
 
 def load_space(path: str | Path) -> SpaceConfig:
     data = read_yaml(path)
+    if data.get("task") == "rl":  # RL post-training: its own schema (sweep/config/rl.py)
+        from .rl import parse_rl
+
+        return parse_rl(data, path)
     cfg = parse_space(data)
     if cfg.name is None:
         cfg.name = Path(path).stem

@@ -1,0 +1,261 @@
+"""Generation on the rollout engine: prefill, decode, the KV cache and the length tail.
+
+Why each part, and where the rule comes from:
+- **KV cache capacity.** vLLM sizes its cache as `total x gpu_memory_utilization - peak`, the
+  peak being the weights, the activation peak of a profiling forward of max_num_batched_tokens
+  tokens and non-torch allocations (vllm-project/vllm 0012cf6, vllm/v1/worker/gpu_worker.py
+  `determine_available_memory`). KV heads are split over TP up to the number of KV heads and
+  replicated beyond (vllm/model_executor/models/llama.py: `num_kv_heads = max(1,
+  total_num_kv_heads // tp_size)`); MLA caches its latent on every TP rank.
+- **Continuous batching.** The scheduler admits requests while the cache has blocks and fewer
+  than max_num_seqs run (verl v0.7.0 rollout.yaml: max_num_seqs 1024, chunked prefill and
+  prefix caching on). Concurrency is the smaller of max_num_seqs and the cache's tokens over
+  the cache a running sequence holds on average: prompt + E[L^2] / (2 E[L]) (a running
+  sequence seen at a random step is length-biased: renewal theory).
+- **Decode step.** Every layer runs its GEMMs, which read the replica's weights (MoE: only the
+  experts the batch's tokens route to, 1 - (1 - k/E)^B of them) at the GPU's HBM bandwidth
+  times a fitted efficiency or compute 2 x active params FLOPs per token at `compute.py`'s
+  GEMM efficiency, whichever is longer (routed experts spread over the EP group when expert
+  parallelism spans more GPUs than the engine's TP x PP), and then its attention, which reads each running
+  sequence's cache at the same bandwidth (kernels in sequence: the times add); plus 2 TP
+  all-reduces per layer of the
+  batch's hidden states (latency-bound, `nccl.py`) and a fitted per-step overhead
+  (scheduler, sampling, launches). Pipeline stages run pp micro-batches: the weights are read
+  once per micro-batch, so PP does not shorten the weight read of a step, it splits the cache.
+- **The length tail.** The step lasts until the longest response ends. Response lengths
+  follow an exponential law clipped at the maximum (mass at the maximum = truncated
+  responses), its scale solved so that the mean is the given mean. The last
+  min(N, concurrency) sequences decode together while the batch shrinks as S(k) = P(L > k),
+  until fewer than half a sequence is expected to remain; the sequences before them run at
+  full concurrency. Where the step lasts as long as its longest response (synchronous
+  training), adding replicas stops helping once each replica's batch is in its tail.
+- **Prefill.** Compute-bound GEMMs and causal attention over the unique prompts (GRPO's
+  responses to one prompt share it through prefix caching), at `compute.py`'s efficiency for
+  chunks of max_num_batched_tokens tokens.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import nccl
+from ..columns import Batch
+from ..compute import roofline_gemm_efficiency
+from .inputs import constants
+
+GRID = 48  # points over the tail of the length distribution
+GIB = 2.0 ** 30
+
+
+def decode_constants(overrides: dict | None = None) -> dict:
+    k = dict(constants()["decode"])
+    if overrides:
+        k.update(overrides)
+    return k
+
+
+# ---- the length distribution -------------------------------------------------------------
+def length_scale(mean, mx):
+    """Scale theta of the exponential law clipped at mx whose mean is `mean`:
+    theta (1 - exp(-mx/theta)) = mean (monotone in theta; bisection in log space)."""
+    mean = np.asarray(mean, dtype=np.float64)
+    mx = np.asarray(mx, dtype=np.float64)
+    r = np.clip(mean / np.maximum(mx, 1.0), 1e-6, 0.999)
+    lo = np.full(r.shape, np.log(1e-4))
+    hi = np.full(r.shape, np.log(1e4))
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        t = np.exp(mid)
+        f = t * (1 - np.exp(-1.0 / t))  # mean / mx at theta / mx = t
+        lo = np.where(f < r, mid, lo)
+        hi = np.where(f < r, hi, mid)
+    return np.exp(0.5 * (lo + hi)) * mx
+
+
+def length_moments(mean, mx):
+    """(theta, E[L], E[L^2]) of the clipped exponential law."""
+    th = length_scale(mean, mx)
+    e = np.exp(-mx / th)
+    m1 = th * (1 - e)
+    m2 = 2 * th * th * (1 - e * (1 + mx / th))
+    return th, m1, m2
+
+
+# ---- memory -------------------------------------------------------------------------------
+def weight_bytes(b: Batch) -> np.ndarray:
+    return np.where(b.rollout_precision == 1, 1.0, 2.0)
+
+
+def expert_shards(b: Batch) -> np.ndarray:
+    """GPUs the routed experts are spread over: the engine's TP x PP GPUs, or the EP group
+    when expert parallelism spans more (vLLM `enable_expert_parallel`: EP = TP x DP, attention
+    data-parallel across the replicas)."""
+    return np.maximum(b.rollout_tp * b.rollout_pp, b.rollout_ep)
+
+
+def weights_per_gpu(b: Batch) -> np.ndarray:
+    """Bytes of weights each rollout GPU holds."""
+    g = b.rollout_tp * b.rollout_pp
+    return (b.dense_params / g + b.routed_params / expert_shards(b)) * weight_bytes(b)
+
+
+def kv_split(b: Batch) -> np.ndarray:
+    """How many ways a layer's cache is split over the TP ranks."""
+    return np.where(b.mla > 0, 1.0, np.minimum(b.rollout_tp, b.kv_heads))
+
+
+def kv_bytes_per_token_gpu(b: Batch) -> np.ndarray:
+    return b.layers / b.rollout_pp * b.kv_elems * b.kv_cache_bytes / kv_split(b)
+
+
+def rollout_memory(b: Batch) -> dict:
+    """Per GPU of the rollout engine (bytes): weights, the profiling activation peak, the KV
+    cache vLLM allocates and the tokens it holds per replica."""
+    g = b.rollout_tp * b.rollout_pp
+    k = constants()["vllm"]
+    w = weights_per_gpu(b)
+    T = k["max_num_batched_tokens"]
+    # profiling forward: the MLP's gate+up output and a few hidden-sized buffers of T tokens,
+    # plus the sampler's fp32 logits of max_num_seqs rows (vLLM's dummy sampler run)
+    width = np.where(b.experts > 0, 2 * b.expert_ffn * b.top_k, 2 * b.ffn) / b.rollout_tp
+    act = T * (width + 4 * b.hidden) * 2 + b.max_num_seqs * b.vocab * 4 / b.rollout_tp
+    other = k["non_kv_overhead_gib"] * GIB
+    budget = b.gpu_memory_utilization * b.hbm_gib * GIB
+    kv = budget - w - act - other
+    tokens = np.maximum(kv, 0.0) / kv_bytes_per_token_gpu(b)
+    return {"rollout_weights_gib": w / GIB, "rollout_activation_gib": (act + other) / GIB,
+            "kv_cache_gib": kv / GIB, "kv_tokens": tokens,
+            "rollout_peak_gib": budget / GIB}
+
+
+# ---- one decode step ----------------------------------------------------------------------
+def _net(b: Batch) -> dict:
+    """The NCCL model's network of each configuration (as sim_core.step.network)."""
+    return {"sm_arch": b.sm_arch, "nvlink_bw_gbs": b.nvlink_bw_gbs, "nvls": b.nvls > 0,
+            "mesh_links": b.mesh_links,
+            "nic_bw_gbs": b.nic_bw_gbs * b.nics_per_node / b.gpus_per_node,
+            "intra_latency_us": b.intra_latency_us, "inter_latency_us": b.inter_latency_us}
+
+
+def _gemm_hw(b: Batch) -> Batch:
+    return Batch(sm_arch=b.sm_arch, sm_count=b.sm_count, gemm_max_bf16=b.gemm_max_bf16,
+                 gemm_max_fp8=b.gemm_max_fp8)
+
+
+def _col(x):
+    return np.asarray(x, dtype=np.float64)[:, None]
+
+
+def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
+    """Seconds of one decode step of a replica running `batch` sequences whose caches hold
+    `ctx` tokens on average. batch, ctx: arrays of shape (n, G) (or (n,))."""
+    two_d = np.ndim(batch) == 2
+    c = _col if two_d else (lambda x: np.asarray(x, dtype=np.float64))
+    batch = np.maximum(np.asarray(batch, dtype=np.float64), 1e-9)
+    tp, pp = c(b.rollout_tp), c(b.rollout_pp)
+    wb = c(weight_bytes(b))
+    routed = c(b.routed_params)
+    E = np.maximum(c(b.experts), 1.0)
+    touched = np.where(c(b.experts) > 0, 1 - (1 - c(b.top_k) / E) ** batch, 0.0)
+    # per GPU; PP reads its stage's weights once per micro-batch (pp of them per step)
+    w_read = (c(b.dense_params) / tp + routed * touched * pp / c(expert_shards(b))) * wb
+    kv_read = batch * ctx * c(b.layers) * c(b.kv_elems) * c(b.kv_cache_bytes) / (
+        pp * c(kv_split(b)))
+    bw = c(b.hbm_bw_gbs) * 1e9 * k["hbm_efficiency"]
+    fp8 = c(b.rollout_precision) == 1
+    peak = np.where(fp8, c(b.peak_fp8), c(b.peak_bf16)) * 1e12
+    hw = _gemm_hw(b)
+    if two_d:
+        hw = Batch({kk: v[:, None] for kk, v in hw.items()})
+    eff = roofline_gemm_efficiency(hw, batch / pp, c(b.ffn) / tp, c(b.hidden),
+                                   np.broadcast_to(fp8, np.shape(batch)))
+    t_cmp = 2 * c(b.active_params) * batch / (tp * pp) / (peak * np.maximum(eff, 1e-3))
+    # TP: 2 all-reduces per layer of the micro-batch's hidden states (bf16), over the nodes
+    # the TP group spans (an engine wider than a node all-reduces across the network)
+    net = {kk: c(v) for kk, v in _net(b).items()}
+    nbytes = batch / pp * c(b.hidden) * 2
+    nodes = np.broadcast_to(np.ceil(tp / c(b.gpus_per_node)), np.shape(nbytes))
+    ar = nccl.collective_time("all_reduce", nbytes, tp, nodes, net)["time_s"]
+    ep = c(b.rollout_ep)
+    moe = c(b.moe_layers)
+    # with EP the MoE layers dispatch and combine the routed copies by all-to-all over the EP
+    # group instead of all-reducing their output over TP
+    ar_calls = np.where(ep > 1, 2 * c(b.layers) - moe, 2 * c(b.layers))
+    t_tp = np.where(tp > 1, ar_calls * ar, 0.0)
+    a2a_bytes = batch / pp * c(b.top_k) * c(b.hidden) * 2
+    ep_nodes = np.broadcast_to(np.ceil(ep / c(b.gpus_per_node)), np.shape(a2a_bytes))
+    a2a = nccl.collective_time("all_to_all", a2a_bytes, np.broadcast_to(ep, np.shape(a2a_bytes)),
+                               ep_nodes, net)["time_s"]
+    t_tp = t_tp + np.where(ep > 1, 2 * moe * a2a, 0.0)
+    # the GEMMs (weights read or FLOPs, whichever is longer) and the attention kernels (the
+    # cache read) run one after the other in every layer: their times add
+    t_gemm = np.maximum(w_read / bw, t_cmp)
+    return t_gemm + kv_read / bw + t_tp + k["step_overhead_s"]
+
+
+def prefill_time(b: Batch, prompt_tokens, prompt_len) -> np.ndarray:
+    """Seconds of prefill for `prompt_tokens` tokens of prompts `prompt_len` long, per replica."""
+    g = b.rollout_tp * b.rollout_pp
+    fp8 = b.rollout_precision == 1
+    peak = np.where(fp8, b.peak_fp8, b.peak_bf16) * 1e12
+    chunk = constants()["vllm"]["max_num_batched_tokens"]
+    eff = roofline_gemm_efficiency(_gemm_hw(b), np.full(len(b), float(chunk)),
+                                   b.ffn / b.rollout_tp, b.hidden, fp8)
+    flops = prompt_tokens * (2 * b.active_params + 2 * prompt_len * b.attn_dim * b.layers)
+    t = flops / (g * peak * np.maximum(eff, 1e-3))
+    # TP: 2 all-reduces per layer of each chunk's hidden states (bf16), not overlapped
+    chunks = np.ceil(prompt_tokens / chunk)
+    nbytes = np.minimum(prompt_tokens, chunk) * b.hidden * 2
+    ar = nccl.collective_time("all_reduce", nbytes, b.rollout_tp,
+                              np.ceil(b.rollout_tp / b.gpus_per_node), _net(b))["time_s"]
+    return t + np.where(b.rollout_tp > 1, chunks * 2 * b.layers * ar, 0.0)
+
+
+# ---- a step's generation ------------------------------------------------------------------
+def generate(b: Batch, overrides: dict | None = None) -> dict:
+    """Generation phase of one RL step for every configuration.
+
+    Returns seconds (gen_time_s with the length tail; gen_time_throughput_s as if the tail's
+    idle slots were filled, what streaming asynchronous rollouts approach), prefill and decode
+    apart, the concurrency the cache allows, the KV cache and the tokens generated."""
+    k = decode_constants(overrides)
+    mem = rollout_memory(b)
+    reps = np.maximum(b.replicas, 1.0)
+    n_seq = np.ceil(b.sequences / reps)  # sequences per replica (an even split of the batch)
+    mx = np.maximum(b.response_max, 1.0)
+    th, m1, m2 = length_moments(np.minimum(b.response_mean, mx), mx)
+    inflight_ctx = b.prompt_len + m2 / (2 * m1)
+    # what the scheduler reserves per admitted request: the cache it holds on average
+    # (vLLM, SGLang: blocks as tokens come), or prompt + max output (TensorRT-LLM's
+    # GUARANTEED_NO_EVICT capacity scheduler)
+    reserve = np.where(b.rollout_engine == 2, b.prompt_len + mx, inflight_ctx)
+    cap = np.floor(mem["kv_tokens"] / reserve)
+    conc = np.maximum(np.minimum(np.minimum(b.max_num_seqs, n_seq), cap), 1.0)
+    # saturated part: the sequences beyond the last `conc`, at full concurrency
+    sat_tokens = np.maximum(n_seq - conc, 0.0) * m1
+    t_sat = sat_tokens / conc * step_time(b, conc, inflight_ctx, k)
+    # tail: `conc` sequences shrinking as S(k) until < 1/2 remains expected
+    last = np.minimum(n_seq, conc)
+    k_end = np.minimum(mx, th * np.log(np.maximum(2 * last, 1.0)))
+    u = (np.arange(GRID) + 0.5) / GRID
+    kk = k_end[:, None] * u[None, :]
+    alive = last[:, None] * np.exp(-kk / th[:, None])
+    dk = (k_end / GRID)[:, None]
+    t_tail = (step_time(b, alive, b.prompt_len[:, None] + kk, k) * dk).sum(axis=1)
+    # prefill of the unique prompts of this replica (prefix caching shares a prompt's n copies)
+    prompts = np.ceil(b.prompts_per_step / reps)
+    t_pre = prefill_time(b, prompts * b.prompt_len, b.prompt_len)
+    decode = t_sat + t_tail
+    thr = n_seq * m1 / conc * step_time(b, conc, inflight_ctx, k)
+    return {
+        "gen_time_s": t_pre + decode,
+        "gen_time_throughput_s": t_pre + thr,
+        "prefill_time_s": t_pre,
+        "decode_time_s": decode,
+        "decode_tail_s": t_tail,
+        "concurrency": conc,
+        "longest_response": k_end,
+        "response_tokens": b.sequences * m1,
+        **mem,
+        "kv_fits": (mem["kv_tokens"] >= b.prompt_len + b.response_max),
+    }

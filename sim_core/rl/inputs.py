@@ -1,0 +1,155 @@
+"""A table of RL configurations -> the arrays the RL phases compute with.
+
+One row per configuration; model and GPU ids are resolved once per distinct id (as
+`sim_core.columns` does for pre-training) and broadcast. Enumerations become small integer
+codes. The training layout's own columns (tp, pp, cp, ep, micro_batch, recompute, zero,
+framework, precision) pass through untouched to `training.py`, which hands them to the
+pre-training simulator.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from .. import catalog
+from ..columns import Batch
+
+PLACEMENT = ("colocated", "split")
+# sync: generation waits for the update and the update for generation (verl's RayPPOTrainer);
+# one_step_off: generation of step k+1 runs during the update of step k (verl
+# recipe one_step_off_policy); async: streaming rollouts with bounded staleness (verl
+# fully_async_policy, NeMo RL async GRPO max_trajectory_age_steps)
+ASYNC = ("sync", "one_step_off", "async")
+ALGORITHM = ("grpo", "dapo", "ppo")
+# tensorrt-llm: only for its published benchmarks (calibrate.py); its default capacity scheduler
+# (GUARANTEED_NO_EVICT) admits a request only when the cache can hold its prompt + maximum
+# output, where vLLM and SGLang allocate blocks as tokens come (and preempt when full)
+ENGINE = ("vllm", "sglang", "tensorrt-llm")
+ROLLOUT_PRECISION = ("bf16", "fp8")
+
+# column -> default (None = required). Lengths are tokens.
+RL_COLUMNS = {
+    "algorithm": "grpo",
+    "model": None,
+    "gpu": None,
+    "num_gpus": None,
+    "gpus_per_node": 8,
+    "placement": "colocated",
+    "rollout_gpus": 0,          # split: GPUs that generate (colocated: all of them)
+    "asynchrony": "sync",
+    "staleness": 1,
+    "rollout_engine": "vllm",
+    "rollout_tp": 1,
+    "rollout_pp": 1,
+    "rollout_ep": 1,
+    "gpu_memory_utilization": 0.5,
+    "max_num_seqs": 0,          # 0 = the engine default (catalogs/rl.yaml)
+    "rollout_precision": "bf16",
+    "kv_cache_bytes": 2,        # bytes per cached element (bf16; 1 with an fp8 KV cache)
+    "prompts_per_step": None,
+    "responses_per_prompt": 1,
+    "prompt_len": None,         # mean prompt length
+    "response_mean": None,
+    "response_max": None,
+    "mini_batches": 1,          # optimizer steps per RL step (train batch / mini batch)
+    "ppo_epochs": 1,
+    "use_ref": True,            # a reference-policy forward for the KL term
+    "offload_params": False,    # colocated: training weights to host during generation
+    "offload_optimizer": False,  # colocated: optimizer state to host during generation
+}
+
+
+@functools.lru_cache(maxsize=1)
+def constants() -> dict:
+    text = resources.files("sim_core").joinpath("catalogs/rl.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _codes(name: str, values: pd.Series, allowed: tuple) -> np.ndarray:
+    low = values.astype(str).str.lower()
+    bad = ~low.isin(allowed)
+    if bad.any():
+        raise catalog.CatalogError(
+            f"{name}: unknown value '{low[bad].iloc[0]}'; allowed: {', '.join(allowed)}")
+    return low.map({v: i for i, v in enumerate(allowed)}).to_numpy(dtype=np.int64)
+
+
+def model_arrays(models: pd.Series) -> dict:
+    """Per row: the model's shape, parameter counts split into dense and routed-expert parts,
+    and the KV cache bytes per token per layer per element (MLA caches its latent)."""
+    codes, uniq = pd.factorize(models.astype(str))
+    rows = []
+    for mid in uniq:
+        m = catalog.get_model(mid)
+        hd = m.head_dim or m.hidden // m.heads
+        moe_layers = (m.layers - m.first_dense_layers) if m.experts else 0
+        glu = 3 if m.activation == "swiglu" else 2
+        routed = moe_layers * m.experts * glu * m.hidden * m.expert_ffn
+        total = catalog.param_count(m)
+        active = catalog.active_param_count(m)
+        mla = m.kv_lora_rank > 0
+        # elements cached per token per layer: K and V of each KV head, or MLA's latent + rope
+        # key (vLLM caches the compressed latent for MLA: vllm/attention/backends/mla)
+        kv_elems = (m.kv_lora_rank + m.qk_rope_head_dim) if mla else 2 * m.kv_heads * hd
+        # attention FLOPs per query token per key per layer: QK^T and PV (absorbed MLA: over the
+        # latent of each head)
+        attn_dim = m.heads * ((m.kv_lora_rank + m.qk_rope_head_dim) if mla else hd)
+        rows.append(dict(layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads,
+                         head_dim=hd, ffn=m.ffn, vocab=m.vocab, experts=m.experts,
+                         top_k=m.top_k, expert_ffn=m.expert_ffn, params=total,
+                         active_params=active, routed_params=routed, moe_layers=moe_layers,
+                         dense_params=total - routed, kv_elems=kv_elems, mla=float(mla),
+                         attn_dim=attn_dim))
+    table = pd.DataFrame(rows)
+    return {c: table[c].to_numpy(dtype=np.float64)[codes] for c in table.columns}
+
+
+def gpu_arrays(gpus: pd.Series) -> dict:
+    table = catalog.gpu_table()
+    codes, uniq = pd.factorize(gpus.astype(str).str.lower())
+    names = [catalog.get_gpu(u).name for u in uniq]
+    cols = ("peak_bf16", "peak_fp8", "hbm_gib", "hbm_bw_gbs", "sm_count", "sm_arch",
+            "nvlink_bw_gbs", "nvls", "mesh_links", "gemm_max_bf16", "gemm_max_fp8",
+            "price_per_hour", "nics_per_node", "nic_bw_gbs", "intra_latency_us",
+            "inter_latency_us")
+    return {c: table.loc[names, c].to_numpy(dtype=np.float64)[codes] for c in cols}
+
+
+def check_frame(df: pd.DataFrame) -> None:
+    for name, default in RL_COLUMNS.items():
+        if default is None and (name not in df.columns or df[name].isna().any()):
+            raise catalog.CatalogError(f"{name}: required field is missing")
+
+
+def to_batch(df: pd.DataFrame) -> Batch:
+    """Resolve an RL frame into arrays (numeric columns float64, enums as codes)."""
+    check_frame(df)
+    n = len(df)
+    b = Batch()
+    enums = {"placement": PLACEMENT, "asynchrony": ASYNC, "algorithm": ALGORITHM,
+             "rollout_engine": ENGINE, "rollout_precision": ROLLOUT_PRECISION}
+    for name, default in RL_COLUMNS.items():
+        if name in ("model", "gpu"):
+            continue
+        col = df[name] if name in df.columns else pd.Series([default] * n, index=df.index)
+        if default is not None:
+            col = col.where(col.notna(), default)
+        if name in enums:
+            b[name] = _codes(name, col, enums[name])
+        else:
+            b[name] = pd.to_numeric(col).to_numpy(dtype=np.float64)
+    b.update(model_arrays(df["model"]))
+    b.update(gpu_arrays(df["gpu"]))
+    k = constants()["vllm"]
+    b["max_num_seqs"] = np.where(b.max_num_seqs > 0, b.max_num_seqs, k["max_num_seqs"])
+    split = b.placement == 1
+    b["rollout_gpus"] = np.where(split, b.rollout_gpus, b.num_gpus)
+    b["train_gpus"] = np.where(split, b.num_gpus - b.rollout_gpus, b.num_gpus)
+    b["replicas"] = np.floor(b.rollout_gpus / (b.rollout_tp * b.rollout_pp))
+    b["sequences"] = b.prompts_per_step * b.responses_per_prompt
+    return b

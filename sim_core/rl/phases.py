@@ -1,0 +1,138 @@
+"""One RL step: the phases composed by placement and asynchrony, memory per phase, verdicts.
+
+- **Colocated** (verl's hybrid engine, NeMo RL `colocated.enabled: true`): every GPU generates,
+  then computes log-probs and trains; the phases add. Between them the engine sleeps (verl
+  v0.7.0 rollout.yaml `free_cache_engine: True`: vLLM's sleep mode drops the KV cache and
+  moves its weights to the host) and wakes (weights back over PCIe), and the training states
+  the run offloads (`param_offload`, `optimizer_offload`) go to the host and back. Memory
+  during generation holds the resident training states plus the engine's
+  `gpu_memory_utilization` share; during training, the training peak.
+- **Split** (verl `recipe/one_step_off_policy` / `fully_async_policy`, NeMo RL non-colocated):
+  rollout_gpus generate, the others train. `sync`: the phases still add (each side idles while
+  the other works). `one_step_off`: generation of the next batch overlaps this update, the step
+  is the slower of the two pipelines plus the weight sync that both wait for (verl
+  docs/advance/one_step_off.md: step = wait_prev_gen + old_log_prob + update_actor). `async`:
+  rollouts stream with at most `staleness` policy versions of lag, so the tail's idle slots
+  are filled by the next batches' requests: generation costs its throughput time plus the tail
+  spread over 1 + staleness steps.
+- Colocated with `one_step_off`/`async` is invalid (nothing to overlap on the same GPUs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import generation, inputs, training, weight_sync
+
+
+def _pcie(b) -> np.ndarray:
+    table = inputs.constants()["pcie_gbs"]
+    archs = np.array(sorted(table), dtype=float)
+    vals = np.array([table[a] for a in sorted(table)], dtype=float)
+    idx = np.clip(np.searchsorted(archs, b.sm_arch, side="right") - 1, 0, len(archs) - 1)
+    return vals[idx] * 1e9
+
+
+def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
+    """Predict one RL step for every row of `df` (columns of inputs.RL_COLUMNS plus the
+    training layout as train_tp, train_pp, ...). Returns one row of predictions per row."""
+    df = df.reset_index(drop=True)
+    b = inputs.to_batch(df)
+    gen = generation.generate(b)
+    tr = training.passes(df, b, profile)
+    ttp = _train(df, "train_tp")
+    tpp = _train(df, "train_pp")
+    zero = _train(df, "train_zero", 1.0)
+    shard = np.where(zero >= 3, tr["train_dp"], 1.0)
+    ws = weight_sync.sync_time(b, ttp, tpp, np.nan_to_num(shard, nan=1.0))
+    colo = b.placement == 0
+    split = ~colo
+
+    # offload / reload around generation (colocated): the engine's weights back in, and the
+    # training states the run offloads out and back
+    gib = 2.0 ** 30
+    off_gib = (b.offload_params * tr["train_weights_gib"]
+               + b.offload_optimizer * tr["train_optimizer_gib"])
+    moved = gen["rollout_weights_gib"] + 2 * off_gib
+    t_off = np.where(colo, moved * gib / _pcie(b), 0.0)
+
+    lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
+    g_tail = gen["gen_time_s"]
+    g_async = gen["gen_time_throughput_s"] + (g_tail - gen["gen_time_throughput_s"]) / (
+        1 + np.maximum(b.staleness, 0))
+    serial = g_tail + lp + up + sync + t_off
+    step = np.select([b.asynchrony == 0, b.asynchrony == 1],
+                     [serial, np.maximum(g_tail, lp + up) + sync],
+                     np.maximum(g_async, lp + up) + sync)
+    gen_eff = np.select([b.asynchrony == 0, b.asynchrony == 1],
+                        [g_tail, g_tail], g_async)
+
+    # ---- validity and memory --------------------------------------------------------------
+    g = b.rollout_tp * b.rollout_pp
+    reason = np.full(len(df), "", dtype=object)
+
+    def flag(mask, text):
+        nonlocal reason
+        reason = np.where((reason == "") & mask, text, reason)
+
+    flag(split & ((b.rollout_gpus <= 0) | (b.rollout_gpus >= b.num_gpus)),
+         "split: rollout_gpus must leave GPUs to both sides")
+    flag(b.replicas < 1, "rollout_tp x rollout_pp exceeds the rollout GPUs")
+    flag(np.mod(b.rollout_gpus, g) != 0, "rollout GPUs not a multiple of rollout_tp x rollout_pp")
+    flag(colo & (b.asynchrony > 0), "colocated placement runs sync only")
+    flag((b.rollout_ep > 1) & ((b.experts == 0) | (np.mod(b.experts, b.rollout_ep) != 0)
+                               | (b.rollout_ep > b.rollout_gpus)),
+         "rollout_ep must divide the experts of an MoE model and fit the rollout GPUs")
+    flag((b.gpu_memory_utilization <= 0) | (b.gpu_memory_utilization > 1),
+         "gpu_memory_utilization must be in (0, 1]")
+    flag(~tr["train_valid"].astype(bool),
+         np.array([f"training: {r}" for r in tr["train_invalid_reason"]], dtype=object))
+    valid = reason == ""
+    hbm = b.hbm_gib
+    resident = np.where(colo, tr["train_states_gib"] - off_gib, 0.0)
+    rollout_peak = resident + gen["rollout_peak_gib"]
+    oom = np.full(len(df), "", dtype=object)
+    oom = np.where(gen["kv_cache_gib"] <= 0, "rollout: weights and activations exceed "
+                   "gpu_memory_utilization", oom)
+    oom = np.where((oom == "") & ~gen["kv_fits"], "rollout: KV cache below one sequence of "
+                   "prompt + max response", oom)
+    oom = np.where((oom == "") & (rollout_peak > hbm), "rollout: resident training states + "
+                   "gpu_memory_utilization exceed HBM", oom)
+    oom = np.where((oom == "") & (tr["train_peak_gib"] > hbm), "training: peak exceeds HBM", oom)
+    fits = valid & (oom == "")
+
+    n = b.num_gpus
+    keep = np.where(valid, 1.0, np.nan)
+    out = {
+        "valid": valid, "invalid_reason": reason, "fits": fits, "oom_reason": oom,
+        "step_time_s": step * keep,
+        "gen_time_s": gen_eff * keep,
+        "gen_tail_time_s": g_tail * keep,
+        "gen_share": gen_eff / step * keep,
+        "prefill_time_s": gen["prefill_time_s"] * keep,
+        "decode_time_s": gen["decode_time_s"] * keep,
+        "old_log_prob_time_s": tr["old_log_prob_time_s"] * keep,
+        "ref_time_s": tr["ref_time_s"] * keep,
+        "log_prob_time_s": lp * keep,
+        "update_time_s": up * keep,
+        "weight_sync_time_s": sync * keep,
+        "offload_time_s": t_off * keep,
+        "concurrency": gen["concurrency"], "replicas": b.replicas,
+        "rollout_gpus": b.rollout_gpus, "train_gpus": b.train_gpus,
+        "kv_cache_gib": gen["kv_cache_gib"], "kv_tokens": gen["kv_tokens"],
+        "rollout_peak_gib": rollout_peak, "train_peak_gib": tr["train_peak_gib"],
+        "train_global_batch": tr["train_global_batch"], "train_seq_len": tr["train_seq_len"],
+        "train_dp": tr["train_dp"],
+        "samples_per_s_per_gpu": b.sequences / (step * n) * keep,
+        "tokens_per_s_per_gpu": b.sequences * (b.prompt_len + b.response_mean) / (step * n)
+        * keep,
+        "cost_per_1000_steps": step * 1000 / 3600 * n * b.price_per_hour * keep,
+    }
+    return pd.DataFrame(out)
+
+
+def _train(df: pd.DataFrame, col: str, default: float = 1.0) -> np.ndarray:
+    if col not in df.columns:
+        return np.full(len(df), default)
+    return pd.to_numeric(df[col]).fillna(default).to_numpy(dtype=float)

@@ -1,0 +1,105 @@
+"""Log-probability passes and the policy update, in the training layout, through the
+pre-training simulator (`sim_core.simulate`), not a copy of it.
+
+The generated sequences (prompt + response) are packed into micro-batches of up to
+`train_seq_len` tokens (verl's `use_dynamic_bsz` / `ppo_max_token_len_per_gpu`, NeMo RL's
+sequence packing); see `training_frame` for how time and memory are priced. A mini-batch
+(sequences / mini_batches, rounded up to whole micro-batches of the data-parallel ranks) is
+one optimizer step of the pre-training simulator; the update is `mini_batches x ppo_epochs`
+of them (verl v0.7.0 `verl/workers/actor/*_actor.py update_policy`: a loop over epochs and
+mini-batches, one optimizer step each).
+
+A log-probability pass (old policy; reference policy when a KL term uses it; PPO's critic
+values) is a forward pass over the same tokens in the same layout: one third of the training
+compute (forward of forward + backward), half the exposed TP/CP/EP communication and pipeline
+transfers (forward only), the bubble in proportion, no gradient sync, no optimizer. verl
+v0.7.0 `verl/trainer/ppo/ray_trainer.py` orders the phases gen -> reward -> old_log_prob ->
+ref -> values -> adv -> update_critic -> update_actor, each timed by `marked_timer`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..simulate import simulate_frame
+
+# the training layout's columns an RL row carries, with the simulator's names
+TRAIN_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "recompute", "zero",
+                "sequence_parallel", "framework", "precision")
+
+
+def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFrame:
+    """One pre-training row per RL configuration: one mini-batch of the generated sequences.
+
+    Time: sequences of the mean length (prompt + mean response; attention per sequence, as
+    varlen kernels run packed documents), as many per micro-batch as fill the packing budget
+    (`train_seq_len` tokens, default prompt + max response: one longest sequence must fit).
+    Memory (for_memory): one packed micro-batch of `train_seq_len` tokens, the activation
+    peak dynamic batching allows."""
+    out = pd.DataFrame(index=df.index)
+    out["model"] = df["model"].to_numpy()
+    out["gpu"] = df["gpu"].to_numpy()
+    out["num_gpus"] = b.train_gpus
+    out["gpus_per_node"] = b.gpus_per_node
+    for f in TRAIN_FIELDS:
+        col = f"train_{f}"
+        if col in df.columns:
+            out[f] = df[col].to_numpy()
+    pack = df["train_seq_len"].to_numpy(dtype=float) if "train_seq_len" in df.columns else \
+        np.full(len(df), np.nan)
+    pack = np.where(np.isnan(pack), b.prompt_len + b.response_max, pack)
+    mean_len = b.prompt_len + b.response_mean
+    n = len(df)
+    tp = out["tp"].to_numpy(float) if "tp" in out else np.ones(n)
+    pp = out["pp"].to_numpy(float) if "pp" in out else np.ones(n)
+    cp = out["cp"].to_numpy(float) if "cp" in out else np.ones(n)
+    dp = np.maximum(np.floor(b.train_gpus / (tp * pp * cp)), 1.0)
+    seqs = np.ceil(b.sequences / b.mini_batches)  # sequences per optimizer step
+    if for_memory:
+        out["seq_len"] = pack
+        out["micro_batch"] = 1
+        per = np.ceil(seqs * mean_len / pack)
+        out["global_batch"] = np.ceil(per / dp) * dp
+    else:
+        mb = np.maximum(np.floor(pack / mean_len), 1.0)
+        mb = np.minimum(mb, np.maximum(np.floor(seqs / dp), 1.0))
+        out["seq_len"] = np.round(mean_len)
+        out["micro_batch"] = mb
+        out["global_batch"] = np.ceil(seqs / (dp * mb)) * dp * mb
+    return out
+
+
+def passes(df: pd.DataFrame, b, profile=None) -> dict:
+    """Seconds of the log-prob passes and of the update, and the training peak memory."""
+    tf = training_frame(df, b)
+    sim = simulate_frame(tf.reset_index(drop=True), profile)
+    mem = simulate_frame(training_frame(df, b, for_memory=True).reset_index(drop=True), profile)
+    step = sim["step_time_s"].to_numpy()
+    comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
+    fwd = sim["time_compute"].to_numpy() / 3 + comm / 2 + sim["time_bubble"].to_numpy() / 3
+    n_fwd = 1 + b.use_ref + (b.algorithm == 2)  # old log-prob, ref, PPO critic values
+    updates = b.mini_batches * b.ppo_epochs
+    update = step * updates * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
+    return {
+        "old_log_prob_time_s": fwd * b.mini_batches,
+        "ref_time_s": fwd * b.mini_batches * b.use_ref,
+        "log_prob_time_s": fwd * b.mini_batches * n_fwd,
+        "update_time_s": update,
+        "train_step_time_s": step,
+        "train_valid": sim["valid"].to_numpy() & mem["valid"].to_numpy(),
+        "train_invalid_reason": np.where(sim["invalid_reason"].to_numpy() != "",
+                                         sim["invalid_reason"].to_numpy(),
+                                         mem["invalid_reason"].to_numpy()),
+        "train_peak_gib": np.fmax(mem["peak_memory_gib"].to_numpy(),
+                                  sim["peak_memory_gib"].to_numpy()),
+        "train_dp": sim["dp"].to_numpy(),
+        "train_global_batch": tf["global_batch"].to_numpy(),
+        "train_seq_len": tf["seq_len"].to_numpy(),
+        "train_mfu": sim["mfu"].to_numpy(),
+        # resident between phases when nothing is offloaded: weights, grads, optimizer
+        "train_states_gib": sum(sim[c].to_numpy() for c in
+                                ("mem_weights", "mem_grads", "mem_optimizer")),
+        "train_optimizer_gib": sim["mem_optimizer"].to_numpy(),
+        "train_weights_gib": sim["mem_weights"].to_numpy(),
+    }

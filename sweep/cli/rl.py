@@ -1,0 +1,95 @@
+"""`sweep simulate` and `sweep search` for `task: rl` files (RL post-training): the phases of
+one step, the search over placements and layouts, the recommendation with verl and NeMo RL
+recipes and a Perfetto timeline of the step."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from ..advice.rl import write_recipes, write_trace
+from ..engine.rl import OBJECTIVES, evaluate, search
+from ..errors import SweepError
+
+PHASES = ("gen_time_s", "prefill_time_s", "decode_time_s", "old_log_prob_time_s", "ref_time_s",
+          "update_time_s", "weight_sync_time_s", "offload_time_s")
+
+
+def _plain(v):
+    if hasattr(v, "item"):
+        v = v.item()
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _describe(row) -> str:
+    split = row["placement"] == "split"
+    where = (f"split {int(row['rollout_gpus'])} rollout + {int(row['train_gpus'])} train GPUs"
+             if split else f"colocated on {int(row['num_gpus'])} GPUs")
+    return (f"{where}, {row['asynchrony']}; rollout tp{int(row['rollout_tp'])} "
+            f"pp{int(row['rollout_pp'])} x {int(row['replicas'])} replicas, "
+            f"gpu_memory_utilization {row['gpu_memory_utilization']:.2f}; training "
+            f"tp{int(row['train_tp'])} pp{int(row['train_pp'])} cp{int(row['train_cp'])} "
+            f"recompute {row['train_recompute']}")
+
+
+def _text(row) -> str:
+    lines = [f"RL step ({row['algorithm']}, {row['model']}, {int(row['num_gpus'])} x "
+             f"{row['gpu']}): {_describe(row)}",
+             f"  step time        {row['step_time_s']:10.1f} s   "
+             f"(generation share {row['gen_share']:.0%})"]
+    for k in PHASES:
+        lines.append(f"  {k[:-7].replace('_', ' '):16s} {row[k]:10.1f} s")
+    lines += [f"  samples/s/GPU    {row['samples_per_s_per_gpu']:10.4f}",
+              f"  tokens/s/GPU     {row['tokens_per_s_per_gpu']:10.1f}",
+              f"  cost / 1000 steps ${row['cost_per_1000_steps']:,.0f}",
+              f"  KV cache {row['kv_cache_gib']:.1f} GiB/GPU, concurrency "
+              f"{int(row['concurrency'])} per replica; rollout peak "
+              f"{row['rollout_peak_gib']:.1f} GiB, training peak {row['train_peak_gib']:.1f} GiB",
+              f"  fits: {bool(row['fits'])}" + (f" ({row['oom_reason']})"
+                                                if row["oom_reason"] else "")]
+    return "\n".join(lines)
+
+
+def simulate_rl_run(cfg, args) -> int:
+    res = evaluate(cfg)
+    row = res.iloc[0]
+    if not row["valid"]:
+        raise SweepError(f"{cfg.name or 'run'}: configuration is invalid: "
+                         f"{row['invalid_reason']}")
+    if getattr(args, "trace", None):
+        p = write_trace(row, args.trace)
+        print(f"wrote {p} (open it in https://ui.perfetto.dev)", file=sys.stderr)
+    if args.json:
+        print(json.dumps({k: _plain(v) for k, v in row.to_dict().items()}, indent=2))
+    else:
+        print(_text(row))
+    return 0
+
+
+def search_rl(cfg, args) -> int:
+    out = Path(args.out) if getattr(args, "out", None) else Path("results") / (cfg.name or "rl")
+    if getattr(args, "top", None):
+        cfg.search.top = args.top
+    r = search(cfg, out)
+    res, ranked = r["results"], r["ranking"]
+    n_inv = int((~res["valid"]).sum())
+    n_oom = int((res["valid"] & ~res["fits"]).sum())
+    print(f"{len(res)} RL configurations: {len(ranked)} fit, {n_inv} invalid, {n_oom} out of "
+          f"memory; results in {out}/")
+    if ranked.empty:
+        reasons = res.loc[res["valid"], "oom_reason"].value_counts().head(3)
+        raise SweepError("no configuration fits" + (f" (most: {reasons.index[0]})"
+                                                    if len(reasons) else ""))
+    col = OBJECTIVES[cfg.search.objective][0]
+    print(f"top {min(cfg.search.top, len(ranked))} by {col}:")
+    for _, row in ranked.head(cfg.search.top).iterrows():
+        print(f"  {row['step_time_s']:8.1f} s  {row['samples_per_s_per_gpu']:.4f} samples/s/GPU"
+              f"  ${row['cost_per_1000_steps']:,.0f}/1k steps  {_describe(row)}")
+    best = ranked.iloc[0]
+    paths = write_recipes(best, out / "recipe")
+    trace = write_trace(best, out / "recipe" / "step_trace.json")
+    print("recommendation:\n" + _text(best))
+    print(f"recipes: {', '.join(str(p) for p in paths)}; timeline: {trace}")
+    return 0

@@ -1,0 +1,214 @@
+"""Run and space files with `task: rl`: RL post-training (GRPO, DAPO, PPO) -> RLConfig.
+
+```yaml
+task: rl
+model: qwen3-32b
+cluster: {gpu: h100-sxm, num_gpus: 64, gpus_per_node: 8}
+algorithm: grpo                     # grpo | dapo | ppo
+prompts_per_step: 512
+responses_per_prompt: 16
+prompt_len: 1024                    # mean prompt tokens
+response_len: {mean: 4000, max: 8192}
+rollout: {engine: vllm, tp: 4, pp: 1, ep: 1, gpu_memory_utilization: 0.6}
+parallel: {tp: 8, pp: 2, recompute: full}    # the training layout, as in a pre-training run
+train: {mini_batches: 4, ppo_epochs: 1, use_ref: true}
+placement: colocated                # or {mode: split, rollout_gpus: 32}
+asynchrony: sync                    # or one_step_off, or {mode: async, staleness: 2}
+```
+
+A space adds `space:` (any of SPACE_AXES as lists) and `search: {objective: ...}`. Every error
+is one line naming the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import ConfigError
+
+PosInt = Field(gt=0)
+
+
+class _S(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RLCluster(_S):
+    gpu: str
+    num_gpus: int = Field(gt=0)
+    gpus_per_node: int = Field(8, gt=0)
+
+
+class Lengths(_S):
+    mean: float = Field(gt=0)
+    max: float | None = Field(None, gt=0)
+
+
+class Rollout(_S):
+    engine: Literal["vllm", "sglang"] = "vllm"
+    tp: int = Field(1, gt=0)
+    pp: int = Field(1, gt=0)
+    ep: int = Field(1, gt=0)
+    replicas: int | None = Field(None, gt=0)
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+    max_num_seqs: int | None = Field(None, gt=0)
+    precision: Literal["bf16", "fp8"] = "bf16"
+
+
+class Train(_S):
+    framework: str = "megatron-core"
+    mini_batches: int = Field(1, gt=0)
+    ppo_epochs: int = Field(1, gt=0)
+    seq_len: int | None = Field(None, gt=0)
+    use_ref: bool = True
+    offload_params: bool = False
+    offload_optimizer: bool = False
+
+
+class Parallel(_S):
+    tp: int = Field(1, gt=0)
+    pp: int = Field(1, gt=0)
+    cp: int = Field(1, gt=0)
+    ep: int = Field(1, gt=0)
+    etp: int = Field(0, ge=0)  # expert tensor parallel; 0 = same as tp (Megatron's default)
+    micro_batch: int = Field(1, gt=0)
+    recompute: Literal["none", "selective", "full"] = "full"
+    zero: int = Field(1, ge=0, le=3)
+    sequence_parallel: bool = True
+
+
+class Placement(_S):
+    mode: Literal["colocated", "split"] = "colocated"
+    rollout_gpus: int | None = Field(None, gt=0)
+    train_gpus: int | None = Field(None, gt=0)
+
+
+class Asynchrony(_S):
+    mode: Literal["sync", "one_step_off", "async"] = "sync"
+    staleness: int = Field(1, ge=0)
+
+
+class RLSearch(_S):
+    objective: Literal["step_time", "samples_per_gpu", "tokens_per_gpu", "cost"] = "step_time"
+    top: int = Field(10, gt=0)
+
+
+# fields a space may vary, and the run-file place each one comes from
+SPACE_AXES = ("placement", "rollout_gpus", "asynchrony", "staleness", "rollout_tp",
+              "rollout_pp", "gpu_memory_utilization", "train_tp", "train_pp", "train_cp",
+              "train_micro_batch", "train_recompute", "offload_optimizer", "mini_batches")
+
+
+class RLConfig(_S):
+    task: Literal["rl"]
+    name: str | None = None
+    model: str
+    cluster: RLCluster
+    algorithm: Literal["grpo", "dapo", "ppo"] = "grpo"
+    prompts_per_step: int = Field(gt=0)
+    responses_per_prompt: int = Field(1, gt=0)
+    prompt_len: float | Lengths
+    response_len: Lengths
+    rollout: Rollout = Rollout()
+    parallel: Parallel = Parallel()
+    train: Train = Train()
+    placement: Literal["colocated", "split"] | Placement = "colocated"
+    asynchrony: Literal["sync", "one_step_off", "async"] | Asynchrony = "sync"
+    space: dict[str, list] | None = None
+    search: RLSearch = RLSearch()
+
+    @field_validator("space")
+    @classmethod
+    def _axes(cls, v):
+        for k, vals in (v or {}).items():
+            if k not in SPACE_AXES:
+                raise ValueError(f"unknown axis '{k}'; allowed: {', '.join(SPACE_AXES)}")
+            if not isinstance(vals, list) or not vals:
+                raise ValueError(f"{k}: expected a non-empty list")
+        return v
+
+    # ---- the table of configurations -----------------------------------------------------
+    def base_row(self) -> dict:
+        pl = self.placement if isinstance(self.placement, Placement) else Placement(
+            mode=self.placement)
+        asy = self.asynchrony if isinstance(self.asynchrony, Asynchrony) else Asynchrony(
+            mode=self.asynchrony)
+        pmean = self.prompt_len.mean if isinstance(self.prompt_len, Lengths) else self.prompt_len
+        r = self.rollout
+        rollout_gpus = pl.rollout_gpus or 0
+        if pl.mode == "split" and not rollout_gpus and pl.train_gpus:
+            rollout_gpus = self.cluster.num_gpus - pl.train_gpus
+        if r.replicas and not rollout_gpus and pl.mode == "split":
+            rollout_gpus = r.replicas * r.tp * r.pp
+        row = {
+            "algorithm": self.algorithm, "model": self.model, "gpu": self.cluster.gpu,
+            "num_gpus": self.cluster.num_gpus, "gpus_per_node": self.cluster.gpus_per_node,
+            "placement": pl.mode, "rollout_gpus": rollout_gpus, "asynchrony": asy.mode,
+            "staleness": asy.staleness, "rollout_engine": r.engine, "rollout_tp": r.tp,
+            "rollout_pp": r.pp, "rollout_ep": r.ep,
+            "gpu_memory_utilization": r.gpu_memory_utilization,
+            "max_num_seqs": r.max_num_seqs or 0, "rollout_precision": r.precision,
+            "prompts_per_step": self.prompts_per_step,
+            "responses_per_prompt": self.responses_per_prompt, "prompt_len": pmean,
+            "response_mean": self.response_len.mean,
+            "response_max": self.response_len.max or self.response_len.mean,
+            "mini_batches": self.train.mini_batches, "ppo_epochs": self.train.ppo_epochs,
+            "use_ref": self.train.use_ref, "offload_params": self.train.offload_params,
+            "offload_optimizer": self.train.offload_optimizer,
+            "train_framework": self.train.framework,
+            "train_seq_len": self.train.seq_len or float("nan"),
+        }
+        for f in ("tp", "pp", "cp", "ep", "etp", "micro_batch", "recompute", "zero",
+                  "sequence_parallel"):
+            row[f"train_{f}"] = getattr(self.parallel, f)
+        return row
+
+    def frame(self) -> pd.DataFrame:
+        """Every configuration of the space (just the run's when there is no space)."""
+        base = self.base_row()
+        axes = self.space or {}
+        names = list(axes)
+        rows = []
+        for combo in itertools.product(*(axes[k] for k in names)):
+            row = dict(base)
+            row.update(dict(zip(names, combo)))
+            rows.append(row)
+        df = pd.DataFrame(rows)
+        df["train_sequence_parallel"] = df["train_sequence_parallel"] & (df["train_tp"] > 1)
+        # colocated rows ignore the GPU split: one row per distinct configuration
+        df.loc[df["placement"] == "colocated", "rollout_gpus"] = 0
+        # split rows keep their training states on their own GPUs: nothing to offload
+        df.loc[df["placement"] == "split", ["offload_params", "offload_optimizer"]] = False
+        return df.drop_duplicates(ignore_index=True)
+
+
+def parse_rl(data: dict, path=None) -> RLConfig:
+    """A `task: rl` mapping -> RLConfig, or a one-line ConfigError."""
+    from sim_core import catalog
+
+    try:
+        cfg = RLConfig.model_validate(data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(str(p) for p in e["loc"] if not str(p).startswith(("function-",
+                                                                          "literal[")))
+        msg = e["msg"].replace("Value error, ", "")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        raise ConfigError(f"{where or 'file'}: {msg}") from None
+    try:
+        catalog.get_model(cfg.model)
+        catalog.get_gpu(cfg.cluster.gpu)
+    except ValueError as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    if cfg.response_len.max is not None and cfg.response_len.max < cfg.response_len.mean:
+        raise ConfigError("response_len: max must be >= mean")
+    if cfg.name is None and path is not None:
+        from pathlib import Path
+
+        cfg.name = Path(path).stem
+    return cfg
