@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .tasks import FINETUNE_COLUMNS, TASKS
+
 # ---------------------------------------------------------------------------------------------
 # Enumerations: string values a user writes, and the small integer codes the core computes with.
 # ---------------------------------------------------------------------------------------------
@@ -293,10 +295,10 @@ RELIABILITY_COLUMNS = {
 }
 
 ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS,
-               **RELIABILITY_COLUMNS}
+               **RELIABILITY_COLUMNS, **FINETUNE_COLUMNS}  # fine-tuning: sim_core/tasks.py
 
 CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
                "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM,
                "loss_impl": LOSS_IMPL, "framework": FRAMEWORK, "pp_schedule": PP_SCHEDULE,
                "moe_dispatcher": MOE_DISPATCHER, "moe_recompute": MOE_RECOMPUTE,
-               "fp8_recipe": FP8_RECIPE}
+               "fp8_recipe": FP8_RECIPE, "task": TASKS}
