@@ -54,12 +54,16 @@ unchanged but only mean_seq_len of every seq_len tokens are useful (`useful_toke
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from . import tasks
 from .arrays import select
 from .specs import ATTENTION_KERNEL
 
+# bytes of a bf16 activation (workload.ACT_BYTES; the adapters run in bf16)
+BF16 = 2.0
 # bytes per NF4 weight with double-quantised absmax (bitsandbytes 0.50.1, see the module doc)
 NF4_BYTES = 0.5 + 1.0 / 64 + 4.0 / (64 * 256)
 # bytes one dequantisation moves per weight: the NF4 weight, its 8-bit absmax and the bf16 copy
@@ -118,13 +122,13 @@ def adapter_params_layer(b, d: dict) -> np.ndarray:
     return np.where(frozen(b), total, 0.0)
 
 
-def adjust_ops(b, lay: dict, ops: list) -> list:
+def adjust_ops(b, lay: dict, ops: list, Op) -> list:
     """workload._ops' list with the task's changes: frozen base GEMMs lose their weight
     gradient, adapters add their GEMMs and elementwise work, NF4 weights add their
-    dequantisation, packed samples shorten attention. Pre-training rows keep every value."""
+    dequantisation, packed samples shorten attention. Pre-training rows keep every value.
+    `Op` is workload.Op (passed in: workload imports this module)."""
     if not any_finetune(b):
         return ops
-    from .workload import ACT_BYTES, Op  # (workload imports this module)
 
     d, T = lay["d"], lay["T"]
     L = lay["L_stage"]
@@ -147,8 +151,7 @@ def adjust_ops(b, lay: dict, ops: list) -> list:
             # frozen: backward = the input gradient only (as large as the forward)
             bwd = select(fz, op.fwd_flops, op.bwd_flops)
             wgrad = select(fz, zero, op.bwd_wgrad_flops)
-            out.append(Op(op.name, op.op_class, op.fwd_flops, bwd, wgrad, op.fwd_bytes,
-                          op.bwd_bytes, op.gemm_m, op.gemm_n, op.gemm_k, op.where, op.attn_keys))
+            out.append(replace(op, bwd_flops=bwd, bwd_wgrad_flops=wgrad))
             if op.where == "layer":
                 # NF4: one dequantisation per pass (forward, input gradient) of each weight
                 weights = op.fwd_flops / (2 * np.maximum(op.gemm_m, 1.0))  # n x k on this GPU
@@ -162,9 +165,9 @@ def adjust_ops(b, lay: dict, ops: list) -> list:
             # curve, compute.py prices it from its passes over the whole sequence)
             unfused = np.asarray(b.attention_kernel) == ATTENTION_KERNEL.index("unfused")
             use_keys = np.any(packed) and not np.any(unfused)
-            out.append(Op(op.name, op.op_class, op.fwd_flops * share, op.bwd_flops * share,
-                          op.bwd_wgrad_flops, op.fwd_bytes, op.bwd_bytes,
-                          attn_keys=keys if use_keys else None))
+            out.append(replace(op, fwd_flops=op.fwd_flops * share,
+                               bwd_flops=op.bwd_flops * share,
+                               attn_keys=keys if use_keys else None))
             continue
         out.append(op)
     # adapters: per targeted linear, A (k -> r) and B (r -> n), sharded by tp as the base layer
@@ -186,7 +189,7 @@ def adjust_ops(b, lay: dict, ops: list) -> list:
         # 1-byte mask
         n_loc = n / t
         k_loc = np.where(col_par, k, k / t)
-        elem = on * ACT_BYTES * T * (3 * n_loc + np.where(drop, 2.5 * k_loc, 0.0)) * L
+        elem = on * BF16 * T * (3 * n_loc + np.where(drop, 2.5 * k_loc, 0.0)) * L
         out.append(Op(f"lora_{name}_add", "elementwise", zero, zero, zero, elem, elem))
     if np.any(q):
         # (per stage already: the GEMMs' FLOPs carry the stage's layers)
@@ -201,12 +204,10 @@ def frozen_activation_bytes(b, d: dict, T, t, sp) -> np.ndarray:
     fz = frozen(b)
     if not np.any(fz):
         return np.zeros(np.shape(T))
-    from .workload import ACT_BYTES
-
     mask = col(b, "lora_targets")
     r = col(b, "lora_rank").astype(np.float64)
     drop = col(b, "lora_dropout").astype(np.float64) > 0
-    g_in = np.where((b.precision == 1) & (b.has_fp8 > 0), 1.0, ACT_BYTES)
+    g_in = np.where((b.precision == 1) & (b.has_fp8 > 0), 1.0, BF16)
     rep = np.where(sp, t, 1.0)
     dense = 1.0 - d["n_moe_layers"] / b.layers
     # inputs kept only for a weight gradient (activation_bytes_per_layer's g_in terms): the QKV
@@ -220,7 +221,7 @@ def frozen_activation_bytes(b, d: dict, T, t, sp) -> np.ndarray:
         on = tasks.targeted(mask, name)
         share = dense if name in ("fc1", "fc2") else 1.0
         delta = delta - (1.0 - on) * saved[name]
-        delta = delta + on * share * (ACT_BYTES * T * r + np.where(drop, 3.0 * T * ins[name],
+        delta = delta + on * share * (BF16 * T * r + np.where(drop, 3.0 * T * ins[name],
                                                                    0.0))
     return np.where(fz, delta, 0.0)
 

@@ -285,7 +285,7 @@ def _ops(b: Batch, lay: dict) -> list:
     ops.append(Op("embedding", "elementwise", 0 * T, 0 * T, 0 * T, 3 * ACT_BYTES * T * h,
                   3 * ACT_BYTES * T * h, where="first_stage"))
     # fine-tuning (LoRA / QLoRA / packed samples): sim_core/finetune.py; pre-training unchanged
-    return finetune.adjust_ops(b, lay, ops)
+    return finetune.adjust_ops(b, lay, ops, Op)
 
 
 def op_workload(b: Batch) -> Workload:
