@@ -208,7 +208,8 @@ def estimate(b: Batch, wl: Workload) -> dict:
     g_bytes = np.where(b.grad_reduce_fp32, 4.0, 2.0)  # fp32 or bf16 main-grad buffer
     grads = np.where(z >= fw["grad_shard_zero"], g_bytes * P_shard, g_bytes * P)
     grads = grads + np.where(ds > 1, fw["ddp_bucket_bytes"] * P, 0.0) + fw["lp_grad_bytes"] * P
-    master_adam = 12.0
+    master_adam = fw["optimizer_bytes"]  # 12: fp32 master + Adam m, v (frameworks.yaml)
+    P_opt_shard = P_shard  # what the optimizer step updates on this GPU (sharded)
     optimizer = np.where(z >= fw["optimizer_shard_zero"], master_adam * P_shard, master_adam * P)
     if wl.params_trainable is not None:
         # LoRA / QLoRA (sim_core/finetune.py): frozen base weights (bf16, or NF4 for QLoRA's
@@ -226,6 +227,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
         grads = np.where(fz, a_grads, grads)
         optimizer = np.where(fz, np.where(z >= fw["optimizer_shard_zero"], master_adam * A_shard,
                                           master_adam * A), optimizer)
+        P_opt_shard = np.where(fz, A_shard, P_shard)
 
     # ---- activations -----------------------------------------------------------------------
     # the per-layer activations, the dispatcher's buffers: once per distinct input
@@ -295,7 +297,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
     states = weights + grads + optimizer
     head_w = np.where(fsdp, 2.0 * wl.params_embed, 0.0)
     # optimizer step: the states plus foreach AdamW's temporary (the same in both counters)
-    opt = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_shard, 0.0)
+    opt = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_opt_shard, 0.0)
 
     def peak_of(reserved: bool):
         """Peak over the phases, in bytes allocated or bytes reserved (see the module doc).

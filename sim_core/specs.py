@@ -48,7 +48,8 @@ LOSS_IMPL = ("fused", "compiled", "eager", "eager_parallel", "fp32_parallel", "v
              "te")
 # Which training framework runs the job (sim_core/frameworks.py, catalogs/frameworks.yaml):
 # it sets the defaults of the fields below and which settings exist at all
-FRAMEWORK = ("megatron-core", "nemo", "torchtitan", "deepspeed", "nanotron", "llm-foundry")
+FRAMEWORK = ("megatron-core", "nemo", "torchtitan", "deepspeed", "nanotron", "llm-foundry",
+             "torchtune", "hf-trl")  # the last two: fine-tuning frameworks (sim_core/tasks.py)
 # Pipeline schedule of a non-interleaved pipeline: one-forward-one-backward keeps at most pp
 # micro-batches in flight; all-forward-all-backward (GPipe, nanotron's AFAB) keeps all of them.
 # The interleaved schedule is 1f1b with vpp > 1.

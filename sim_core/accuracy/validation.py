@@ -109,7 +109,7 @@ def _num(x, default=np.nan):
 
 
 def _family(src: str) -> str:
-    for key in ("Megatron-Bridge", "NeMo", "torchtitan", "llm-foundry", "Megatron-LM",
+    for key in ("Megatron-Bridge", "NeMo", "torchtitan", "torchtune", "llm-foundry", "Megatron-LM",
                 "Narayanan21"):
         if key.lower() in src.lower():
             return {"Narayanan21": "Megatron-LM"}.get(key, key)
@@ -439,6 +439,7 @@ def _fp8_recipe(text: str) -> str:
 def _framework(fw: str) -> str:
     """The framework profile of a row, from its framework and source text."""
     for pat, fid in ((r"torchtitan", "torchtitan"), (r"llm-foundry", "llm-foundry"),
+                     (r"torchtune", "torchtune"), (r"\btrl\b|hugging ?face", "hf-trl"),
                      (r"nanotron", "nanotron"), (r"deepspeed", "deepspeed"),
                      (r"nemo|bridge", "nemo")):
         if re.search(pat, fw, re.I):
