@@ -243,7 +243,11 @@ def adapter_params_total(b, dims: dict) -> np.ndarray:
 
 def base_weight_bytes(b, wl, P, embed) -> np.ndarray:
     """Bytes per GPU of the stage's base weights: bf16, or NF4 for QLoRA's linears (the
-    embedding / LM head stay bf16). P and embed are this GPU's counts (sharded or not)."""
+    embedding / LM head stay bf16). P and embed (one vocab x hidden shard) are this GPU's
+    counts, sharded or not; with pp 1 the GPU holds both the embedding and the LM head
+    (unless tied), as workload.build counts them."""
+    mats = np.where(b.pp > 1, 1.0, np.where(b.tied_embeddings, 1.0, 2.0))
+    embed = embed * mats
     return np.where(nf4(b), NF4_BYTES * (P - embed) + 2.0 * embed, 2.0 * P)
 
 
