@@ -202,3 +202,14 @@ def test_bundled_spaces_parse(name):
 
     cfg = load_space(ROOT / "search_spaces" / f"{name}.yaml")
     assert cfg.task in ("lora", "qlora", "sft")
+
+
+def test_calibrate_runs_sizes_rows_that_name_a_catalog_model():
+    # the fine-tuning table names catalog models (no inline shape): `sweep calibrate runs`
+    # sizes them from the catalog instead of failing on a missing `layers` column
+    from sim_core.calibration import runs
+
+    size = runs.model_size(pd.DataFrame({"model": ["llama3.1-70b", "llama3.1-8b"]}))
+    assert size == pytest.approx(np.log2([80 * 8192.0**2, 32 * 4096.0**2]))
+    inline = runs.model_size(pd.DataFrame({"layers": [2.0], "hidden": [64.0]}))
+    assert inline == pytest.approx([np.log2(2 * 64.0**2)])
