@@ -52,6 +52,10 @@ TARGET_ALIASES = {
     "linear_fc1": "fc1", "gate_proj": "fc1", "up_proj": "fc1", "w1": "fc1", "w3": "fc1",
     "linear_fc2": "fc2", "down_proj": "fc2", "w2": "fc2",
     "all-linear": "all_linear", "all": "all_linear",
+    # NeMo 1 (megatron_gpt_finetuning_config.yaml), Megatron-LM / MLPerf and GPT-NeoX names
+    "attention_qkv": "qkv", "qkv_proj": "qkv", "query_key_value": "qkv",
+    "attention_dense": "proj", "dense": "proj", "mlp_fc1": "fc1", "mlp_fc2": "fc2",
+    "dense_h_to_4h": "fc1", "dense_4h_to_h": "fc2",
 }
 ALL_TARGETS = TARGET_BIT["qkv"] | TARGET_BIT["proj"] | TARGET_BIT["fc1"] | TARGET_BIT["fc2"]
 
@@ -71,6 +75,9 @@ def targets_mask(value, where: str = "peft.targets") -> int:
     if isinstance(value, float) and value.is_integer():
         return targets_mask(int(value), where)
     if isinstance(value, str):
+        # also a Python/JSON-style list written into a table cell: "['q_proj', 'v_proj']"
+        for ch in "[]'\"":
+            value = value.replace(ch, " ")
         parts = [p for p in value.replace(";", ",").replace(" ", ",").split(",") if p]
     elif isinstance(value, (list, tuple)):
         parts = list(value)
@@ -82,6 +89,7 @@ def targets_mask(value, where: str = "peft.targets") -> int:
     mask = 0
     for p in parts:
         name = str(p).strip().lower()
+        name = name.rsplit(".", 1)[-1]  # a module path: self_attn.q_proj
         name = TARGET_ALIASES.get(name, name)
         if name in TARGET_GROUPS:
             for t in TARGET_GROUPS[name]:

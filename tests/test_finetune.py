@@ -213,3 +213,16 @@ def test_calibrate_runs_sizes_rows_that_name_a_catalog_model():
     assert size == pytest.approx(np.log2([80 * 8192.0**2, 32 * 4096.0**2]))
     inline = runs.model_size(pd.DataFrame({"layers": [2.0], "hidden": [64.0]}))
     assert inline == pytest.approx([np.log2(2 * 64.0**2)])
+
+
+def test_run_tables_name_targets_and_methods_as_people_write_them():
+    assert tasks.targets_mask("['q_proj', 'k_proj', 'v_proj', 'o_proj']") == 3
+    assert tasks.targets_mask("attention_qkv;attention_dense") == 3
+    assert tasks.targets_mask("model.layers.0.self_attn.qkv_proj, mlp.down_proj") == 1 | 8
+    row = pd.Series({"task": "fine-tuning", "peft": "QLoRA", "lora_rank": "16",
+                     "lora_targets": "['q_proj','v_proj']"})
+    fields, skip = validation._task_fields(row)
+    assert skip == "" and fields["task"] == "qlora" and fields["lora_targets"] == 1
+    assert validation._task_fields(pd.Series({"lora_rank": "8"}))[0]["task"] == "lora"
+    assert validation._task_fields(pd.Series({"task": "SFT"}))[0]["task"] == "sft"
+    assert validation._task_fields(pd.Series({"task": "rlhf"}))[1].startswith("task 'rlhf'")

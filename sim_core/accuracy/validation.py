@@ -353,9 +353,15 @@ def _task_fields(r: pd.Series) -> tuple[dict, str]:
     peft = str(r.get("peft", "")).strip().lower()
     if not text and peft not in _NO:
         text = peft
+    if not text and str(r.get("lora_rank", "")).strip():
+        text = "lora"  # a LoRA rank alone says the run trains adapters
     task = next((t for pat, t in _TASK_WORDS if re.search(pat, text)), "")
     if not task:
         return {}, f"task '{text}' is not one of {', '.join(TASKS)}"
+    # a generic fine-tuning task with the method in the `peft` column ("finetune", "LoRA")
+    method = next((t for pat, t in _TASK_WORDS[1:3] if re.search(pat, peft)), "")
+    if task == "sft" and method:
+        task = method
     out: dict = {"task": task}
     for col, field in (("lora_rank", "lora_rank"), ("lora_alpha", "lora_alpha"),
                        ("mean_seq_len", "mean_seq_len")):
