@@ -3,8 +3,8 @@
 The task is an input of the simulator like the framework: one small enum (`TASKS`) and the
 properties each task has (`TASK_TRAITS`), so that the physics (`sim_core/finetune.py`) asks
 "are the base weights frozen?" or "are they stored in 4 bits?" instead of comparing names.
-Adding a task is one line in each of the two tables below. `pretrain` is the default and
-leaves every prediction as it was.
+Adding a task is one line in TASK_TRAITS (appended: earlier codes keep their meaning).
+`pretrain` is the default and leaves every prediction as it was.
 
 The fine-tuning fields of a run (`task`, the `peft:` and `data:` sections of a run file) become
 the run-frame columns of `FINETUNE_COLUMNS`; LoRA's target modules are one integer column, a
@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import numpy as np
 
-# the tasks, in code order (appended only: earlier codes keep their meaning)
-TASKS = ("pretrain", "sft", "lora", "qlora")
-# per task: base weights frozen (trained through adapters), base weights stored in NF4 4-bit
-# (bitsandbytes), the data are fine-tuning samples (short, variable length: `data:` applies)
+# per task, in code order (append only: earlier codes keep their meaning): base weights frozen
+# (trained through adapters), base weights stored in NF4 4-bit (bitsandbytes). SFT is
+# pre-training's compute on fine-tuning data: what differs is the `data:` section (packing,
+# mean_seq_len), open to every task
 TASK_TRAITS = {
-    "pretrain": {"frozen_base": False, "nf4_base": False, "samples": False},
-    "sft": {"frozen_base": False, "nf4_base": False, "samples": True},
-    "lora": {"frozen_base": True, "nf4_base": False, "samples": True},
-    "qlora": {"frozen_base": True, "nf4_base": True, "samples": True},
+    "pretrain": {"frozen_base": False, "nf4_base": False},
+    "sft": {"frozen_base": False, "nf4_base": False},
+    "lora": {"frozen_base": True, "nf4_base": False},
+    "qlora": {"frozen_base": True, "nf4_base": True},
 }
-if tuple(TASK_TRAITS) != TASKS:  # pragma: no cover - a table edited without the other
-    raise ValueError("sim_core/tasks.py: TASK_TRAITS must list exactly TASKS, in order")
+TASKS = tuple(TASK_TRAITS)  # the enum the run field `task` takes (specs.CATEGORICAL)
 
 
 def trait(task_code, name: str) -> np.ndarray:
