@@ -197,6 +197,27 @@ def adjust_ops(b, lay: dict, ops: list, Op) -> list:
     return out
 
 
+def adapter_comms(b, wl, d: dict, tp_nodes, Comm) -> list:
+    """The TP collectives LoRA adds (`Comm` is workload.Comm). Megatron-Bridge's adapter of a
+    row-parallel linear (linear_proj, linear_fc2: input_is_parallel) has a ColumnParallel B with
+    gather_output=True: B's output, T x hidden, is all-gathered over TP in every forward (and its
+    replay under full recompute); its backward only splits the gradient (Megatron-Bridge v0.6.0
+    peft/utils.py ParallelLinearAdapter L1034-1054, tensor_parallel mappings). A's own
+    collectives are r wide, and a column-parallel target's A reads the input the base layer
+    already gathered: neither is counted. Not exposed to TP-comm overlap (userbuffers serve the
+    base layers only). Nothing where no row is LoRA with tp > 1."""
+    fz = frozen(b)
+    if not np.any(fz & (b.tp > 1)):
+        return []
+    mask = col(b, "lora_targets")
+    dense = 1.0 - d["n_moe_layers"] / b.layers
+    per_layer = tasks.targeted(mask, "proj") + dense * tasks.targeted(mask, "fc2")
+    passes = 1.0 + (b.recompute == 2)
+    calls = np.where(fz & (b.tp > 1), per_layer * wl.layers_per_stage * passes
+                     * wl.num_microbatches, 0.0)
+    return [Comm("tp", "all_gather", BF16 * wl.tokens * d["h"], b.tp, tp_nodes, calls, "none")]
+
+
 def frozen_activation_bytes(b, d: dict, T, t, sp) -> np.ndarray:
     """Change of one layer's stored activations (bytes, per micro-batch) under the task:
     minus the inputs frozen, untargeted linears no longer save; plus each adapter's r-wide

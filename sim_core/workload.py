@@ -389,6 +389,8 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     # vocab-parallel embedding / LM head / cross-entropy (first and last stage only)
     comms.append(Comm("tp", "all_reduce", act, t, tp_nodes, select(p > 1, 1.0, 2.0) * m,
                       "none"))
+    # LoRA adapters of row-parallel linears gather their output over TP (sim_core/finetune.py)
+    comms += finetune.adapter_comms(b, wl, d, tp_nodes, Comm)
     # ---- CP: K/V of the other sequence shards ------------------------------------------------
     # ring (Megatron cp_comm_type p2p): c-1 send/recv steps of one K,V block per layer, forward
     # (+ recompute) and backward (K,V and dK,dV), each hidden behind the attention of the block

@@ -226,3 +226,14 @@ def test_run_tables_name_targets_and_methods_as_people_write_them():
     assert validation._task_fields(pd.Series({"lora_rank": "8"}))[0]["task"] == "lora"
     assert validation._task_fields(pd.Series({"task": "SFT"}))[0]["task"] == "sft"
     assert validation._task_fields(pd.Series({"task": "rlhf"}))[1].startswith("task 'rlhf'")
+
+
+def test_row_parallel_adapters_gather_their_output_over_tp():
+    # Megatron-Bridge: B of a linear_proj / linear_fc2 adapter all-gathers T x hidden per forward
+    qkv, attn = sim([dict(BASE, task="lora", lora_targets="qkv", tp_comm_overlap=False),
+                     dict(BASE, task="lora", lora_targets="attention",
+                          tp_comm_overlap=False)]).itertuples()
+    assert attn.time_tp > qkv.time_tp
+    one = sim([dict(BASE, task="lora", lora_targets="attention", tp=1, num_gpus=1,
+                    sequence_parallel=False, zero=0)]).iloc[0]
+    assert one["time_tp"] == 0.0
