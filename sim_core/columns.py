@@ -136,6 +136,8 @@ def _column(df: pd.DataFrame, name: str, default, n: int) -> np.ndarray:
 def frame_to_batch(df: pd.DataFrame) -> Batch:
     """Resolve a run frame (see specs.ALL_COLUMNS) into a Batch of numeric arrays."""
     df = frameworks.resolve_frame(_expand_models(df))
+    if "lora_targets" in df.columns and df["lora_targets"].dtype.kind not in "biuf":
+        df = _lora_targets(df)
     n = len(df)
     b = Batch()
     for name, default in ALL_COLUMNS.items():
@@ -151,6 +153,23 @@ def frame_to_batch(df: pd.DataFrame) -> Batch:
     for f in GPU_FIELDS + ("gpu_code",):
         b[f] = hw[f]
     return b
+
+
+def _lora_targets(df: pd.DataFrame) -> pd.DataFrame:
+    """LoRA target names ('qkv,proj', 'all_linear', a list) as the bit mask the core reads
+    (sim_core/tasks.py); a missing value is the default."""
+    from .tasks import FINETUNE_COLUMNS, TaskError, targets_mask
+
+    uniq, inv = _factorize(df["lora_targets"])
+    try:
+        masks = [FINETUNE_COLUMNS["lora_targets"] if u is None
+                 or (not isinstance(u, (str, list, tuple)) and pd.isna(u))
+                 else targets_mask(u, "lora_targets") for u in uniq]
+    except TaskError as exc:
+        raise catalog.CatalogError(str(exc)) from None
+    df = df.copy()
+    df["lora_targets"] = np.asarray(masks, dtype=np.float64)[inv]
+    return df
 
 
 def batch_from_arrays(arrays: dict, n: int | None = None) -> Batch:

@@ -480,7 +480,8 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
              for w in ("layer", "first_stage", "last_stage")}
     for op in wl.ops:
         if op.op_class == "gemm":
-            is_fp8 = fp8 & (op.where == "layer")  # LM head stays bf16 (TE recipes)
+            # LM head stays bf16 (TE recipes); so do LoRA adapters (plain Megatron linears)
+            is_fp8 = fp8 & (op.where == "layer") & (not op.name.startswith("lora_"))
             # an op absent from a configuration (e.g. expert GEMMs of a dense model) has zero
             # FLOPs; clamp its dims so that its efficiency stays finite
             m, n, k = (np.maximum(x, 1.0) for x in (op.gemm_m, op.gemm_n, op.gemm_k))

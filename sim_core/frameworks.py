@@ -146,6 +146,9 @@ def _memory_table() -> dict[str, np.ndarray]:
         "ddp_bucket_bytes": np.array([r["ddp_bucket_bytes"] for r in rows], dtype=np.float64),
         "optimizer_shard_zero": np.array([r["optimizer_shard_zero"] for r in rows],
                                          dtype=np.float64),
+        # fp32 master weights + Adam m, v (12) unless the framework trains in pure bf16
+        "optimizer_bytes": np.array([r.get("optimizer_bytes", 12.0) for r in rows],
+                                    dtype=np.float64),
         "lp_grad_bytes": np.array([[float(r["lp_grad_bytes"].get(z, 0.0)) for z in range(4)]
                                    for r in rows]),
         # bucket elements at each ZeRO stage 0-3
@@ -162,6 +165,7 @@ def memory_arrays(framework_code: np.ndarray, zero: np.ndarray) -> dict[str, np.
     return {"grad_shard_zero": t["grad_shard_zero"][code],
             "ddp_bucket_bytes": t["ddp_bucket_bytes"][code],
             "optimizer_shard_zero": t["optimizer_shard_zero"][code],
+            "optimizer_bytes": t["optimizer_bytes"][code],
             "lp_grad_bytes": t["lp_grad_bytes"][code, z],
             "bucket_elems": t["bucket_elems"][code, z]}
 

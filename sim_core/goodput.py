@@ -33,7 +33,7 @@ from importlib import resources
 import numpy as np
 import yaml
 
-from . import frameworks
+from . import finetune, frameworks
 
 GB = 1e9
 CATALOG_GPUS_PER_NODE = 8  # the published rates are per 8-GPU server
@@ -106,11 +106,15 @@ def checkpoint_bytes(b, wl) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ck = frameworks.checkpoint_arrays(fw_code)
     mem = frameworks.memory_arrays(fw_code, b.zero)
     total = (ck["weights_bytes"] + ck["optimizer_bytes"]) * wl.params_total
+    if wl.params_trainable is not None:  # LoRA / QLoRA: the adapters are the checkpoint
+        fz = finetune.frozen(b)
+        total = np.where(fz, (ck["weights_bytes"] + ck["optimizer_bytes"])
+                         * finetune.adapter_params_total(b, wl.dims), total)
     # the busiest rank's parameters, as memory.py shards them: dense ones over dp x cp, expert
     # ones over the expert data-parallel group
     ds = wl.dp * b.cp
     edp = np.maximum(wl.dp * b.cp * b.tp / (b.ep * np.where(b.etp > 0, b.etp, b.tp)), 1.0)
-    P = wl.params_stage
+    P = wl.params_stage if wl.params_trainable is None else wl.params_trainable
     P_exp = P * wl.expert_fraction
     P_shard = (P - P_exp) / ds + P_exp / edp
     # written once, spread over the data-parallel ranks (Megatron fully_parallel_save, DCP):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import distinct, fp4, frameworks, moe, workload
+from . import distinct, finetune, fp4, frameworks, moe, workload
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 from .workload import ACT_BYTES, Workload
@@ -142,6 +142,7 @@ def _per_layer(b: Batch) -> dict:
     sp = b.sequence_parallel & (t > 1)
     load = workload.expert_load_factor(b)
     out = activation_bytes_per_layer(b, T, t, sp, workload.model_dims(b), load)
+    out["lora_delta"] = finetune.frozen_activation_bytes(b, workload.model_dims(b), T, t, sp)
     out["moe_transient"] = moe.transient_bytes(b, T / t, load)
     out["moe_buffers"] = moe.buffer_bytes(b)
     return out
@@ -216,8 +217,26 @@ def estimate(b: Batch, wl: Workload) -> dict:
     g_bytes = np.where(b.grad_reduce_fp32, 4.0, 2.0)  # fp32 or bf16 main-grad buffer
     grads = np.where(z >= fw["grad_shard_zero"], g_bytes * P_shard, g_bytes * P)
     grads = grads + np.where(ds > 1, fw["ddp_bucket_bytes"] * P, 0.0) + fw["lp_grad_bytes"] * P
-    master_adam = 12.0
+    master_adam = fw["optimizer_bytes"]  # 12: fp32 master + Adam m, v (frameworks.yaml)
+    P_opt_shard = P_shard  # what the optimizer step updates on this GPU (sharded)
     optimizer = np.where(z >= fw["optimizer_shard_zero"], master_adam * P_shard, master_adam * P)
+    if wl.params_trainable is not None:
+        # LoRA / QLoRA (sim_core/finetune.py): frozen base weights (bf16, or NF4 for QLoRA's
+        # linears; FP8 caches as above), and the adapters' weights, gradients and Adam state
+        fz = finetune.frozen(b)
+        A = wl.params_trainable
+        A_shard = A / ds
+        base = np.where(fsdp, finetune.base_weight_bytes(b, wl, P_shard, wl.params_embed / ds),
+                        finetune.base_weight_bytes(b, wl, P, wl.params_embed))
+        weights = np.where(fz, weights - np.where(fsdp, 2.0 * P_shard, 2.0 * P) + base
+                           + 2.0 * np.where(fsdp, A_shard, A), weights)
+        a_grads = np.where(z >= fw["grad_shard_zero"], g_bytes * A_shard, g_bytes * A)
+        a_grads = a_grads + np.where(ds > 1, fw["ddp_bucket_bytes"] * A, 0.0) \
+            + fw["lp_grad_bytes"] * A
+        grads = np.where(fz, a_grads, grads)
+        optimizer = np.where(fz, np.where(z >= fw["optimizer_shard_zero"], master_adam * A_shard,
+                                          master_adam * A), optimizer)
+        P_opt_shard = np.where(fz, A_shard, P_shard)
 
     # ---- activations -----------------------------------------------------------------------
     # the per-layer activations, the dispatcher's buffers: once per distinct input
@@ -225,6 +244,10 @@ def estimate(b: Batch, wl: Workload) -> dict:
     rc = b.recompute
     stored = np.where(rc == 2, per_layer["full"],
                       np.where(rc == 1, per_layer["selective"], per_layer["none"]))
+    if wl.params_trainable is not None:
+        # frozen linears keep no input for a weight gradient; adapters keep their own
+        # (finetune.frozen_activation_bytes; a full recompute keeps only the layer input)
+        stored = stored + np.where(rc == 0, per_layer["lora_delta"], 0.0)
     fixed_extra, state_scale, act_scale, logit_scale = _overhead_parts(b)
     stored = stored * act_scale
     L_stage = wl.layers_per_stage
@@ -267,6 +290,9 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # FSDP/ZeRO-3: the unit being computed is all-gathered (bf16) with its bf16 grads and an
     # fp32 reduce-scatter buffer (8 B/param), and the next one is prefetched (2 B/param)
     unit_buf = lambda unit: np.where(fsdp, 8.0 * unit + 2.0 * wl.params_layer, 0.0)  # noqa: E731
+    if wl.params_trainable is not None:  # frozen units: gathered, no gradient buffers
+        unit_buf = lambda unit: np.where(fsdp, np.where(  # noqa: E731
+            finetune.frozen(b), 2.0 * unit, 8.0 * unit) + 2.0 * wl.params_layer, 0.0)
     layer_buf = unit_buf(wl.params_layer)
     head_buf = unit_buf(wl.params_embed)
     # pipeline: send/recv buffers for activations in both directions; plus the framework's fixed
@@ -280,7 +306,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
     states = weights + grads + optimizer
     head_w = np.where(fsdp, 2.0 * wl.params_embed, 0.0)
     # optimizer step: the states plus foreach AdamW's temporary (the same in both counters)
-    opt = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_shard, 0.0)
+    opt = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_opt_shard, 0.0)
 
     def peak_of(reserved: bool):
         """Peak over the phases, in bytes allocated or bytes reserved (see the module doc).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import fp4, frameworks
+from . import finetune, fp4, frameworks
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 
@@ -24,6 +24,7 @@ def rules(b: Batch) -> list[tuple[str, np.ndarray]]:
         ("zero must be 0, 1, 2 or 3", ~np.isin(b.zero, (0, 1, 2, 3))),
         *moe_rules(b, np.where(b.etp > 0, b.etp, b.tp)),
         *frameworks.rules(b),
+        *finetune.rules(b),
         *fp8_rules(b),
         *fp4.rules(b),
         *attention_rules(b),

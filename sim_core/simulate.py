@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import distinct, frameworks, goodput, memory, risk, rules, step, workload
+from . import distinct, finetune, frameworks, goodput, memory, risk, rules, step, workload
 from .arrays import keep_freed_memory, select
 from .columns import Batch, frame_to_batch
 
@@ -52,6 +52,8 @@ def _simulate(b: Batch, profile, with_fabric: bool = False) -> dict:
         mem = memory.estimate(s, wl)
         step_t = times["step_time_s"]
         tokens = s.global_batch * s.seq_len
+        if "mean_seq_len" in s:  # unpacked fine-tuning samples: the padding is not data
+            tokens = tokens * finetune.useful_token_share(s)
         n = s.num_gpus
         peak = s.peak_bf16 * 1e12
         # MFU against the bf16 dense peak (also for FP8 runs, as NVIDIA and torchtitan report)

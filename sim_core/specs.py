@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .tasks import FINETUNE_COLUMNS, TASKS
+
 # ---------------------------------------------------------------------------------------------
 # Enumerations: string values a user writes, and the small integer codes the core computes with.
 # ---------------------------------------------------------------------------------------------
@@ -49,7 +51,8 @@ LOSS_IMPL = ("fused", "compiled", "eager", "eager_parallel", "fp32_parallel", "v
              "te")
 # Which training framework runs the job (sim_core/frameworks.py, catalogs/frameworks.yaml):
 # it sets the defaults of the fields below and which settings exist at all
-FRAMEWORK = ("megatron-core", "nemo", "torchtitan", "deepspeed", "nanotron", "llm-foundry")
+FRAMEWORK = ("megatron-core", "nemo", "torchtitan", "deepspeed", "nanotron", "llm-foundry",
+             "torchtune", "hf-trl")  # the last two: fine-tuning frameworks (sim_core/tasks.py)
 # Pipeline schedule of a non-interleaved pipeline: one-forward-one-backward keeps at most pp
 # micro-batches in flight; all-forward-all-backward (GPipe, nanotron's AFAB) keeps all of them.
 # The interleaved schedule is 1f1b with vpp > 1.
@@ -296,10 +299,10 @@ RELIABILITY_COLUMNS = {
 }
 
 ALL_COLUMNS = {**MODEL_COLUMNS, **RUN_COLUMNS, **CLUSTER_COLUMNS, **PARALLEL_COLUMNS,
-               **RELIABILITY_COLUMNS}
+               **RELIABILITY_COLUMNS, **FINETUNE_COLUMNS}  # fine-tuning: sim_core/tasks.py
 
 CATEGORICAL = {"recompute": RECOMPUTE, "precision": PRECISION, "activation": ACTIVATION,
                "attention_kernel": ATTENTION_KERNEL, "cp_comm": CP_COMM,
                "loss_impl": LOSS_IMPL, "framework": FRAMEWORK, "pp_schedule": PP_SCHEDULE,
                "moe_dispatcher": MOE_DISPATCHER, "moe_recompute": MOE_RECOMPUTE,
-               "fp8_recipe": FP8_RECIPE}
+               "fp8_recipe": FP8_RECIPE, "task": TASKS}

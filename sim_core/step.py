@@ -224,7 +224,8 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
 
     # ---- optimizer ---------------------------------------------------------------------------
     ds = wl.dp * b.cp
-    P_opt = np.where(b.zero >= 1, wl.params_stage / ds, wl.params_stage)
+    P_train = wl.params_stage if wl.params_trainable is None else wl.params_trainable
+    P_opt = np.where(b.zero >= 1, P_train / ds, P_train)  # LoRA: the adapters (finetune.py)
     t_opt = compute.optimizer_time(b, P_opt)
 
     compute_t = m * (lay_fwd + lay_bwd) + m * np.where(single, first_extra + last_extra,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import distinct, fp4, moe
+from . import distinct, finetune, fp4, moe
 from .arrays import select
 from .columns import Batch
 
@@ -85,6 +85,8 @@ class Workload:
     expert_fraction: np.ndarray = None  # share of a stage's params that are expert weights
     moe_load: np.ndarray = None  # busiest EP rank's load / balanced load (expert_load_factor)
     dims: dict = None  # model_dims(b), shared with the memory estimator
+    # parameters this GPU trains (LoRA / QLoRA: the adapters); None = every parameter
+    params_trainable: np.ndarray = None
 
 
 def model_dims(b: Batch) -> dict:
@@ -282,8 +284,8 @@ def _ops(b: Batch, lay: dict) -> list:
                   where="last_stage"))
     ops.append(Op("embedding", "elementwise", 0 * T, 0 * T, 0 * T, 3 * ACT_BYTES * T * h,
                   3 * ACT_BYTES * T * h, where="first_stage"))
-
-    return ops
+    # fine-tuning (LoRA / QLoRA / packed samples): sim_core/finetune.py; pre-training unchanged
+    return finetune.adjust_ops(b, lay, ops, Op)
 
 
 def op_workload(b: Batch) -> Workload:
@@ -330,12 +332,26 @@ def build(b: Batch, ops: bool = True) -> Workload:
     attn_flops_token = 6 * 2 * s * a * (d["dqk"] + d["dv"]) / 2 * b.layers
     nonembed_active = active - b.vocab * h * np.where(b.tied_embeddings, 1.0, 2.0) - h
     model_flops = tokens_step * (6 * (nonembed_active + b.vocab * h) + attn_flops_token)
+    if finetune.any_finetune(b):
+        # frozen weights: forward + input gradient (4 FLOPs per weight and token), adapters 6
+        # (NVIDIA's LoRA rows count Model TFLOP/s this way: 735 TFLOP/s at 2643 tokens/s/GPU
+        # for Llama 3 70B is 2.8e11 FLOPs per token, 4 x 70B); packed samples' attention
+        fz = finetune.frozen(b)
+        mean = finetune.col(b, "mean_seq_len").astype(np.float64)
+        packed = finetune.col(b, "packing").astype(bool) & (mean > 0) & (mean < s)
+        attn = attn_flops_token * np.where(packed, mean / s, 1.0)
+        lora = tokens_step * (4 * (nonembed_active + b.vocab * h) + attn
+                              + 6 * finetune.adapter_params_total(b, d))
+        model_flops = np.where(fz, lora, tokens_step * (6 * (nonembed_active + b.vocab * h)
+                                                       + attn))
 
     wl = Workload(tokens=T, layers_per_stage=L_stage, num_microbatches=m, dp=dp,
                   ops=_ops(b, lay) if ops else None,
                   params_layer=params_layer, params_stage=params_stage, params_embed=params_embed,
                   params_total=total, params_active=active, model_flops_per_step=model_flops,
                   expert_fraction=expert_fraction, moe_load=load, dims=d)
+    if np.any(finetune.frozen(b)):
+        wl.params_trainable = finetune.trainable_params(b, wl)
     wl.comms = _comms(b, wl, d, sp, etp)
     return wl
 
@@ -373,6 +389,8 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     # vocab-parallel embedding / LM head / cross-entropy (first and last stage only)
     comms.append(Comm("tp", "all_reduce", act, t, tp_nodes, select(p > 1, 1.0, 2.0) * m,
                       "none"))
+    # LoRA adapters of row-parallel linears gather their output over TP (sim_core/finetune.py)
+    comms += finetune.adapter_comms(b, wl, d, tp_nodes, Comm)
     # ---- CP: K/V of the other sequence shards ------------------------------------------------
     # ring (Megatron cp_comm_type p2p): c-1 send/recv steps of one K,V block per layer, forward
     # (+ recompute) and backward (K,V and dK,dV), each hidden behind the attention of the block
@@ -410,6 +428,15 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     if fp4_rows.any():
         param_bytes = select(fp4_rows & b.fp8_param_gather, fp4.arrays(b)["gather_bytes"] *
                              dense_params, param_bytes)
+    if wl.params_trainable is not None:  # LoRA / QLoRA (sim_core/finetune.py)
+        fz = finetune.frozen(b)
+        adapters = wl.params_trainable
+        grad_bytes = select(fz, g_bytes * adapters, grad_bytes)
+        # ZeRO-1/2 gather the updated adapters; FSDP gathers the frozen weights too (NF4 under
+        # QLoRA) with the adapters, for forward and backward
+        base = finetune.base_weight_bytes(b, wl, dense_params, wl.params_embed)
+        param_bytes = select(fz, select(b.zero == 3, base + 2.0 * adapters, 2.0 * adapters),
+                             param_bytes)
     z = b.zero
     per_mb = z >= 2  # sharded grads must be reduced every micro-batch (ZeRO-2/3, FSDP)
     # ZeRO-0: one all-reduce of all grads per step; ZeRO>=1 reduce-scatter + param all-gather

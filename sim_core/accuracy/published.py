@@ -19,7 +19,7 @@ import pandas as pd
 class DatasetError(ValueError):
     """A dataset that cannot be compared (one line; the CLI exits 2 on it)."""
 
-TABLE_COLUMNS = ["id", "family", "label", "gpu", "num_gpus", "precision", "tp", "pp", "cp", "vpp",
+TABLE_COLUMNS = ["id", "family", "label", "task", "gpu", "num_gpus", "precision", "tp", "pp", "cp", "vpp",
                  "micro_batch", "recompute", "zero", "imputed", "measured_step_s",
                  "predicted_step_s", "step_error", "measured_mem_gib", "predicted_mem_gib",
                  "mem_error"]

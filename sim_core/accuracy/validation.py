@@ -110,7 +110,7 @@ def _num(x, default=np.nan):
 
 
 def _family(src: str) -> str:
-    for key in ("Megatron-Bridge", "NeMo", "torchtitan", "llm-foundry", "Megatron-LM",
+    for key in ("Megatron-Bridge", "NeMo", "torchtitan", "torchtune", "llm-foundry", "Megatron-LM",
                 "Narayanan21"):
         if key.lower() in src.lower():
             return {"Narayanan21": "Megatron-LM"}.get(key, key)
@@ -334,7 +334,58 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     if skip:
         return {}, skip
     run.update(stated)
+    ft, skip = _task_fields(r)
+    if skip:
+        return {}, skip
+    run.update(ft)
     return run, ""
+
+
+# what a row's `task` / `peft` column may say, and the task it is (sim_core/tasks.py)
+_TASK_WORDS = [(r"^(pre-?train(ing)?|)$", "pretrain"), (r"q-?lora", "qlora"), (r"lora", "lora"),
+               (r"sft|full|fine-?tun", "sft")]
+
+
+def _task_fields(r: pd.Series) -> tuple[dict, str]:
+    """The fine-tuning columns of a run table (`task`, `peft`, `lora_rank`, `lora_alpha`,
+    `lora_targets`, `packing`, `mean_seq_len`): a row without `task` is pre-training (or the
+    method its `peft` column names); what a row leaves empty takes tasks.FINETUNE_COLUMNS."""
+    from ..tasks import TASKS, TaskError, targets_mask
+
+    text = str(r.get("task", "")).strip().lower()
+    peft = str(r.get("peft", "")).strip().lower()
+    if not text and peft not in _NO:
+        text = peft
+    if not text and str(r.get("lora_rank", "")).strip():
+        text = "lora"  # a LoRA rank alone says the run trains adapters
+    task = next((t for pat, t in _TASK_WORDS if re.search(pat, text)), "")
+    if not task:
+        return {}, f"task '{text}' is not one of {', '.join(TASKS)}"
+    # a generic fine-tuning task with the method in the `peft` column ("finetune", "LoRA")
+    method = next((t for pat, t in _TASK_WORDS[1:3] if re.search(pat, peft)), "")
+    if task == "sft" and method:
+        task = method
+    out: dict = {"task": task}
+    for col, field in (("lora_rank", "lora_rank"), ("lora_alpha", "lora_alpha"),
+                       ("mean_seq_len", "mean_seq_len")):
+        raw = str(r.get(col, "")).strip()
+        if raw:
+            v = _num(raw)
+            if np.isnan(v) or v <= 0:
+                return {}, f"{col} '{raw}' is not a positive number"
+            out[field] = v
+    raw = str(r.get("lora_targets", "")).strip()
+    if raw:
+        try:
+            out["lora_targets"] = float(targets_mask(raw, "lora_targets"))
+        except TaskError as exc:
+            return {}, str(exc)
+    raw = str(r.get("packing", "")).strip().lower()
+    if raw:
+        if raw not in _STATED_YES + _STATED_NO:
+            return {}, f"packing '{raw}' is not yes/no"
+        out["packing"] = raw in _STATED_YES
+    return out, ""
 
 
 # Run fields a table may state in a column of the field's own name, beyond the published
@@ -419,6 +470,7 @@ def _fp8_recipe(text: str) -> str:
 def _framework(fw: str) -> str:
     """The framework profile of a row, from its framework and source text."""
     for pat, fid in ((r"torchtitan", "torchtitan"), (r"llm-foundry", "llm-foundry"),
+                     (r"torchtune", "torchtune"), (r"\btrl\b|hugging ?face", "hf-trl"),
                      (r"nanotron", "nanotron"), (r"deepspeed", "deepspeed"),
                      (r"nemo|bridge", "nemo")):
         if re.search(pat, fw, re.I):
@@ -587,7 +639,10 @@ def validate(data: pd.DataFrame | None = None) -> pd.DataFrame:
     use = data[data["skip"] == ""].copy()
     use = _impute(use)
     pred = simulate_frame(use)
-    out = use[["id", "is_moe", "family", "framework", "source", "reliability", "label", "gpu", "num_gpus",
+    if "task" not in use:
+        use["task"] = "pretrain"
+    out = use[["id", "is_moe", "family", "framework", "source", "reliability", "label", "task",
+               "gpu", "num_gpus",
                "seq_len", "precision",
                "tp", "pp", "cp", "vpp", "micro_batch", "recompute", "zero",
                "imputed", "measured_step_s", "measured_from", "measured_mem_gib"]].copy()

@@ -703,8 +703,19 @@ TREND_SIZES = 3  # the largest fitted model sizes whose error trend is extrapola
 
 
 def model_size(runs: pd.DataFrame) -> np.ndarray:
-    """log2(layers x hidden^2): the dense size that the white-box model's error drifts with."""
-    return np.log2(runs["layers"].to_numpy(float) * runs["hidden"].to_numpy(float) ** 2)
+    """log2(layers x hidden^2): the dense size that the white-box model's error drifts with.
+    Rows that name a catalog model instead of giving its shape take the catalog's."""
+    if "layers" in runs and "hidden" in runs and not runs[["layers", "hidden"]].isna().any().any():
+        layers, hidden = runs["layers"].to_numpy(float), runs["hidden"].to_numpy(float)
+    else:
+        shape = [catalog.get_model(m).columns() if isinstance(m, str) and m else {}
+                 for m in runs.get("model", pd.Series([""] * len(runs), index=runs.index))]
+        given = lambda c: (runs[c] if c in runs else pd.Series(np.nan, index=runs.index))  # noqa: E731
+        layers = given("layers").fillna(pd.Series([s.get("layers", np.nan) for s in shape],
+                                                  index=runs.index)).to_numpy(float)
+        hidden = given("hidden").fillna(pd.Series([s.get("hidden", np.nan) for s in shape],
+                                                  index=runs.index)).to_numpy(float)
+    return np.log2(layers * hidden ** 2)
 
 
 def size_extrapolation(d: RunData, pred: dict, mask=None) -> dict | None:
@@ -882,7 +893,9 @@ def twins(d: RunData) -> pd.DataFrame:
     t = d.t_meas[timed]
     key = [c for c in ("label", "framework", "gpu", "num_gpus", "tp", "pp", "cp", "ep", "vpp",
                        "micro_batch", "zero", "recompute", "sequence_parallel", "seq_len",
-                       "global_batch", "precision") if c in r.columns]
+                       "global_batch", "precision",
+                       # a fine-tuning run of the same layout is another job (sim_core/tasks.py)
+                       "task", "lora_rank", "lora_targets") if c in r.columns]
     g = r.assign(_t=t).groupby(key, dropna=False)
     rows = []
     for k, grp in g:

@@ -735,7 +735,33 @@ def run_dict(row) -> dict:
         checkpoint["interval_steps"] = int(d["ckpt_interval_steps"])
     if checkpoint:
         out["checkpoint"] = checkpoint
+    out.update(_finetune_run_fields(d))
     out["description"] = f"exported by sweep: {describe(d)}"
+    return out
+
+
+def _finetune_run_fields(d: dict) -> dict:
+    """task, peft and data of a run file (sim_core/tasks.py); nothing for pre-training."""
+    from sim_core import tasks
+
+    task = str(d.get("task") or "pretrain")
+    out: dict = {}
+    if task != "pretrain":
+        out["task"] = task
+    if tasks.TASK_TRAITS.get(task, {}).get("frozen_base"):
+        peft = {"rank": d.get("lora_rank"), "alpha": d.get("lora_alpha"),
+                "dropout": d.get("lora_dropout")}
+        peft = {k: v for k, v in peft.items() if v is not None}
+        if d.get("lora_targets") is not None:
+            peft["targets"] = tasks.targets_names(int(d["lora_targets"]))
+        out["peft"] = peft
+    data = {}
+    if d.get("packing") is not None and task != "pretrain":
+        data["packing"] = bool(d["packing"])
+    if d.get("mean_seq_len"):
+        data["mean_seq_len"] = int(d["mean_seq_len"])
+    if data:
+        out["data"] = data
     return out
 
 
@@ -752,7 +778,8 @@ def _instance_run_dict(d: dict, model, text: str) -> dict:
     return {"model": model, "seq_len": d["seq_len"], "global_batch": d["global_batch"],
             "precision": d.get("precision", "bf16"),
             "framework": d.get("framework") or "megatron-core", "cluster": cluster,
-            "parallel": parallel, "description": f"exported by sweep: {text}"}
+            "parallel": parallel, **_finetune_run_fields(d),
+            "description": f"exported by sweep: {text}"}
 
 
 def _inline_differs(d: dict) -> bool:

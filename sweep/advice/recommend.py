@@ -595,6 +595,11 @@ def write_recipe(rec: Recommendation, out_dir: str | Path) -> list[Path]:
                 continue  # a DeepSpeed / nanotron / llm-foundry recipe only for a run of it
             (d / name).write_text(export.export(rec.best, fmt))
             paths.append(d / name)
+        from . import finetune_recipes  # torchtune / TRL + Accelerate / Megatron-Bridge PEFT
+
+        for name, text in finetune_recipes.files_for(rec.best):
+            (d / name).write_text(text)
+            paths.append(d / name)
         from . import launch  # Slurm and SkyPilot files that start the recipe above
 
         for name, make in launch.FILES.values():

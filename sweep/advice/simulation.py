@@ -94,6 +94,10 @@ def cfg_name(cfg) -> str:
 def _simulate_text(rep: dict) -> str:
     c = rep["config"]
     where = f" on {c['instance']}" if c.get("instance") else ""
+    task = c.get("task") or "pretrain"  # fine-tuning runs name their task (sim_core/tasks.py)
+    if task != "pretrain":
+        where += f", {task}" + (f" r{c.get('lora_rank')}" if task in ("lora", "qlora")
+                                and c.get("lora_rank") is not None else "")
     lines = [f"{c.get('model')} on {c.get('num_gpus')} x {c.get('gpu')}{where} "
              f"({c.get('framework')}): "
              f"tp {c.get('tp')} pp {c.get('pp')} dp {_fmt(rep['dp'])} cp {c.get('cp')} "

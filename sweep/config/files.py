@@ -10,6 +10,10 @@ A run file fixes one configuration::
     # or a cloud instance type (catalogs/instances.yaml: GPU, node, network, price):
     # cluster: {instance: gcp-a3-mega, nodes: 16}    (`cluster: aws-p5` alone names it)
     parallel: {tp: 8, pp: 16, micro_batch: 1, recompute: full}    # dp is derived
+    # fine-tuning (sim_core/tasks.py, sim_core/finetune.py); pretrain is the default:
+    # task: lora                 # pretrain | sft | lora | qlora
+    # peft: {rank: 16, alpha: 32, targets: all_linear, dropout: 0.05}   # lora / qlora only
+    # data: {packing: false, mean_seq_len: 900}    # samples' mean length; padded when unpacked
 
 A search-space file is a run file plus ``name``, ``space`` and ``search``::
 
@@ -41,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from sim_core.specs import (ATTENTION_KERNEL, CATEGORICAL, CP_COMM, FP8_RECIPE, FRAMEWORK,
                             LOSS_IMPL, MOE_DISPATCHER, MOE_RECOMPUTE, PARALLEL_COLUMNS, PP_SCHEDULE)
+from sim_core.tasks import TASK_TRAITS, TASKS, TaskError, targets_mask
 
 from ..errors import ConfigError
 
@@ -97,6 +102,19 @@ EXPECT: dict[str, tuple[str, str]] = {
     "improvement": ("a fraction from 0 to below 1 (0.001 = 0.1%)", "fractions"),
     "inner": ("a list of fields of `space:`", "fields of `space:`"),
     "name": ("a name of letters, digits, '.', '_' or '-'", ""),
+    # fine-tuning (peft: and data: sections)
+    "rank": ("a positive integer (the LoRA rank r)", "positive integers"),
+    "lora_rank": ("a positive integer (the LoRA rank r)", "positive integers"),
+    "alpha": ("a positive number (LoRA alpha; the adapter output is scaled by alpha / rank)",
+              "positive numbers"),
+    "dropout": ("a probability in [0, 1) (dropout on the adapters' input)",
+                "probabilities in [0, 1)"),
+    "targets": ("target modules among qkv, proj, fc1, fc2, or all_linear, attention, mlp",
+                "target lists"),
+    "packing": ("true or false (samples packed into seq_len, or each padded to it)",
+                "booleans (true/false)"),
+    "mean_seq_len": ("a positive integer (the samples' mean length in tokens, <= seq_len)",
+                     "positive integers"),
 }
 
 
@@ -201,6 +219,24 @@ class SearchConfig(_Strict):
     prune: StrictBool = True
 
 
+class PeftConfig(_Strict):
+    """LoRA / QLoRA adapters (task lora or qlora): defaults in sim_core/tasks.py."""
+
+    rank: PosInt | None = None
+    alpha: PosFloat | None = None
+    # a name, a group or a list: qkv, proj, fc1, fc2 | all_linear | attention | mlp (and the
+    # frameworks' own names: linear_qkv, q_proj, down_proj, ...)
+    targets: str | list[str] | None = None
+    dropout: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = None
+
+
+class DataConfig(_Strict):
+    """Fine-tuning samples: packed into seq_len, or each padded to seq_len."""
+
+    packing: StrictBool | None = None
+    mean_seq_len: PosInt | None = None
+
+
 class RunConfig(_Strict):
     model: Any  # a catalog id or an InlineModel mapping (validated separately)
     seq_len: PosInt
@@ -212,6 +248,10 @@ class RunConfig(_Strict):
     cluster: ClusterConfig
     parallel: ParallelConfig = ParallelConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    # what the run trains (sim_core/tasks.py): pretrain | sft | lora | qlora
+    task: Literal[TASKS] = "pretrain"  # type: ignore[valid-type]
+    peft: PeftConfig | None = None
+    data: DataConfig | None = None
     description: str = ""
 
 
@@ -223,8 +263,9 @@ class SpaceConfig(RunConfig):
 
 # Fields that may vary in `space:` and what each value must be.
 _INT_AXES = {"seq_len", "global_batch", "global_batch_tokens", "num_gpus", "nodes",
-             "gpus_per_node", "nics_per_node", "tp", "pp", "cp", "ep", "vpp", "micro_batch"}
-_BOOL_AXES = {k for k, v in PARALLEL_COLUMNS.items() if isinstance(v, bool)}
+             "gpus_per_node", "nics_per_node", "tp", "pp", "cp", "ep", "vpp", "micro_batch",
+             "lora_rank", "mean_seq_len"}
+_BOOL_AXES = {k for k, v in PARALLEL_COLUMNS.items() if isinstance(v, bool)} | {"packing"}
 # every enumerated field but the model's activation (set through `model`)
 _ENUM_AXES = {k: v for k, v in CATEGORICAL.items() if k != "activation"}
 _FLOAT_AXES = {"nic_bw_gbs": 0.0, "capacity_factor": 1.0, "expert_skew": 0.0,  # name: minimum
@@ -556,9 +597,27 @@ def _check_fixed(cfg: RunConfig) -> None:
             and not ({"global_batch", "global_batch_tokens"} & set(space))):
         raise ConfigError("global_batch: required field is missing "
                           "(or give global_batch_tokens, a token budget per step)")
+    _check_finetune(cfg, space)
     p = cfg.parallel
     if p.fsdp and p.zero not in (None, 3):
         raise ConfigError(f"parallel.fsdp: fsdp: true means zero 3, but parallel.zero is {p.zero}")
+
+
+def _check_finetune(cfg: RunConfig, space: dict) -> None:
+    """The fine-tuning sections agree with the task (sim_core/tasks.py)."""
+    varies = "task" in space
+    if cfg.peft is not None and not varies and not TASK_TRAITS[cfg.task]["frozen_base"]:
+        raise ConfigError(f"peft: adapters need task lora or qlora, but task is '{cfg.task}'")
+    if cfg.peft is not None and cfg.peft.targets is not None:
+        try:
+            targets_mask(cfg.peft.targets, "peft.targets")
+        except TaskError as exc:
+            raise ConfigError(str(exc)) from None
+    d = cfg.data
+    if d is not None and d.mean_seq_len is not None and "seq_len" not in space \
+            and d.mean_seq_len > cfg.seq_len:
+        raise ConfigError(f"data.mean_seq_len: expected at most seq_len ({cfg.seq_len}), the "
+                          f"length samples are packed or padded to, got {d.mean_seq_len}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -760,6 +819,18 @@ def fixed_columns(cfg: RunConfig) -> dict:
     for k, default in PARALLEL_COLUMNS.items():
         if k != "dp" and k not in profile_fields():
             row[k] = default
+    row["task"] = cfg.task
+    if cfg.peft is not None:
+        for k, col in (("rank", "lora_rank"), ("alpha", "lora_alpha"), ("dropout", "lora_dropout")):
+            if getattr(cfg.peft, k) is not None:
+                row[col] = getattr(cfg.peft, k)
+        if cfg.peft.targets is not None:
+            row["lora_targets"] = targets_mask(cfg.peft.targets)
+    if cfg.data is not None:
+        if cfg.data.packing is not None:
+            row["packing"] = cfg.data.packing
+        if cfg.data.mean_seq_len is not None:
+            row["mean_seq_len"] = cfg.data.mean_seq_len
     given = cfg.parallel.model_dump(exclude_none=True)
     fsdp = given.pop("fsdp", None)
     row.update(given)
