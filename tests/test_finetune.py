@@ -237,3 +237,17 @@ def test_row_parallel_adapters_gather_their_output_over_tp():
     one = sim([dict(BASE, task="lora", lora_targets="attention", tp=1, num_gpus=1,
                     sequence_parallel=False, zero=0)]).iloc[0]
     assert one["time_tp"] == 0.0
+
+
+def test_a_file_s_task_is_checked_against_every_task_rl_included(tmp_path):
+    """`task:` in a file names a training task or rl (its own schema); anything else is one
+    line listing all five, from the run and the space loader alike."""
+    from sweep.config.files import load_run, load_space
+
+    f = tmp_path / "run.yaml"
+    f.write_text("task: reinforce\nmodel: llama3.1-8b\nseq_len: 4096\nglobal_batch: 64\n"
+                 "cluster: {gpu: h100-sxm, num_gpus: 8}\n")
+    for load in (load_run, load_space):
+        with pytest.raises(ConfigError, match=r"^task: expected one of pretrain, sft, lora, "
+                                              r"qlora, rl, got 'reinforce'$"):
+            load(f)

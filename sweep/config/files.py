@@ -312,9 +312,21 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
+# what a file's `task:` may say: the training tasks (sim_core/tasks.py) and rl, whose runs
+# have a schema of their own
+FILE_TASKS = TASKS + ("rl",)
+
+
+def _is_rl(data: dict) -> bool:
+    task = data.get("task")
+    if task is not None and task not in FILE_TASKS:
+        raise ConfigError(f"task: expected one of {', '.join(FILE_TASKS)}, got {task!r}")
+    return task == "rl"
+
+
 def load_run(path: str | Path) -> RunConfig:
     data = read_yaml(path)
-    if data.get("task") == "rl":  # RL post-training: its own schema (sweep/config/rl.py)
+    if _is_rl(data):  # RL post-training: its own schema (sweep/config/rl.py)
         from .rl import parse_rl
 
         return parse_rl(data, path)
@@ -325,7 +337,7 @@ def load_run(path: str | Path) -> RunConfig:
 
 def load_space(path: str | Path) -> SpaceConfig:
     data = read_yaml(path)
-    if data.get("task") == "rl":  # RL post-training: its own schema (sweep/config/rl.py)
+    if _is_rl(data):  # RL post-training: its own schema (sweep/config/rl.py)
         from .rl import parse_rl
 
         return parse_rl(data, path)
