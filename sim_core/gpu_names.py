@@ -67,6 +67,12 @@ def resolve(name, ids=()) -> str | None:
     text = normalise(name)
     if not text:
         return None
+    # a near miss of an id, written as one word without a vendor's name ("h100-sxmm",
+    # "h100-pcei"), is a typo, not a product name: the rules would read it as some variant the
+    # user did not write, so it is left to the caller's did-you-mean
+    if " " not in str(name).strip() and not set(text.split()) & _VENDOR_WORDS and any(
+            difflib.SequenceMatcher(None, exact, str(i)).ratio() >= 0.85 for i in ids):
+        return None
     for gid, pat in rules():
         if pat.search(text):
             return gid
@@ -78,6 +84,10 @@ def suggest(name, ids, cutoff: float = 0.6) -> str | None:
     of the name that carries a digit ("mi300", "h1000") is compared with the ids and with the
     model words of the rules."""
     ids = list(ids)
+    exact = str(name).strip().lower().replace("_", "-").replace(" ", "-")
+    close = difflib.get_close_matches(exact, ids, n=1, cutoff=0.85)  # a misspelled id
+    if close:
+        return close[0]
     words = [w for w in normalise(name).split() if re.search(r"\d", w)] or [normalise(name)]
     best, score = None, cutoff
     for w in words:

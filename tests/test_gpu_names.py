@@ -157,3 +157,13 @@ def test_amd_run_table_as_the_rocm_docs_state_it():
     # FP8 (TE on MI300X) is faster than BF16 on the same layout
     assert out["step_time_s"][0] < out["step_time_s"][1]
     assert out["step_time_s"][2] < out["step_time_s"][3]
+
+
+@pytest.mark.parametrize("typo, meant", [("h100-sxmm", "h100-sxm"), ("h100-pcei", "h100-pcie"),
+                                         ("mi300xx", "mi300x")])
+def test_a_misspelled_id_is_a_miss_with_a_suggestion_not_another_variant(typo, meant):
+    from sim_core import catalog
+
+    assert catalog.resolve_gpu(typo) is None
+    with pytest.raises(catalog.CatalogError, match=f"did you mean '{meant}'"):
+        catalog.get_gpu(typo)
