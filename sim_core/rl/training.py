@@ -66,6 +66,10 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
     pp = out["pp"].to_numpy(float) if "pp" in out else np.ones(n)
     cp = out["cp"].to_numpy(float) if "cp" in out else np.ones(n)
     dp = np.maximum(np.floor(b.train_gpus / (tp * pp * cp)), 1.0)
+    # context parallelism pads every sequence to a multiple of 2 x cp (Megatron's causal
+    # load balancing; NeMo RL v0.3.0 `make_sequence_length_divisible_by` = tp x cp x 2)
+    step_len = np.where(cp > 1, 2 * cp, 1.0)
+    pack = np.ceil(pack / step_len) * step_len
     seqs = np.ceil(b.sequences / b.mini_batches)  # sequences per optimizer step
     if for_memory:
         out["seq_len"] = pack
@@ -75,9 +79,6 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
     else:
         mb = np.maximum(np.floor(pack / mean_len), 1.0)
         mb = np.minimum(mb, np.maximum(np.floor(seqs / dp), 1.0))
-        # context parallelism pads every sequence to a multiple of 2 x cp (Megatron's causal
-        # load balancing; NeMo RL v0.3.0 `make_sequence_length_divisible_by` = tp x cp x 2)
-        step_len = np.where(cp > 1, 2 * cp, 1.0)
         out["seq_len"] = np.ceil(np.round(mean_len) / step_len) * step_len
         out["micro_batch"] = mb
         out["global_batch"] = np.ceil(seqs / (dp * mb)) * dp * mb
