@@ -240,3 +240,25 @@ def test_decode_leave_one_source_out():
     lo = calibrate.leave_one_source_out()
     assert lo["trt_from_tpot"] < 0.3 and lo["tpot_from_trt"] < 0.3
     assert lo["trt_fit"] == calibrate.fit(calibrate.load())
+
+
+def test_run_file_sets_eager_and_cpu_optimizer_and_the_recipes_carry_them(tmp_path):
+    import yaml
+
+    import sweep
+    from sweep.advice.rl import nemo_rl_config, verl_overrides
+
+    src = yaml.safe_load(open("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml"))
+    one = sweep.simulate("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml")
+    src["rollout"]["enforce_eager"] = True
+    src["train"]["optimizer_cpu_offload"] = 1.0
+    f = tmp_path / "eager.yaml"
+    f.write_text(yaml.safe_dump(src))
+    two = sweep.simulate(str(f))
+    assert two.gen_time_s.iloc[0] > one.gen_time_s.iloc[0]
+    assert two.train_peak_gib.iloc[0] < one.train_peak_gib.iloc[0]
+    row = two.iloc[0]
+    assert verl_overrides(row)["actor_rollout_ref.rollout.enforce_eager"] is True
+    opt = nemo_rl_config(row)["policy"]["megatron_cfg"]["optimizer"]
+    assert opt["optimizer_cpu_offload"] is True and opt["optimizer_offload_fraction"] == 1.0
+
