@@ -163,6 +163,8 @@ def test_enforce_eager_pays_a_launch_overhead_per_layer():
 def test_cpu_optimizer_offload_frees_the_training_peak_and_costs_transfers():
     r = run({}, {"optimizer_cpu_offload": 1.0})
     assert r.train_peak_gib[1] < r.train_peak_gib[0] - 1
+    # colocated: what stays on the GPU through generation no longer holds those states
+    assert r.rollout_peak_gib[1] < r.rollout_peak_gib[0] - 1
     assert r.update_time_s[1] > r.update_time_s[0]
 
 

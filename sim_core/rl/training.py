@@ -125,8 +125,10 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
         "train_seq_len": tf["seq_len"].to_numpy(),
         "train_mfu": sim["mfu"].to_numpy(),
         # resident between phases when nothing is offloaded: weights, grads, optimizer
+        # (the host-resident fraction of a CPU optimizer is never on the GPU)
         "train_states_gib": sum(sim[c].to_numpy() for c in
-                                ("mem_weights", "mem_grads", "mem_optimizer")),
-        "train_optimizer_gib": sim["mem_optimizer"].to_numpy(),
+                                ("mem_weights", "mem_grads", "mem_optimizer"))
+        - f * sim["mem_optimizer"].to_numpy(),
+        "train_optimizer_gib": (1 - f) * sim["mem_optimizer"].to_numpy(),
         "train_weights_gib": sim["mem_weights"].to_numpy(),
     }
