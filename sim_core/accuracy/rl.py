@@ -114,6 +114,7 @@ def compare(t: pd.DataFrame) -> pd.DataFrame:
     drop = skip != ""
     for c in ("pred_step_s", "step_err", "pred_gen_share", "gen_share_err_pts"):
         out.loc[drop, c] = np.nan
+    out["fits"] = out["fits"].astype(object).where(~drop, "-")
     return out
 
 
