@@ -127,11 +127,51 @@ def test_validate_reads_the_published_rl_table():
     from sim_core.accuracy import rl
 
     t = rl.load()
-    assert t.url.str.startswith("https://github.com/volcengine/verl/").all()
+    assert t.url.str.startswith("https://").all() and t.source.nunique() >= 3
     cmp = rl.compare(t)
-    assert cmp.step_err.notna().sum() >= 4
-    # blanks are imputed and said so
-    assert cmp.imputed.str.contains("response mean").any()
+    assert cmp.step_err.notna().sum() >= 8
+    # a run that does not state its mean response length is listed, not predicted
+    no_mean = t.mean_seq_len.isna().to_numpy()
+    assert no_mean.any() and cmp.step_err[no_mean].isna().all()
+    assert cmp.skipped[no_mean].str.contains("mean response length not stated").all()
+    # other blanks are imputed and said so
+    assert cmp.imputed[~no_mean].str.contains("prompt mean").any()
+    s = rl.summary(cmp)
+    assert s["skipped"] == no_mean.sum() and set(s["by_source"]) <= set(t.source)
+
+
+def test_a_step_waits_for_the_slowest_replica():
+    # the same per-replica load on 1 or 16 replicas: the longest of 16x more responses is
+    # longer, so the synchronous step's generation is too
+    one = {"num_gpus": 4, "prompts_per_step": 8, "responses_per_prompt": 16, "train_tp": 4,
+           "train_pp": 1, "response_mean": 800}
+    r = run(one, {**one, "num_gpus": 64, "prompts_per_step": 128})
+    assert r.concurrency[0] == r.concurrency[1]
+    assert r.gen_time_s[1] > r.gen_time_s[0] * 1.05
+
+
+def test_enforce_eager_pays_a_launch_overhead_per_layer():
+    r = run({}, {"enforce_eager": True})
+    b = inputs.to_batch(pd.DataFrame([BASE, {**BASE, "enforce_eager": True}]))
+    k = generation.decode_constants()
+    t = generation.step_time(b, np.array([64.0, 64.0]), np.array([2000.0, 2000.0]), k)
+    per_layer = inputs.constants()["vllm"]["eager_overhead_per_layer_s"]
+    assert t[1] - t[0] == pytest.approx(b.layers[0] * per_layer)
+    assert r.gen_time_s[1] > r.gen_time_s[0]
+
+
+def test_cpu_optimizer_offload_frees_the_training_peak_and_costs_transfers():
+    r = run({}, {"optimizer_cpu_offload": 1.0})
+    assert r.train_peak_gib[1] < r.train_peak_gib[0] - 1
+    # colocated: what stays on the GPU through generation no longer holds those states
+    assert r.rollout_peak_gib[1] < r.rollout_peak_gib[0] - 1
+    assert r.update_time_s[1] > r.update_time_s[0]
+
+
+def test_context_parallel_pads_the_mean_sequence():
+    # an odd mean length trains under CP (padded to a multiple of 2 x cp), not rejected
+    r = run({"train_cp": 4, "train_tp": 4, "train_pp": 1, "prompt_len": 511, "response_mean": 750})
+    assert r.valid[0] and r.update_time_s[0] > 0
 
 
 def test_engine_wider_than_a_node_pays_the_network():
@@ -202,3 +242,25 @@ def test_decode_leave_one_source_out():
     lo = calibrate.leave_one_source_out()
     assert lo["trt_from_tpot"] < 0.3 and lo["tpot_from_trt"] < 0.3
     assert lo["trt_fit"] == calibrate.fit(calibrate.load())
+
+
+def test_run_file_sets_eager_and_cpu_optimizer_and_the_recipes_carry_them(tmp_path):
+    import yaml
+
+    import sweep
+    from sweep.advice.rl import nemo_rl_config, verl_overrides
+
+    src = yaml.safe_load(open("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml"))
+    one = sweep.simulate("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml")
+    src["rollout"]["enforce_eager"] = True
+    src["train"]["optimizer_cpu_offload"] = 1.0
+    f = tmp_path / "eager.yaml"
+    f.write_text(yaml.safe_dump(src))
+    two = sweep.simulate(str(f))
+    assert two.gen_time_s.iloc[0] > one.gen_time_s.iloc[0]
+    assert two.train_peak_gib.iloc[0] < one.train_peak_gib.iloc[0]
+    row = two.iloc[0]
+    assert verl_overrides(row)["actor_rollout_ref.rollout.enforce_eager"] is True
+    opt = nemo_rl_config(row)["policy"]["megatron_cfg"]["optimizer"]
+    assert opt["optimizer_cpu_offload"] is True and opt["optimizer_offload_fraction"] == 1.0
+

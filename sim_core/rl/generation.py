@@ -190,7 +190,10 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     # the GEMMs (weights read or FLOPs, whichever is longer) and the attention kernels (the
     # cache read) run one after the other in every layer: their times add
     t_gemm = np.maximum(w_read / bw, t_cmp)
-    return t_gemm + kv_read / bw + t_tp + k["step_overhead_s"]
+    # enforce_eager (no CUDA graphs): every kernel of every layer is launched from the host;
+    # priced per layer from a published eager-vs-graph decode measurement (catalogs/rl.yaml)
+    eager = c(b.enforce_eager) * c(b.layers) * constants()["vllm"]["eager_overhead_per_layer_s"]
+    return t_gemm + kv_read / bw + t_tp + k["step_overhead_s"] + eager
 
 
 def prefill_time(b: Batch, prompt_tokens, prompt_len) -> np.ndarray:
@@ -236,10 +239,15 @@ def generate(b: Batch, overrides: dict | None = None) -> dict:
     t_sat = sat_tokens / conc * step_time(b, conc, inflight_ctx, k)
     # tail: `conc` sequences shrinking as S(k) until < 1/2 remains expected
     last = np.minimum(n_seq, conc)
-    k_end = np.minimum(mx, th * np.log(np.maximum(2 * last, 1.0)))
+    # a synchronous step waits for the slowest replica: the tail lasts until under half a
+    # sequence is expected to remain among all replicas' last sequences (last x replicas),
+    # the replica holding the longest response decoding it alone once its own others are done
+    k_rep = th * np.log(np.maximum(2 * last, 1.0))
+    k_end = np.minimum(mx, th * np.log(np.maximum(2 * last * reps, 1.0)))
     u = (np.arange(GRID) + 0.5) / GRID
     kk = k_end[:, None] * u[None, :]
     alive = last[:, None] * np.exp(-kk / th[:, None])
+    alive = np.where(kk > k_rep[:, None], np.maximum(alive, 1.0), alive)
     dk = (k_end / GRID)[:, None]
     t_tail = (step_time(b, alive, b.prompt_len[:, None] + kk, k) * dk).sum(axis=1)
     # prefill of the unique prompts of this replica (prefix caching shares a prompt's n copies)

@@ -61,6 +61,10 @@ RL_COLUMNS = {
     "use_ref": True,            # a reference-policy forward for the KL term
     "offload_params": False,    # colocated: training weights to host during generation
     "offload_optimizer": False,  # colocated: optimizer state to host during generation
+    "enforce_eager": False,     # the rollout engine without CUDA graphs (vLLM enforce_eager)
+    # fraction of the optimizer states kept on the host through the update, the optimizer
+    # step run there (Megatron optimizer_cpu_offload + optimizer_offload_fraction)
+    "optimizer_cpu_offload": 0.0,
 }
 
 

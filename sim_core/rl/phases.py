@@ -27,11 +27,7 @@ from . import generation, inputs, training, weight_sync
 
 
 def _pcie(b) -> np.ndarray:
-    table = inputs.constants()["pcie_gbs"]
-    archs = np.array(sorted(table), dtype=float)
-    vals = np.array([table[a] for a in sorted(table)], dtype=float)
-    idx = np.clip(np.searchsorted(archs, b.sm_arch, side="right") - 1, 0, len(archs) - 1)
-    return vals[idx] * 1e9
+    return training.pcie_bytes_per_s(b)
 
 
 def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:

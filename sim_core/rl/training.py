@@ -23,6 +23,17 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
+from .inputs import constants
+
+
+def pcie_bytes_per_s(b) -> np.ndarray:
+    """Host <-> device bandwidth per GPU and direction (catalogs/rl.yaml `pcie_gbs` by SM
+    architecture)."""
+    table = constants()["pcie_gbs"]
+    archs = np.array(sorted(table), dtype=float)
+    vals = np.array([table[a] for a in sorted(table)], dtype=float)
+    idx = np.clip(np.searchsorted(archs, b.sm_arch, side="right") - 1, 0, len(archs) - 1)
+    return vals[idx] * 1e9
 
 # the training layout's columns an RL row carries, with the simulator's names
 TRAIN_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "recompute", "zero",
@@ -55,6 +66,10 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
     pp = out["pp"].to_numpy(float) if "pp" in out else np.ones(n)
     cp = out["cp"].to_numpy(float) if "cp" in out else np.ones(n)
     dp = np.maximum(np.floor(b.train_gpus / (tp * pp * cp)), 1.0)
+    # context parallelism pads every sequence to a multiple of 2 x cp (Megatron's causal
+    # load balancing; NeMo RL v0.3.0 `make_sequence_length_divisible_by` = tp x cp x 2)
+    step_len = np.where(cp > 1, 2 * cp, 1.0)
+    pack = np.ceil(pack / step_len) * step_len
     seqs = np.ceil(b.sequences / b.mini_batches)  # sequences per optimizer step
     if for_memory:
         out["seq_len"] = pack
@@ -64,7 +79,7 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
     else:
         mb = np.maximum(np.floor(pack / mean_len), 1.0)
         mb = np.minimum(mb, np.maximum(np.floor(seqs / dp), 1.0))
-        out["seq_len"] = np.round(mean_len)
+        out["seq_len"] = np.ceil(np.round(mean_len) / step_len) * step_len
         out["micro_batch"] = mb
         out["global_batch"] = np.ceil(seqs / (dp * mb)) * dp * mb
     return out
@@ -76,6 +91,16 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     sim = simulate_frame(tf.reset_index(drop=True), profile)
     mem = simulate_frame(training_frame(df, b, for_memory=True).reset_index(drop=True), profile)
     step = sim["step_time_s"].to_numpy()
+    # the optimizer on the host (Megatron `optimizer_cpu_offload`, `optimizer_offload_fraction`
+    # f, as verl's DeepSeek-V3 recipe runs it): f of the optimizer states (12 B/param: fp32
+    # master + Adam m, v; sim_core/memory.py) leave the training peak, and every optimizer step
+    # moves that shard's fp32 gradients to the host and its bf16 parameters back over PCIe
+    # (`overlap_cpu_optimizer_d2h_h2d`: the two directions overlap, the longer counts). The
+    # host's Adam arithmetic itself is not priced.
+    f = np.clip(b.optimizer_cpu_offload, 0.0, 1.0)
+    opt_b = sim["mem_optimizer"].to_numpy() * 2.0 ** 30 * f
+    host_step = np.maximum(opt_b / 12 * 4, opt_b / 12 * 2) / pcie_bytes_per_s(b)
+    step = step + host_step
     comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
     fwd = sim["time_compute"].to_numpy() / 3 + comm / 2 + sim["time_bubble"].to_numpy() / 3
     n_fwd = 1 + b.use_ref + (b.algorithm == 2)  # old log-prob, ref, PPO critic values
@@ -92,14 +117,18 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
                                          sim["invalid_reason"].to_numpy(),
                                          mem["invalid_reason"].to_numpy()),
         "train_peak_gib": np.fmax(mem["peak_memory_gib"].to_numpy(),
-                                  sim["peak_memory_gib"].to_numpy()),
+                                  sim["peak_memory_gib"].to_numpy())
+        - f * mem["mem_optimizer"].to_numpy(),
+        "optimizer_host_time_s": host_step * b.mini_batches * b.ppo_epochs,
         "train_dp": sim["dp"].to_numpy(),
         "train_global_batch": tf["global_batch"].to_numpy(),
         "train_seq_len": tf["seq_len"].to_numpy(),
         "train_mfu": sim["mfu"].to_numpy(),
         # resident between phases when nothing is offloaded: weights, grads, optimizer
+        # (the host-resident fraction of a CPU optimizer is never on the GPU)
         "train_states_gib": sum(sim[c].to_numpy() for c in
-                                ("mem_weights", "mem_grads", "mem_optimizer")),
-        "train_optimizer_gib": sim["mem_optimizer"].to_numpy(),
+                                ("mem_weights", "mem_grads", "mem_optimizer"))
+        - f * sim["mem_optimizer"].to_numpy(),
+        "train_optimizer_gib": (1 - f) * sim["mem_optimizer"].to_numpy(),
         "train_weights_gib": sim["mem_weights"].to_numpy(),
     }

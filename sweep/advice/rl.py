@@ -75,6 +75,8 @@ def verl_overrides(row) -> dict:
     if row["train_recompute"] != "none":
         o["actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity"] = \
             row["train_recompute"]
+    if bool(row.get("enforce_eager", False)):
+        o["actor_rollout_ref.rollout.enforce_eager"] = True
     if split:
         o["rollout.nnodes"] = max(rollout_gpus // gpn, 1)
         o["rollout.n_gpus_per_node"] = min(rollout_gpus, gpn)
@@ -122,6 +124,12 @@ def nemo_rl_config(row) -> dict:
         "cluster.gpus_per_node": gpn,
         "cluster.num_nodes": max(_i(row["num_gpus"]) // gpn, 1),
     }
+    if bool(row.get("enforce_eager", False)):
+        flat["policy.generation.vllm_cfg.enforce_eager"] = True
+    f = float(row.get("optimizer_cpu_offload", 0.0) or 0.0)
+    if f > 0:
+        flat["policy.megatron_cfg.optimizer.optimizer_cpu_offload"] = True
+        flat["policy.megatron_cfg.optimizer.optimizer_offload_fraction"] = round(f, 2)
     if split:
         flat["policy.generation.colocated.resources.num_nodes"] = max(
             _i(row["rollout_gpus"]) // gpn, 1)

@@ -111,13 +111,22 @@ def run_rl(args) -> int:
             "pred_step_s", "step_err", "gen_share", "pred_gen_share", "fits"]
     print(cmp[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     for i, r in cmp.iterrows():
-        note = "; ".join(x for x in (r["imputed"] and f"imputed {r['imputed']}",
-                                     r["oom_reason"]) if x)
+        note = r["skipped"] or "; ".join(x for x in (r["imputed"] and f"imputed {r['imputed']}",
+                                                     r["oom_reason"]) if x)
         if note or r["step_err"] != r["step_err"]:
             print(f"  row {i}: {note or 'no prediction (invalid configuration)'}")
     s = rl.summary(cmp)
     share = s["median_abs_gen_share_pts"]
-    print(f"\n{s['rows']} rows predicted: median |step error| {s['median_abs_step_err']:.1%} "
-          "(nothing fitted on them: leave-one-source-out = in-sample); generation share "
-          + (f"median |error| {share:.1f} points" if share is not None else "not measured"))
+    print(f"\n{s['rows']} rows predicted ({s['skipped']} skipped): median |step error| "
+          f"{s['median_abs_step_err']:.1%} (nothing fitted on them: leave-one-source-out = "
+          "in-sample); generation share " + (f"median |error| {share:.1f} points over "
+                                             f"{s['gen_share_rows']} sync rows"
+                                             if share is not None else "not measured"))
+    for src, e in s["by_source"].items():
+        print(f"  source {src}: median |step error| {e:.1%}")
+    for r in s["ranking"]:
+        print(f"  colocated vs split, {r['model']} on {r['num_gpus']} GPUs ({r['source']}): "
+              f"measured {r['measured_faster']} faster, predicted {r['predicted_faster']}")
+    if not s["ranking"]:
+        print("  colocated vs split: no source measured both with a stated mean length")
     return 0

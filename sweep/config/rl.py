@@ -57,6 +57,7 @@ class Rollout(_S):
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
     max_num_seqs: int | None = Field(None, gt=0)
     precision: Literal["bf16", "fp8"] = "bf16"
+    enforce_eager: bool = False  # vLLM without CUDA graphs (a per-layer launch cost per step)
 
 
 class Train(_S):
@@ -67,6 +68,9 @@ class Train(_S):
     use_ref: bool = True
     offload_params: bool = False
     offload_optimizer: bool = False
+    # fraction of the optimizer states on the host through the update (Megatron
+    # optimizer_cpu_offload + optimizer_offload_fraction)
+    optimizer_cpu_offload: float = Field(0.0, ge=0, le=1)
 
 
 class Parallel(_S):
@@ -159,6 +163,8 @@ class RLConfig(_S):
             "mini_batches": self.train.mini_batches, "ppo_epochs": self.train.ppo_epochs,
             "use_ref": self.train.use_ref, "offload_params": self.train.offload_params,
             "offload_optimizer": self.train.offload_optimizer,
+            "enforce_eager": r.enforce_eager,
+            "optimizer_cpu_offload": self.train.optimizer_cpu_offload,
             "train_framework": self.train.framework,
             "train_seq_len": self.train.seq_len or float("nan"),
         }
