@@ -110,7 +110,7 @@ def _num(x, default=np.nan):
 
 
 def _family(src: str) -> str:
-    for key in ("Megatron-Bridge", "NeMo", "torchtitan", "llm-foundry", "Megatron-LM",
+    for key in ("Primus", "Megatron-Bridge", "NeMo", "torchtitan", "llm-foundry", "Megatron-LM",
                 "Narayanan21"):
         if key.lower() in src.lower():
             return {"Narayanan21": "Megatron-LM"}.get(key, key)
@@ -283,7 +283,10 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     # "ZeRO-1", "zero stage 2", "ZeRO3" (users' tables, e.g. nanotron's zero_stage) name the
     # stage; "none"/"no"/"ddp" alone say there is none
     z_stage = re.search(r"zero[\s_-]*(?:stage)?[\s_-]*([0-3])\b", z_text)
-    zero = (2 if "shard_grad_op" in z_text else 3 if "fsdp" in z_text
+    # "FSDP=0" (AMD's launcher switch), "fsdp: false", "no FSDP" say there is none
+    fsdp = re.search(r"(?<!no )fsdp(?!\d*[a-z_])(?!\d*\s*[=:]?\s*(?:0|false|off|no|none)\b)",
+                     z_text)
+    zero = (2 if "shard_grad_op" in z_text else 3 if fsdp or "full_shard" in z_text
             else 1 if "dist" in z_text else int(z_stage.group(1)) if z_stage
             else 0 if z_text.strip() in ("none", "no", "ddp", "0")
             else 0 if "2021" in str(r["framework"]) else None)
@@ -386,9 +389,11 @@ _FP8_RECIPES = [(r"\bCS\b|current", "tensorwise"), (r"\bMX|mxfp8", "mxfp8"),
 
 
 # a format the row says it did NOT use: "BF16 (no float8)", "bf16, without FP8", "w/o fp8",
-# a launcher switch set off ("TE_FP8=0" in AMD's Megatron scripts, "fp8: false")
+# a launcher switch set off ("TE_FP8=0" in AMD's Megatron scripts, "fp8: false"), Megatron's
+# argument dump ("fp8 ........ None", "fp8 None": the run is not FP8)
 _NEGATED = re.compile(r"\b(?:no|without|w/o|not)\s+(?:float8|fp8)\b|\b(?:float8|fp8)\s+(?:off|"
-                      r"disabled)\b|\w*(?:float8|fp8)\s*[=:]\s*(?:0|false|off|no)\b", re.I)
+                      r"disabled)\b|\w*(?:float8|fp8)\s*[=:]\s*(?:0|false|off|no|none)\b|"
+                      r"\b(?:float8|fp8)[\s.]+none\b", re.I)
 
 
 def _precision(text: str) -> str:
@@ -524,6 +529,10 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
                                                           "alltoall")
     if "moe_recompute" not in runs:
         runs["moe_recompute"] = "none"
+    # a dense row has no EP all-to-all: nothing to impute there (a table with one MoE row
+    # carries the column, NaN on its dense rows)
+    runs["moe_a2a_overlap"] = runs["moe_a2a_overlap"].astype(object).where(
+        runs["moe_a2a_overlap"].notna() | moe, False)
     todo = ((runs["micro_batch"] == 0) | (runs["recompute"] == "")
             | runs["moe_a2a_overlap"].isna() | runs["moe_dispatcher"].isna())
     if not todo.any():
