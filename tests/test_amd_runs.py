@@ -70,3 +70,26 @@ def test_validate_predicts_every_stated_row():
     err = t["step_error"].abs()
     assert np.median(err) <= 0.10
     assert (err[t["gpu"] == "mi325x"] <= 0.10).all()
+
+
+def test_a_run_that_reports_only_tokens_per_second_is_timed_by_it():
+    """AMD's logs and tables often give tokens/s per GPU and no step time: a step is the global
+    batch's tokens over all GPUs (row 3: 2048 x 4096 / (20470.1 x 64) = 6.403 s, its logged
+    6403.1 ms)."""
+    r = pd.read_csv(TABLE, dtype=str, keep_default_na=False).set_index("id").loc["3"].copy()
+    r["step_time_s"] = r["tflops_per_gpu"] = ""
+    step, how = v._measured_step(r)
+    assert how == "tokens_per_s_per_gpu"
+    assert step == pytest.approx(6.4031, rel=1e-3)
+
+
+def test_a_sequence_written_as_8k_is_read(tmp_path):
+    t = pd.read_csv(TABLE, dtype=str, keep_default_na=False)
+    t.loc[t["id"] == "5", "seq_len"] = "8k"
+    t.loc[t["id"] == "3", "seq_len"] = "4 K"
+    t.loc[t["id"] == "2", "seq_len"] = "about 4k"
+    p = tmp_path / "runs.csv"
+    t.to_csv(p, index=False)
+    rows = v.load_published(p).set_index("id")
+    assert rows.loc["5", "seq_len"] == 8192 and rows.loc["3", "seq_len"] == 4096
+    assert rows.loc["2", "skip"] == "seq_len 'about 4k' is not a number"

@@ -79,7 +79,8 @@ IMPUTATION = {
     "activation": "the activation column where stated (swiglu, gelu, relu2); else swiglu for "
                   "Llama/Qwen/Mixtral/DeepSeek/GPT-OSS and every nanotron row, relu2 for "
                   "Nemotron, else gelu",
-    "measured step time": "step_time_s, else derived_step_time_s, else from reported "
+    "measured step time": "step_time_s, else derived_step_time_s, else global batch x "
+                          "sequence / (tokens_per_s_per_gpu x GPUs), else from reported "
                           "TFLOP/s with the source's own FLOP formula (Megatron 2021 counts "
                           "recompute: 96*B*s*l*h^2*(1+s/6h+V/16lh); Megatron-Core r0.8 counts "
                           "model FLOPs: 72*B*s*l*h^2*(1+s/6h+V/12lh))",
@@ -463,6 +464,12 @@ def _measured_step(r: pd.Series) -> tuple[float, str]:
         v = _num(r[col])
         if not np.isnan(v):
             return v, col
+    # tokens/s per GPU (Megatron's "tokens per GPU (tokens/s/GPU)", torchtitan's tps): a step
+    # is global batch x sequence tokens over all GPUs, whatever FLOP formula the source uses
+    tps, B, s, n = (_num(r[c]) for c in ("tokens_per_s_per_gpu", "gbs_seqs", "seq_len",
+                                           "num_gpus"))
+    if tps > 0 and B > 0 and s > 0 and n > 0:
+        return B * s / (tps * n), "tokens_per_s_per_gpu"
     tflops = _num(r["tflops_per_gpu"])
     if np.isnan(tflops):
         return np.nan, ""
@@ -496,6 +503,10 @@ def load_published(path=None) -> pd.DataFrame:
     for col in pd.read_csv(dataset_path(), nrows=0).columns:
         if col not in raw.columns:
             raw[col] = ""
+    # sequence lengths as tables write them: "8k", "4K", "128K" (x 1024, as context lengths are
+    # counted); anything else is left for the row's own error
+    raw["seq_len"] = raw["seq_len"].str.replace(
+        r"^\s*(\d+)\s*[kK]\s*$", lambda m: str(int(m.group(1)) * 1024), regex=True)
     if (raw["id"] == "").all():
         raw["id"] = [str(i + 1) for i in range(len(raw))]
     recs = []
