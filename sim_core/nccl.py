@@ -118,8 +118,12 @@ THREAD_THRESHOLD = (8, 8, 64)  # bytes per thread (LL ring: x nRanks)
 # search models a gfx94x XGMI link at 48 GB/s (src/graph/topo.h GFX94X_XGMI_WIDTH 48.0) against
 # the 64 GB/s per direction of the datasheet (CDNA 3 white paper: 896 GB/s over 7 links, both
 # directions); the ROCm RCCL/xGMI blog (2025-03-02) gives the same "approximately 48 GB/s per
-# link" after CRC/protocol overhead. CDNA4 (gfx950) has no entry at that commit: same ratio.
+# link" after CRC/protocol overhead.
 XGMI_EFF = 48.0 / 64.0
+# CDNA4 (gfx950): RCCL models its link at the same 48 GB/s (ROCm/rccl @08814b0a src/graph/topo.h
+# GFX95X_XGMI_WIDTH 48.0, ncclTopoXGMISpeed "gfx95"), against 76.8 GB/s per direction of the
+# datasheet (CDNA 4 white paper: 153.6 GB/s per link, both directions): 48 / 76.8 of it.
+XGMI_EFF_GFX95X = 48.0 / 76.8
 # tuning.cc baseLat (us) per {LL, LL128, Simple}, the same for tree and ring
 RCCL_BASE_LAT = (12.0, 12.0, 17.0)
 # tuning_model_5 (the MI300X rome models 79/81/84 set tuning=5, rome_models.cc): XGMI hop
@@ -249,7 +253,8 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
     mesh = (links > 0).astype(_DT)
     any_mesh = bool(mesh.any())
     if any_mesh:
-        link_bw = net["nvlink_bw_gbs"] / np.maximum(links, 1.0) * XGMI_EFF
+        xgmi_eff = np.where(arch >= 950, XGMI_EFF_GFX95X, XGMI_EFF)  # sm_arch = gfx target
+        link_bw = net["nvlink_bw_gbs"] / np.maximum(links, 1.0) * xgmi_eff
         peers = np.maximum(np.minimum(k, links + 1.0) - 1.0, 1.0)
         b_nvl = _sel(mesh, peers * link_bw, b_nvl)
         mesh1 = mesh * (1.0 - multi)  # one mesh node: RCCL's single-node rules apply

@@ -50,6 +50,9 @@ CASES = [
     ("rocm_blog_mi300x_rccl_xgmi_8xMI300X.log", 32, "all_reduce", 8, 1),
     ("rocm_blog_mi300x_rccl_xgmi_8xMI300X_graph.log", 32, "all_reduce", 8, 1),
     ("rccl_issue1562_8xMI300X_VF_azure.log", 25, "all_reduce", 8, 1),
+    # issue 38: 8x MI350X (gfx950), one process driving 8 GPUs and one rank per GPU
+    ("ihc_mi350x_allreduce_1proc_g8_8xMI350X.log", 31, "all_reduce", 8, 1),
+    ("ihc_mi350x_allreduce_mpirun_8xMI350X_dips.log", 31, "all_reduce", 8, 1),
 ]
 
 
@@ -133,7 +136,10 @@ def test_cli_unknown_gpu_exits_non_zero_with_one_line(capsys):
     assert rc != 0 and "\n" not in err and "--gpu" in err and "Traceback" not in err
 
 
-CURVES = [c[0] for c in CASES if c[1] >= 5]
+# a curve whose large sizes are disturbed (the mpirun MI350X run: 64 MiB and 512 MiB-2 GiB at
+# 2-4x the neighbouring sizes' time, in-place columns too): fitted, but not to 10%
+NOISY = {"ihc_mi350x_allreduce_mpirun_8xMI350X_dips.log"}
+CURVES = [c[0] for c in CASES if c[1] >= 5 and c[0] not in NOISY]
 
 
 @pytest.mark.parametrize("name", CURVES)
@@ -167,3 +173,51 @@ def test_a_profile_from_a_log_without_hosts_loads_with_what_calibration_resolved
     assert list(prof.curves) == [("all_reduce", 2, 2)]
     with pytest.raises(ValueError, match="nodes"):
         load_profile([LOGS / name])
+
+
+def _fit_line(name, capsys):
+    from sweep.cli import main
+
+    assert main(["calibrate", "nccl", str(LOGS / name), "--profile", "p"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.strip().startswith(name) and "sizes:" in x)
+    return tuple(map(float, re.search(r"default\s+([\d.]+)% -> fitted\s+([\d.]+)%",
+                                      line).groups()))
+
+
+@pytest.mark.parametrize("name", sorted(NOISY))
+def test_a_disturbed_curve_is_still_fitted_better_than_the_default(name, capsys):
+    default, fitted = _fit_line(name, capsys)
+    assert fitted < default
+
+
+def test_a_failed_rccl_run_says_it_failed():
+    """ROCm/rccl issue 1728: 4x MI300X VF, RCCL init fails ('Failed to find reverse path'), the
+    table never comes: one line naming the failure, not 'no rows' alone."""
+    name = "rccl_issue1728_4xMI300X_VF_reverse_path_failure.log"
+    assert _log(name).rows == []
+    with pytest.raises(ValueError, match=r"no nccl-tests result rows.*the run failed \(internal "
+                                         r"error - please report this issue"):
+        nccl_fit.nccl_rows([LOGS / name])
+
+
+def test_gfx950_links_are_priced_as_rccl_models_them():
+    """RCCL models a gfx950 Infinity Fabric link at 48 GB/s, as a gfx942 one (ROCm/rccl
+    @08814b0a topo.h GFX95X_XGMI_WIDTH = GFX94X_XGMI_WIDTH = 48.0), although CDNA4's datasheet
+    link is 76.8 GB/s per direction against CDNA3's 64: a large 8-GPU all-reduce takes the
+    same time on MI350X/MI355X as on MI300X. On the MI350X logs' undisturbed large sizes (the
+    mpirun run's 128-256 MiB, the one-process run's 512 MiB-1 GiB and 4-8 GiB) the default model
+    is 3-10% slow (at 57.6 GB/s per link it was 8-13% fast)."""
+    import pandas as pd
+
+    df = pd.DataFrame({"op": ["all_reduce"], "group": [8], "nodes": [1], "size": [2**33]})
+    t = {g: nccl_fit.nccl_model_us(df, nccl_fit.base_network(g))[0]
+         for g in ("mi300x", "mi350x", "mi355x")}
+    assert t["mi350x"] == pytest.approx(t["mi300x"], rel=1e-6) == t["mi355x"]
+    mpi = nccl_fit.nccl_rows([LOGS / "ihc_mi350x_allreduce_mpirun_8xMI350X_dips.log"])
+    one = nccl_fit.nccl_rows([LOGS / "ihc_mi350x_allreduce_1proc_g8_8xMI350X.log"])
+    clean = pd.concat([mpi[mpi["size"].isin([2**27, 2**28])],
+                       one[one["size"].isin([2**29, 2**30, 2**32, 2**33])]])
+    err = nccl_fit.nccl_model_us(clean, nccl_fit.base_network("mi350x")) / clean[
+        "oop_time_us"].to_numpy() - 1
+    assert len(err) == 6 and np.all((err > 0.0) & (err < 0.11))

@@ -79,7 +79,8 @@ IMPUTATION = {
     "activation": "the activation column where stated (swiglu, gelu, relu2); else swiglu for "
                   "Llama/Qwen/Mixtral/DeepSeek/GPT-OSS and every nanotron row, relu2 for "
                   "Nemotron, else gelu",
-    "measured step time": "step_time_s, else derived_step_time_s, else from reported "
+    "measured step time": "step_time_s, else derived_step_time_s, else global batch x "
+                          "sequence / (tokens_per_s_per_gpu x GPUs), else from reported "
                           "TFLOP/s with the source's own FLOP formula (Megatron 2021 counts "
                           "recompute: 96*B*s*l*h^2*(1+s/6h+V/16lh); Megatron-Core r0.8 counts "
                           "model FLOPs: 72*B*s*l*h^2*(1+s/6h+V/12lh))",
@@ -110,7 +111,7 @@ def _num(x, default=np.nan):
 
 
 def _family(src: str) -> str:
-    for key in ("Megatron-Bridge", "NeMo", "torchtitan", "torchtune", "llm-foundry", "Megatron-LM",
+    for key in ("Primus", "Megatron-Bridge", "NeMo", "torchtitan", "torchtune", "llm-foundry", "Megatron-LM",
                 "Narayanan21"):
         if key.lower() in src.lower():
             return {"Narayanan21": "Megatron-LM"}.get(key, key)
@@ -283,7 +284,10 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
     # "ZeRO-1", "zero stage 2", "ZeRO3" (users' tables, e.g. nanotron's zero_stage) name the
     # stage; "none"/"no"/"ddp" alone say there is none
     z_stage = re.search(r"zero[\s_-]*(?:stage)?[\s_-]*([0-3])\b", z_text)
-    zero = (2 if "shard_grad_op" in z_text else 3 if "fsdp" in z_text
+    # "FSDP=0" (AMD's launcher switch), "fsdp: false", "no FSDP" say there is none
+    fsdp = re.search(r"(?<!no )fsdp(?!\d*[a-z_])(?!\d*\s*[=:]?\s*(?:0|false|off|no|none)\b)",
+                     z_text)
+    zero = (2 if "shard_grad_op" in z_text else 3 if fsdp or "full_shard" in z_text
             else 1 if "dist" in z_text else int(z_stage.group(1)) if z_stage
             else 0 if z_text.strip() in ("none", "no", "ddp", "0")
             else 0 if "2021" in str(r["framework"]) else None)
@@ -437,9 +441,11 @@ _FP8_RECIPES = [(r"\bCS\b|current", "tensorwise"), (r"\bMX|mxfp8", "mxfp8"),
 
 
 # a format the row says it did NOT use: "BF16 (no float8)", "bf16, without FP8", "w/o fp8",
-# a launcher switch set off ("TE_FP8=0" in AMD's Megatron scripts, "fp8: false")
+# a launcher switch set off ("TE_FP8=0" in AMD's Megatron scripts, "fp8: false"), Megatron's
+# argument dump ("fp8 ........ None", "fp8 None": the run is not FP8)
 _NEGATED = re.compile(r"\b(?:no|without|w/o|not)\s+(?:float8|fp8)\b|\b(?:float8|fp8)\s+(?:off|"
-                      r"disabled)\b|\w*(?:float8|fp8)\s*[=:]\s*(?:0|false|off|no)\b", re.I)
+                      r"disabled)\b|\w*(?:float8|fp8)\s*[=:]\s*(?:0|false|off|no|none)\b|"
+                      r"\b(?:float8|fp8)[\s.]+none\b", re.I)
 
 
 def _precision(text: str) -> str:
@@ -510,6 +516,12 @@ def _measured_step(r: pd.Series) -> tuple[float, str]:
         v = _num(r[col])
         if not np.isnan(v):
             return v, col
+    # tokens/s per GPU (Megatron's "tokens per GPU (tokens/s/GPU)", torchtitan's tps): a step
+    # is global batch x sequence tokens over all GPUs, whatever FLOP formula the source uses
+    tps, B, s, n = (_num(r[c]) for c in ("tokens_per_s_per_gpu", "gbs_seqs", "seq_len",
+                                           "num_gpus"))
+    if tps > 0 and B > 0 and s > 0 and n > 0:
+        return B * s / (tps * n), "tokens_per_s_per_gpu"
     tflops = _num(r["tflops_per_gpu"])
     if np.isnan(tflops):
         return np.nan, ""
@@ -543,6 +555,10 @@ def load_published(path=None) -> pd.DataFrame:
     for col in pd.read_csv(dataset_path(), nrows=0).columns:
         if col not in raw.columns:
             raw[col] = ""
+    # sequence lengths as tables write them: "8k", "4K", "128K" (x 1024, as context lengths are
+    # counted); anything else is left for the row's own error
+    raw["seq_len"] = raw["seq_len"].str.replace(
+        r"^\s*(\d+)\s*[kK]\s*$", lambda m: str(int(m.group(1)) * 1024), regex=True)
     if (raw["id"] == "").all():
         raw["id"] = [str(i + 1) for i in range(len(raw))]
     recs = []
@@ -576,6 +592,10 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
                                                           "alltoall")
     if "moe_recompute" not in runs:
         runs["moe_recompute"] = "none"
+    # a dense row has no EP all-to-all: nothing to impute there (a table with one MoE row
+    # carries the column, NaN on its dense rows)
+    runs["moe_a2a_overlap"] = runs["moe_a2a_overlap"].astype(object).where(
+        runs["moe_a2a_overlap"].notna() | moe, False)
     todo = ((runs["micro_batch"] == 0) | (runs["recompute"] == "")
             | runs["moe_a2a_overlap"].isna() | runs["moe_dispatcher"].isna())
     if not todo.any():

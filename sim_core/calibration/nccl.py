@@ -114,7 +114,11 @@ def nccl_rows(paths, op: str | None = None, ranks: int | None = None,
         text = Path(p).read_text(errors="replace")
         log = read_log(text, op=op or _op_from_text(Path(p).name), ranks=ranks, nodes=nodes)
         if not log.rows:
-            raise ValueError(f"{p}: no nccl-tests result rows in the file")
+            # a run that failed says so in the tests' own failure line (common.cu
+            # "Test NCCL failure <file>:<line> '<error>'"): name it rather than the empty table
+            failed = re.search(r"Test (?:NCCL|CUDA|HIP) failure \S+ '([^']*)'", text)
+            why = f": the run failed ({failed.group(1).strip(' /')})" if failed else ""
+            raise ValueError(f"{p}: no nccl-tests result rows in the file{why}")
         if log.op is None:
             raise ValueError(f"{p}: cannot tell the collective; pass --op")
         if log.group is None:
