@@ -27,7 +27,10 @@ from ..results import (
     Leaderboard, ResultStore, add_costs, constant_columns, objective_columns, row_prices,
     write_part_file, write_ranked_tables,
 )
-from .evaluate import Bounds, evaluate_simulated, is_default, model_info, model_key
+from .direct import DirectBatch
+from .evaluate import (
+    Bounds, evaluate_batch, evaluate_simulated, is_default, model_info, model_key,
+)
 from .runtime import executor, progress_bar
 from .space import Census, Space, normalise, require_valid
 from .strategy import Outcome, SearchJob, config_cols
@@ -121,16 +124,28 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     passed = np.ones(len(ids), dtype=bool) if pre is None else pre == ""
     keep = ~dup & passed
     kept = [d[keep] for d in digits]
-    frame = space.frame_of_ids(ids[keep], kept)
+    # the default model on a space whose Batch can be had from the digits (direct.py): no
+    # frame but for the rows stored
+    direct = DirectBatch.of(space) if is_default(simulate, check) and keep.any() else None
+    frame = None if direct is not None else space.frame_of_ids(ids[keep], kept)
     bounds = None
     if job.prune and is_default(simulate, check):
         single = len(job.objectives) == 1
+        if direct is not None:
+            price = direct.prices(kept, job.prices) if direct.has_gpu else None
+        else:
+            price = row_prices(frame, job.prices).to_numpy(dtype=np.float64) \
+                if "gpu" in frame.columns else None
         bounds = Bounds(space.subspace_ids(ids[keep], kept), job.objectives[0],
-                        threshold if single else None,
-                        row_prices(frame, job.prices).to_numpy(dtype=np.float64)
-                        if "gpu" in frame.columns else None, job.cost_unit)
+                        threshold if single else None, price, job.cost_unit)
     # only the simulated rows become a frame; the others are counted from their status
-    sim, status, why = evaluate_simulated(frame, simulate, check, bounds)
+    if direct is not None:
+        sim, status, why = evaluate_batch(
+            direct.batch(kept), direct.reasons(kept),
+            lambda rows: direct.frame(ids[keep][rows], [d[rows] for d in kept], kept),
+            direct.inputs, bounds)
+    else:
+        sim, status, why = evaluate_simulated(frame, simulate, check, bounds)
     bad = status == "invalid"
     early = np.zeros(0, dtype=object) if pre is None else pre[~dup & ~passed]
     # counted as Python objects: typing 10^5 strings as a str column first cost more than
@@ -230,6 +245,8 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     if todo:
         small = runs_in_driver(space, workers or os.cpu_count() or 1)
         with executor(workers, address, space.size, space.size if small else 0) as ex:
+            if is_default(simulate, check):
+                DirectBatch.of(space)  # its tables built once, and shipped with the space
             space_ref = ex.put(space)
             job_ref = ex.put(job)
             bar = progress_bar(space.size, done_rows, "cfg", progress)
