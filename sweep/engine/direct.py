@@ -179,9 +179,10 @@ class DirectBatch:
             if t is None or isinstance(t[2], np.ndarray) and t[2].dtype != object:
                 continue
             axes, strides, _ = t
-            if axes not in present:
+            if axes not in present:  # which combinations occur: one counting pass
+                size = math.prod(len(self.space.axes[k][1]) for k in axes)
                 key = _key(digits, axes, strides) if axes else np.zeros(1, dtype=np.int64)
-                present[axes] = np.unique(key)
+                present[axes] = np.flatnonzero(np.bincount(key, minlength=size))
             memo = (axes, present[axes].tobytes())
             if memo not in self._seen:
                 ids, _ = _combinations(self.space, axes)
