@@ -89,29 +89,36 @@ class DirectBatch:
                 out |= axes_of(src)
             return out
 
-        def tables(make, reads) -> dict | None:
-            """{column of make(frame): (axes, strides, its values per combination of the axes
-            it reads)}, make(frame) built once per set of axes, on one row per combination."""
-            groups: dict[tuple, list] = {}
-            for c in make(_frame(space, [])):
-                axes = set().union(*(axes_of(f) for f in reads(c)))
-                groups.setdefault(tuple(k for k, n in enumerate(names) if n in axes), []
-                                  ).append(c)
-            out = {}
-            for axes, cols in groups.items():
-                ids, strides = _combinations(space, axes)
-                if ids is None:
-                    return None
-                got = make(_frame(space, ids))
-                out.update({c: (axes, strides, _values(got[c])) for c in cols})
-            return {c: out[c] for c in make(_frame(space, []))}
-
-        columns = tables(_batch_of, _reads)
-        inputs = tables(lambda f: f.drop(columns="config_id"), _reads)
-        rule = tables(_token_rule, lambda c: {"global_batch_tokens", "seq_len"})
+        # what each table is made of: the Batch, the resolved frame, the sweep's own rule
+        makers = {"batch": (_batch_of, _reads),
+                  "inputs": (lambda f: f.drop(columns="config_id"), _reads),
+                  "rule": (_token_rule, lambda c: {"global_batch_tokens", "seq_len"})}
+        first = _frame(space, [])
+        plan: dict[str, dict] = {}  # {maker: {column: its axes}}
+        for name, (make, reads) in makers.items():
+            plan[name] = {c: tuple(k for k, n in enumerate(names)
+                                   if n in set().union(*(axes_of(f) for f in reads(c))))
+                          for c in make(first)}
+        # one frame for every set of axes: the combinations of each set one after another
+        # (every step is row-wise, so a row's values do not depend on its neighbours)
+        sets = list(dict.fromkeys(a for cols in plan.values() for a in cols.values()))
+        at, parts = {}, []
+        for axes in sets:
+            ids, strides = _combinations(space, axes)
+            if ids is None:
+                return None
+            at[axes] = (sum(len(x) for x in parts), len(ids), strides)
+            parts.append(ids)
+        frame = _frame(space, np.concatenate(parts))
+        made = {}
+        for name, (make, _) in makers.items():
+            got = make(frame)
+            made[name] = {c: (axes, at[axes][2],
+                              _values(got[c])[at[axes][0]:at[axes][0] + at[axes][1]])
+                          for c, axes in plan[name].items()}
+        columns, inputs, rule = made["batch"], made["inputs"], made["rule"]
         gpus = tuple(k for k, n in enumerate(names) if n in ("gpu", "instance"))
-        if columns is None or inputs is None or rule is None \
-                or _combinations(space, gpus)[0] is None:  # the price table (`prices`)
+        if _combinations(space, gpus)[0] is None:  # the price table (`prices`)
             return None
         return cls(space, columns, {"config_id": None, **inputs}, rule.get("reason"))
 

@@ -184,12 +184,17 @@ def _statuses(n: int, reasons: np.ndarray, pos, pred: dict | None, pruned: np.nd
         sim_reason = np.where(sim["invalid_reason"] == None, "", sim["invalid_reason"])  # noqa: E711
         reasons = np.where(ok, sim_reason, reasons).astype(object)
     fits = sim["fits"].astype(bool) & valid if "fits" in sim else np.zeros(n, dtype=bool)
-    status = np.where(~valid, "invalid", np.where(fits, "ok", "oom")).astype(object)
+    # the strings taken from a 3-entry table by code (not typed row by row)
+    status = STATUS.take(np.where(valid, np.where(fits, 1, 2), 0))
     bound = valid & (pruned != "")
     status[bound] = pruned[bound]
-    return {"valid": valid, "fits": fits,
-            "invalid_reason": np.where(valid, "", np.where(reasons == "", "invalid", reasons)),
-            "status": status}
+    why = np.array(reasons, dtype=object)  # a copy: reasons may be the caller's
+    why[why == ""] = "invalid"
+    why[valid] = ""
+    return {"valid": valid, "fits": fits, "invalid_reason": why, "status": status}
+
+
+STATUS = np.array(["invalid", "ok", "oom"], dtype=object)
 
 
 def _columns(pos, pred: dict | None, n: int, inputs, status: dict,

@@ -354,9 +354,9 @@ def _frame_of(table: pa.Table, plan: dict, meta: dict) -> pd.DataFrame:
          for c in table.columns], names=table.column_names)
     df = table.to_pandas()
     n = len(df)
-    for c in want:
-        if c in constants and c not in df.columns:
-            df[c] = pd.Series([constants[c]] * n, dtype=_dtype_of(constants[c]))
+    put = {c: _repeated(constants[c], n) for c in want if c in constants and c not in df.columns}
+    if put:  # at once, not one insertion per column
+        df = pd.concat([df, pd.DataFrame(put)], axis=1)
     if "rank" in want and "rank" not in df.columns:
         ranks = {int(cid): i for cid, i in (meta.get("ranks") or [])}
         ids = df["config_id"].to_numpy() if "config_id" in df.columns else np.zeros(n, int)
@@ -367,6 +367,15 @@ def _frame_of(table: pa.Table, plan: dict, meta: dict) -> pd.DataFrame:
         df["pareto"] = (df["config_id"].isin(front).to_numpy() if "config_id" in df.columns
                         else np.zeros(n, dtype=bool))
     return df[[c for c in want if c in df.columns]]
+
+
+def _repeated(value, n: int) -> pd.Series:
+    """`pd.Series([value] * n, dtype=_dtype_of(value))`, typed from one element then taken
+    (no list of n values to type)."""
+    if not n:  # typed as the empty list is
+        return pd.Series([], dtype=_dtype_of(value))
+    one = pd.Series([value], dtype=_dtype_of(value))
+    return pd.Series(one.array.take(np.zeros(n, dtype=np.intp)))
 
 
 def _dtype_of(value):
