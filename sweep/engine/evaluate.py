@@ -278,12 +278,18 @@ def check_and_simulate(b, todo: np.ndarray, reasons: np.ndarray, prune=None, pru
     keep = np.flatnonzero(valid)
     if not len(keep):
         return None, None
-    vb = b if len(keep) == len(b) else Batch({k: v[keep] for k, v in b.items()})
     rows = todo[keep]  # positions in the frame of the valid rows
+
+    def valid_batch():
+        return b if len(keep) == len(b) else Batch({k: v[keep] for k, v in b.items()})
+
     if prune is None:
-        return rows, core(vb)
-    late = prune.time_pruned(vb, rows)
-    pos, out, heavy = simulate_with_memory_bound(vb, prune.group[rows], core, skip=late)
+        return rows, core(valid_batch())
+    late = prune.time_pruned(valid_batch(), rows) if prune.threshold is not None else \
+        np.zeros(len(rows), dtype=bool)
+    # each pass takes its rows from `b` (not from a copy of the valid rows first)
+    pos, out, heavy = simulate_with_memory_bound(b, prune.group[rows], core, skip=late,
+                                                 within=keep)
     pruned[rows[late]] = "pruned_time"
     pruned[rows[heavy]] = "pruned_memory"
     if out is None:

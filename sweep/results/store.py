@@ -937,15 +937,42 @@ class Leaderboard:
             before = np.zeros(len(missing), dtype=np.int64)
             keys = par.iloc[missing]
             for chunk in scan():
-                chunk = rankable(chunk, self.objectives)
-                for j, (_, row) in enumerate(keys.iterrows()):
-                    before[j] += int(_sorts_before(chunk, row, cols, asc).sum())
+                before += _counts_before(rankable(chunk, self.objectives), keys, cols, asc)
             for j, i in enumerate(missing):
                 ranks[i] = int(before[j]) + 1
         if len(par):
             par["rank"] = pd.array(ranks, dtype="Int64")
             par["pareto"] = True
         return top, par
+
+
+def _counts_before(df: pd.DataFrame, rows: pd.DataFrame, cols: list[str], asc: list[bool]
+                   ) -> np.ndarray:
+    """For each row of `rows`, how many rows of df come before it (`_sorts_before` counted):
+    df sorted once in that order, then a binary search per row and column within the rows
+    tied so far (not one pass over df per row)."""
+    keys = []
+    for c, a in zip(cols, asc):
+        v = df[c].to_numpy(float)
+        v = np.where(np.isnan(v), np.inf if a else -np.inf, v)
+        keys.append(v if a else -v)  # ascending in every column; NaN last
+    order = np.lexsort(keys[::-1]) if len(df) else np.zeros(0, dtype=np.int64)
+    keys = [k[order] for k in keys]
+    out = np.zeros(len(rows), dtype=np.int64)
+    for j, (_, row) in enumerate(rows.iterrows()):
+        q = [float(row[c]) if a else -float(row[c]) for c, a in zip(cols, asc)]
+        if any(x != x for x in q):  # a NaN ties with nothing: the plain count
+            out[j] = int(_sorts_before(df, row, cols, asc).sum())
+            continue
+        lo, hi = 0, len(df)
+        for k, x in zip(keys, q):
+            left = int(np.searchsorted(k[lo:hi], x, "left"))
+            right = int(np.searchsorted(k[lo:hi], x, "right"))
+            out[j] += left
+            lo, hi = lo + left, lo + right
+            if lo == hi:
+                break
+    return out
 
 
 def _sorts_before(df: pd.DataFrame, row: pd.Series, cols: list[str], asc: list[bool]) -> np.ndarray:
