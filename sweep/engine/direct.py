@@ -165,7 +165,11 @@ class DirectBatch:
         return table[_key(digits, axes, strides)] if axes else np.full(n, table[0])
 
     def frame(self, ids: np.ndarray, digits: list, batch: list | None = None) -> pd.DataFrame:
-        """The resolved, normalised frame of these candidates (`_frame`): what a part stores.
+        """The resolved, normalised frame of these candidates (`_frame`): what a part stores."""
+        return pd.DataFrame(self.frame_columns(ids, digits, batch))
+
+    def frame_columns(self, ids: np.ndarray, digits: list, batch: list | None = None) -> dict:
+        """`frame`'s columns, {name: values}, typed as pd.DataFrame types them in `frame`.
         batch: the digits of every candidate framed with them (default: these), whose
         resolved frame decides the type of a text column (resolve_frame sets
         attention_kernel as str where a batch has an AMD row, as object elsewhere)."""
@@ -175,7 +179,7 @@ class DirectBatch:
         for c, t in self.inputs.items():
             v = ids if t is None else self._gather(t, digits, keys)
             cols[c] = pd.Series(v, dtype=types[c], copy=False) if c in types else v
-        return pd.DataFrame(cols)
+        return cols
 
     def _text_types(self, digits: list) -> dict:
         """{text column: its type in the resolved frame of these candidates}: that of the

@@ -108,12 +108,13 @@ def evaluate_simulated(frame: pd.DataFrame, simulate=None, check=None, prune=Non
     return _assemble(out, cols, keep).reset_index(drop=True), status, reasons
 
 
-def evaluate_batch(b, reasons: np.ndarray, frame_of, inputs, prune=None
+def evaluate_batch(b, reasons: np.ndarray, columns_of, inputs, prune=None
                    ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """`evaluate_simulated` (default rules and simulator) of candidates given as their Batch
     `b` (sweep/engine/direct.py: what frame_to_batch gives on their resolved frame), with the
-    sweep's own rule's `reasons` and `inputs` the resolved frame's columns; frame_of(positions)
-    gives that frame for the rows stored, the only rows a frame is built for."""
+    sweep's own rule's `reasons` and `inputs` the resolved frame's columns;
+    columns_of(positions) gives that frame's columns ({name: values}) for the rows stored,
+    the only rows they are built for."""
     from sim_core.columns import Batch
 
     n = len(reasons)
@@ -126,12 +127,13 @@ def evaluate_batch(b, reasons: np.ndarray, frame_of, inputs, prune=None
         pos, pred = check_and_simulate(bt, todo, reasons, prune, pruned)
     status = _statuses(n, reasons, pos, pred, pruned, inputs)
     keep = np.flatnonzero((status["status"] == "ok") | (status["status"] == "oom"))
-    if not len(keep):  # the empty frame's dtypes as the full frame gives them
-        rows = np.arange(n)
-        df = _assemble(frame_of(rows), _columns(pos, pred, n, inputs, status))
-        return df.iloc[:0].reset_index(drop=True), status["status"], status["invalid_reason"]
-    df = _assemble(frame_of(keep), _columns(pos, pred, n, inputs, status, keep))
-    return df.reset_index(drop=True), status["status"], status["invalid_reason"]
+    rows = keep if len(keep) else np.arange(n)  # none: the empty frame's dtypes as the full
+    cols = _columns(pos, pred, n, inputs, status, keep if len(keep) else None)  # frame's
+    # one frame of the inputs then the outputs (what `_assemble` gives, built once)
+    got = columns_of(rows)
+    df = pd.DataFrame({**{c: v for c, v in got.items() if c not in cols}, **cols})
+    return (df if len(keep) else df.iloc[:0]).reset_index(drop=True), status["status"], \
+        status["invalid_reason"]
 
 
 def _assemble(out: pd.DataFrame, cols: dict, rows: np.ndarray | None = None) -> pd.DataFrame:

@@ -142,7 +142,7 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     if direct is not None:
         sim, status, why = evaluate_batch(
             direct.batch(kept), direct.reasons(kept),
-            lambda rows: direct.frame(ids[keep][rows], [d[rows] for d in kept], kept),
+            lambda rows: direct.frame_columns(ids[keep][rows], [d[rows] for d in kept], kept),
             direct.inputs, bounds)
     else:
         sim, status, why = evaluate_simulated(frame, simulate, check, bounds)
