@@ -1,15 +1,16 @@
-"""The simulator's Batch of grid candidates straight from their config ids' digits (issue 37).
+"""The simulator's Batch and the stored frame of grid candidates straight from their config
+ids' digits (issue 37).
 
 A grid batch used to build a pandas frame for every candidate that passes the structural rules,
 resolve the framework defaults in it, normalise it and turn it into a Batch, though about half
 of those rows are then pruned by a bound and never stored. Every step of that way is row-wise:
-a row's Batch values depend on that row's values of a few axes only (a GPU field on `gpu` or
-`instance`, a framework default on `framework`, `tp`, the GPU and the field itself, a model shape
-on `model`, ...; `SOURCES`). So each Batch column is computed the usual way once per
-combination of the values of the axes it reads (a small probe frame, the other axes at their
-first value) and each candidate takes its value by the combination's index: the same bits as
-`frame_to_batch` on the frame (tests/test_direct_batch.py checks every column on the bundled
-spaces). The pandas frame is then built only for the rows a part stores.
+a row's values depend on that row's values of a few axes only (a GPU field on `gpu` or
+`instance`, a framework default on `framework`, `tp`, the GPU and the field itself, a model
+shape on `model`, ...; `_reads`). So each column, of the Batch and of the resolved frame, is
+computed the usual way once per combination of the values of the axes it reads (one probe
+frame, the other axes at their first value) and each candidate takes its value by the
+combination's index: the same bits as the frame's way (tests/test_direct_batch.py checks every
+column on the bundled spaces). The frame is built only for the rows a part stores.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def _reads(column: str) -> set[str]:
 
 
 class DirectBatch:
-    """Per-column tables of a space's Batch; `batch(digits)` gathers them for candidates."""
+    """Per-column tables of a space's Batch and resolved frame: `batch(digits)` and
+    `frame_columns(ids, digits)` gather them for candidates."""
 
     def __init__(self, space: Space, columns: dict, inputs: dict, rule: tuple | None):
         self.space = space
@@ -182,12 +184,14 @@ class DirectBatch:
         return cols
 
     def _text_types(self, digits: list) -> dict:
-        """{text column: its type in the resolved frame of these candidates}: that of the
-        frame of one candidate per combination present of the axes the column reads (kept
-        per set of combinations: batches mostly hold the same ones)."""
+        """{framework field stored as text: its type in the resolved frame of these
+        candidates}: that of the frame of one candidate per combination present of the axes
+        the field reads (kept per set of combinations: batches mostly hold the same ones).
+        Other columns are typed from their axis's or fixed value alone (Space._build)."""
         types, present = {}, {}
+        fields = set(profile_fields())
         for c, t in self.inputs.items():
-            if t is None or isinstance(t[2], np.ndarray) and t[2].dtype != object:
+            if c not in fields or isinstance(t[2], np.ndarray) and t[2].dtype != object:
                 continue
             axes, strides, _ = t
             if axes not in present:  # which combinations occur: one counting pass
