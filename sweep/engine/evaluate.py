@@ -183,7 +183,8 @@ def _statuses(n: int, reasons: np.ndarray, pos, pred: dict | None, pruned: np.nd
         simulated[pos] = True
         valid &= np.where(simulated, sim["valid"].astype(bool), True)
     if "invalid_reason" in sim:
-        sim_reason = np.where(sim["invalid_reason"] == None, "", sim["invalid_reason"])  # noqa: E711
+        told = sim["invalid_reason"]
+        sim_reason = np.where(told == None, "", told)  # noqa: E711
         reasons = np.where(ok, sim_reason, reasons).astype(object)
     fits = sim["fits"].astype(bool) & valid if "fits" in sim else np.zeros(n, dtype=bool)
     # the strings taken from a 3-entry table by code (not typed row by row)
