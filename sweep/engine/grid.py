@@ -6,7 +6,8 @@ those a bound rules out (`search.prune`, prune.py: out of memory, or out of the 
 the K-th best the driver sends with the batch), simulates the survivors and writes them as its
 part; the driver records each part in the manifest (with its counters) and a re-run skips
 recorded batches. Tasks are retried when their worker dies (`max_retries`); the driver only
-ever records a batch id once, so nothing is lost or counted twice.
+ever records a batch id once, so nothing is lost or counted twice. A grid evaluated in the
+driver hands each part to a writer thread (`GridWriter`) and records it once written.
 """
 
 from __future__ import annotations
