@@ -17,7 +17,7 @@ candidates); --progress shows the search's progress bar on stderr while it runs.
 --against REV [--rounds N]: this checkout and revision REV (its `sim_core` and `sweep`
 exported with git archive) run the same space alternating, each `sweep search` a fresh child
 process with PYTHONPATH switched (this script drives both); prints each time, the best of each
-side and their ratio, measured in one run.
+side and their ratio (and of the children's CPU time), measured in one run.
 The load average is printed before and after: other work on the machine slows the run.
 """
 
@@ -197,6 +197,7 @@ def against(rev: str, args, doc_args: list) -> int:
           f"({os.cpu_count()} CPUs)", flush=True)
     times: dict = {"this": [], "rev": []}
     rss: dict = {"this": [], "rev": []}
+    cpu: dict = {"this": [], "rev": []}
     with tempfile.TemporaryDirectory(prefix="search-scale-") as tmp:
         tree = Path(tmp) / "rev"
         tree.mkdir()
@@ -208,7 +209,9 @@ def against(rev: str, args, doc_args: list) -> int:
                 out = Path(tmp) / f"{side}-{r}"
                 env = dict(os.environ, PYTHONPATH=str(path))
                 cmd = [sys.executable, __file__, *doc_args, "--child", str(out)]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")),
                             None)
                 if proc.returncode != 0 or line is None:
@@ -217,14 +220,21 @@ def against(rev: str, args, doc_args: list) -> int:
                 res = json.loads(line[len("RESULT "):])
                 times[side].append(res["seconds"])
                 rss[side].append(res["driver_peak_rss"] / 2**30)
-                print(f"round {r + 1} {side:>4}: {res['seconds']:.1f} s, driver peak "
-                      f"{rss[side][-1]:.2f} GiB (load {os.getloadavg()[0]:.2f})", flush=True)
+                # CPU of the child process (start-up included; a local Ray's workers are not
+                # its waited-for children: compare CPU only where both sides run in the driver)
+                cpu[side].append(after.ru_utime - before.ru_utime
+                                 + after.ru_stime - before.ru_stime)
+                print(f"round {r + 1} {side:>4}: {res['seconds']:.1f} s, cpu {cpu[side][-1]:.1f}"
+                      f" s, driver peak {rss[side][-1]:.2f} GiB (load "
+                      f"{os.getloadavg()[0]:.2f})", flush=True)
                 shutil.rmtree(out, ignore_errors=True)
     a, b = min(times["this"]), min(times["rev"])
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"this ({here}): best {a:.1f} s, driver peak {max(rss['this']):.2f} GiB; "
           f"{sha}: best {b:.1f} s, driver peak {max(rss['rev']):.2f} GiB")
     print(f"time_ratio_vs_{sha}: {a / b:.2f}")
+    c, d = min(cpu["this"]), min(cpu["rev"])
+    print(f"cpu_ratio_vs_{sha}: {c / d:.2f} (best {c:.1f} s against {d:.1f} s)")
     return 0
 
 

@@ -205,3 +205,21 @@ def test_a_grid_goes_to_ray_only_when_the_driver_would_take_longer_than_ray_s_st
     huge = _space("llama3.1-405b-billion.yaml")
     assert grid.driver_seconds(huge) > 100 * grid.RAY_START_S
     assert not grid.runs_in_driver(huge, 2) and grid.runs_in_driver(huge, 1)
+
+
+def test_the_rows_before_each_pareto_row_are_counted_as_one_by_one():
+    from sweep.results.store import _counts_before, _sorts_before
+
+    rng = np.random.default_rng(11)
+    n = 3000
+    df = pd.DataFrame({"a": rng.choice([1.0, 2.0, -0.0, 0.0, np.inf, np.nan, 3.5], n),
+                       "b": rng.choice([5.0, 6.0, np.nan, -np.inf, 7.5], n),
+                       "config_id": rng.permutation(n)})
+    rows = pd.concat([df.sample(40, random_state=1),
+                      pd.DataFrame({"a": [np.nan, 2.0, np.inf, 0.0], "b": [5.0, np.nan, 6.0, -0.0],
+                                    "config_id": [-1, n + 5, 7, 3]})])
+    for cols, asc in ((["a", "b", "config_id"], [True, False, True]),
+                      (["b", "a", "config_id"], [False, True, True]), (["a"], [True])):
+        for part in (df, df.iloc[:0], df.iloc[::5]):
+            expected = [int(_sorts_before(part, r, cols, asc).sum()) for _, r in rows.iterrows()]
+            assert _counts_before(part, rows, cols, asc).tolist() == expected

@@ -108,6 +108,34 @@ def evaluate_simulated(frame: pd.DataFrame, simulate=None, check=None, prune=Non
     return _assemble(out, cols, keep).reset_index(drop=True), status, reasons
 
 
+def evaluate_batch(b, reasons: np.ndarray, columns_of, inputs, prune=None
+                   ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """`evaluate_simulated` (default rules and simulator) of candidates given as their Batch
+    `b` (sweep/engine/direct.py: what frame_to_batch gives on their resolved frame), with the
+    sweep's own rule's `reasons` and `inputs` the resolved frame's columns;
+    columns_of(positions) gives that frame's columns ({name: values}) for the rows stored,
+    the only rows they are built for."""
+    from sim_core.columns import Batch
+
+    n = len(reasons)
+    reasons = reasons.copy()
+    pruned = np.full(n, "", dtype=object)
+    todo = np.flatnonzero(reasons == "")
+    pos, pred = None, None
+    if len(todo):
+        bt = b if len(todo) == n else Batch({k: v[todo] for k, v in b.items()})
+        pos, pred = check_and_simulate(bt, todo, reasons, prune, pruned)
+    status = _statuses(n, reasons, pos, pred, pruned, inputs)
+    keep = np.flatnonzero((status["status"] == "ok") | (status["status"] == "oom"))
+    rows = keep if len(keep) else np.arange(n)  # none: the empty frame's dtypes as the full
+    cols = _columns(pos, pred, n, inputs, status, keep if len(keep) else None)  # frame's
+    # one frame of the inputs then the outputs (what `_assemble` gives, built once)
+    got = columns_of(rows)
+    df = pd.DataFrame({**{c: v for c, v in got.items() if c not in cols}, **cols})
+    return (df if len(keep) else df.iloc[:0]).reset_index(drop=True), status["status"], \
+        status["invalid_reason"]
+
+
 def _assemble(out: pd.DataFrame, cols: dict, rows: np.ndarray | None = None) -> pd.DataFrame:
     """The evaluated frame: `out` (the resolved inputs) beside `cols` (outputs, status), all
     rows or the positions `rows` only."""
@@ -127,48 +155,91 @@ def _evaluated_columns(frame: pd.DataFrame, simulate=None, check=None, prune=Non
     out = normalise(resolve_frame(frame.reset_index(drop=True)))
     n = len(out)
     pruned = np.full(n, "", dtype=object)
+    pos, pred = None, None
     if is_default(simulate, check):
-        reasons, pred = _rules_and_simulation(out, prune, pruned)
+        reasons, pos, pred = _rules_and_simulation(out, prune, pruned)
     else:
         reasons = rule_reasons(out, check)
-        pred = None
+        ok = reasons == ""
+        if ok.any():
+            got = (simulate or default_simulate())(sim_frame(out.loc[ok]))
+            pos, pred = got.index.to_numpy(), {c: got[c].to_numpy() for c in got.columns}
+    status = _statuses(n, reasons, pos, pred, pruned, out.columns)
+    return out, _columns(pos, pred, n, out.columns, status)
+
+
+def _statuses(n: int, reasons: np.ndarray, pos, pred: dict | None, pruned: np.ndarray,
+              inputs) -> dict:
+    """valid, fits, invalid_reason and status of every row, from the rules' `reasons`, the
+    simulator's outputs `pred` at the rows `pos` (None: nothing simulated) and the bounds'
+    `pruned`. `inputs`: the input frame's columns (a simulator output of that name is not
+    taken, but for dp)."""
     ok = reasons == ""
-    cols: dict[str, np.ndarray] = {}
-    if ok.any():
-        if pred is None and not is_default(simulate, check):
-            sim = simulate or default_simulate()
-            pred = sim(sim_frame(out.loc[ok]))
-        if pred is None:  # every valid row pruned by a bound: nothing simulated
-            pred = pd.DataFrame(index=pd.RangeIndex(0))
-        pos = pred.index.to_numpy()  # the rows simulated (all valid ones unless pruned)
-        for c in pred.columns:
-            if c in out.columns and c != "dp":
-                continue
-            v = pred[c].to_numpy()
-            if v.dtype == bool:
-                full = np.zeros(n, dtype=bool)
-            elif v.dtype.kind in "iuf":
-                full = np.full(n, np.nan)
-            else:
-                full = np.full(n, "" if c == "invalid_reason" else None, dtype=object)
-            full[pos] = v
-            cols[c] = full
+    sim = {c: _spread(c, pred[c], n, pos) for c in ("valid", "fits", "invalid_reason")
+           if pred is not None and c in pred and c not in inputs}
     valid = ok.copy()
-    if "valid" in cols:
+    if "valid" in sim:
         simulated = np.zeros(n, dtype=bool)
-        simulated[pred.index.to_numpy()] = True
-        valid &= np.where(simulated, cols["valid"].astype(bool), True)
-    if "invalid_reason" in cols:
-        sim_reason = np.where(cols["invalid_reason"] == None, "", cols["invalid_reason"])  # noqa: E711
+        simulated[pos] = True
+        valid &= np.where(simulated, sim["valid"].astype(bool), True)
+    if "invalid_reason" in sim:
+        told = sim["invalid_reason"]
+        sim_reason = np.where(told == None, "", told)  # noqa: E711
         reasons = np.where(ok, sim_reason, reasons).astype(object)
-    cols["valid"] = valid
-    fits = cols["fits"].astype(bool) & valid if "fits" in cols else np.zeros(n, dtype=bool)
-    cols["fits"] = fits
-    cols["invalid_reason"] = np.where(valid, "", np.where(reasons == "", "invalid", reasons))
-    cols["status"] = np.where(~valid, "invalid", np.where(fits, "ok", "oom")).astype(object)
+    fits = sim["fits"].astype(bool) & valid if "fits" in sim else np.zeros(n, dtype=bool)
+    # the strings taken from a 3-entry table by code (not typed row by row)
+    status = STATUS.take(np.where(valid, np.where(fits, 1, 2), 0))
     bound = valid & (pruned != "")
-    cols["status"][bound] = pruned[bound]
-    return out, cols
+    status[bound] = pruned[bound]
+    why = np.array(reasons, dtype=object)  # a copy: reasons may be the caller's
+    why[why == ""] = "invalid"
+    why[valid] = ""
+    return {"valid": valid, "fits": fits, "invalid_reason": why, "status": status}
+
+
+STATUS = np.array(["invalid", "ok", "oom"], dtype=object)
+
+
+def _columns(pos, pred: dict | None, n: int, inputs, status: dict,
+             rows: np.ndarray | None = None) -> dict:
+    """The evaluated columns beside the input frame: the simulator's outputs (NaN, False or
+    None where not simulated) then `status`'s, for every row or only the positions `rows`
+    (all simulated: no full-length array is built)."""
+    at = None if rows is None or pred is None else np.searchsorted(pos, rows)
+    cols: dict[str, np.ndarray] = {}
+    for c in pred or ():
+        if c in inputs and c != "dp":
+            continue
+        cols[c] = _spread(c, pred[c], n, pos) if rows is None else _taken(pred[c], at)
+    for c, v in status.items():
+        cols[c] = v if rows is None else v[rows]
+    return cols
+
+
+def _spread(c: str, v, n: int, pos) -> np.ndarray:
+    """An output over all n rows: `v` at `pos`, elsewhere False (bool), NaN (numbers, as
+    float64) or None ('' for invalid_reason)."""
+    v = np.asarray(v)
+    if v.dtype == bool:
+        full = np.zeros(n, dtype=bool)
+    elif v.dtype.kind in "iuf":
+        full = np.full(n, np.nan)
+    else:
+        full = np.full(n, "" if c == "invalid_reason" else None, dtype=object)
+    full[pos] = v
+    return full
+
+
+def _taken(v, at: np.ndarray) -> np.ndarray:
+    """`_spread(c, v, n, pos)[rows]` for rows among the sorted `pos`, at = their places in it."""
+    v = np.asarray(v)[at]
+    if v.dtype == bool:
+        return v
+    if v.dtype.kind in "iuf":
+        return v.astype(np.float64)
+    out = np.empty(len(at), dtype=object)
+    out[:] = v
+    return out
 
 
 def is_default(simulate, check) -> bool:
@@ -177,15 +248,13 @@ def is_default(simulate, check) -> bool:
     return (simulate is None or simulate is sim_core.simulate_frame) and check is None
 
 
-def _rules_and_simulation(frame: pd.DataFrame, prune=None, pruned=None
-                          ) -> tuple[np.ndarray, pd.DataFrame]:
+def _rules_and_simulation(frame: pd.DataFrame, prune=None, pruned=None):
     """The default rules and simulator on one Batch: the frame is turned into arrays once
     (not once for the rules and again for the simulator) and only valid rows are simulated.
     Same numbers as `rule_reasons` + `sim_core.simulate_frame`. With `prune` (a `Bounds`),
-    valid rows a bound excludes are not simulated; their status goes into `pruned`."""
-    from sim_core import rules
-    from sim_core.columns import Batch, frame_to_batch
-    from sim_core.simulate import simulate as core
+    valid rows a bound excludes are not simulated; their status goes into `pruned`.
+    Returns (reasons, positions simulated, outputs there); (reasons, None, None) if none."""
+    from sim_core.columns import frame_to_batch
 
     reasons = np.full(len(frame), "", dtype=object)
     if "global_batch_tokens" in frame.columns:
@@ -193,25 +262,42 @@ def _rules_and_simulation(frame: pd.DataFrame, prune=None, pruned=None
         reasons[bad] = "global_batch_tokens % seq_len != 0"
     todo = np.flatnonzero(reasons == "")
     if not len(todo):
-        return reasons, None
-    sub = _with_model_shapes(sim_frame(frame.iloc[todo] if len(todo) < len(frame) else frame))
-    b = frame_to_batch(sub)
+        return reasons, None, None
+    b = frame_to_batch(_with_model_shapes(sim_frame(frame.iloc[todo] if len(todo) < len(frame)
+                                                    else frame)))
+    return (reasons, *check_and_simulate(b, todo, reasons, prune, pruned))
+
+
+def check_and_simulate(b, todo: np.ndarray, reasons: np.ndarray, prune=None, pruned=None):
+    """sim_core's rules on Batch `b` (the rows at positions `todo`; their reasons written into
+    `reasons`), then the simulator on the valid ones but those a bound excludes (`pruned`).
+    Returns (positions simulated, ascending; the simulator's outputs there) or (None, None)."""
+    from sim_core import rules
+    from sim_core.columns import Batch
+    from sim_core.simulate import simulate as core
+
     valid, why = rules.check(b)
     reasons[todo] = why
     keep = np.flatnonzero(valid)
     if not len(keep):
-        return reasons, None
-    vb = b if len(keep) == len(b) else Batch({k: v[keep] for k, v in b.items()})
-    if prune is None:
-        return reasons, pd.DataFrame(core(vb), index=sub.index[keep])
+        return None, None
     rows = todo[keep]  # positions in the frame of the valid rows
-    late = prune.time_pruned(vb, rows)
-    pos, out, heavy = simulate_with_memory_bound(vb, prune.group[rows], core, skip=late)
+
+    def valid_batch():
+        return b if len(keep) == len(b) else Batch({k: v[keep] for k, v in b.items()})
+
+    if prune is None:
+        return rows, core(valid_batch())
+    late = prune.time_pruned(valid_batch(), rows) if prune.threshold is not None else \
+        np.zeros(len(rows), dtype=bool)
+    # each pass takes its rows from `b` (not from a copy of the valid rows first)
+    pos, out, heavy = simulate_with_memory_bound(b, prune.group[rows], core, skip=late,
+                                                 within=keep)
     pruned[rows[late]] = "pruned_time"
     pruned[rows[heavy]] = "pruned_memory"
     if out is None:
-        return reasons, None
-    return reasons, pd.DataFrame(out, index=sub.index[keep][pos])
+        return None, None
+    return rows[pos], out
 
 
 def _with_model_shapes(frame: pd.DataFrame) -> pd.DataFrame:

@@ -6,7 +6,8 @@ those a bound rules out (`search.prune`, prune.py: out of memory, or out of the 
 the K-th best the driver sends with the batch), simulates the survivors and writes them as its
 part; the driver records each part in the manifest (with its counters) and a re-run skips
 recorded batches. Tasks are retried when their worker dies (`max_retries`); the driver only
-ever records a batch id once, so nothing is lost or counted twice.
+ever records a batch id once, so nothing is lost or counted twice. A grid evaluated in the
+driver hands each part to a writer thread (`GridWriter`) and records it once written.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,8 +28,11 @@ from ..results import (
     Leaderboard, ResultStore, add_costs, constant_columns, objective_columns, row_prices,
     write_part_file, write_ranked_tables,
 )
-from .evaluate import Bounds, evaluate_simulated, is_default, model_info, model_key
-from .runtime import executor, progress_bar
+from .direct import DirectBatch
+from .evaluate import (
+    Bounds, evaluate_batch, evaluate_simulated, is_default, model_info, model_key,
+)
+from .runtime import DriverExecutor, executor, progress_bar
 from .space import Census, Space, normalise, require_valid
 from .strategy import Outcome, SearchJob, config_cols
 
@@ -86,6 +90,9 @@ class GridJob:
     keep: int
     constants: dict
     prune: bool = True  # pruning by bounds (search.prune); the time bound: one objective only
+    # in the driver: the part is not written by the task but handed back (entry["write"]) for
+    # the driver's writer thread (GridWriter), so that its encoding overlaps the next batch
+    write_behind: bool = False
 
 
 def part_counts(status: np.ndarray, duplicate: int = 0, invalid: int = 0) -> dict:
@@ -121,16 +128,28 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     passed = np.ones(len(ids), dtype=bool) if pre is None else pre == ""
     keep = ~dup & passed
     kept = [d[keep] for d in digits]
-    frame = space.frame_of_ids(ids[keep], kept)
+    # the default model on a space whose Batch can be had from the digits (direct.py): no
+    # frame but for the rows stored
+    direct = DirectBatch.of(space) if is_default(simulate, check) and keep.any() else None
+    frame = None if direct is not None else space.frame_of_ids(ids[keep], kept)
     bounds = None
     if job.prune and is_default(simulate, check):
         single = len(job.objectives) == 1
+        if direct is not None:
+            price = direct.prices(kept, job.prices) if direct.has_gpu else None
+        else:
+            price = row_prices(frame, job.prices).to_numpy(dtype=np.float64) \
+                if "gpu" in frame.columns else None
         bounds = Bounds(space.subspace_ids(ids[keep], kept), job.objectives[0],
-                        threshold if single else None,
-                        row_prices(frame, job.prices).to_numpy(dtype=np.float64)
-                        if "gpu" in frame.columns else None, job.cost_unit)
+                        threshold if single else None, price, job.cost_unit)
     # only the simulated rows become a frame; the others are counted from their status
-    sim, status, why = evaluate_simulated(frame, simulate, check, bounds)
+    if direct is not None:
+        sim, status, why = evaluate_batch(
+            direct.batch(kept), direct.reasons(kept),
+            lambda rows: direct.frame_columns(ids[keep][rows], [d[rows] for d in kept], kept),
+            direct.inputs, bounds)
+    else:
+        sim, status, why = evaluate_simulated(frame, simulate, check, bounds)
     bad = status == "invalid"
     early = np.zeros(0, dtype=object) if pre is None else pre[~dup & ~passed]
     # counted as Python objects: typing 10^5 strings as a str column first cost more than
@@ -145,9 +164,13 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     path = Path(job.parts_dir) / f"{name}.parquet"
     if not len(sim):  # nothing simulated: only the counters are recorded, no part file
         return {"file": "", "rows": 0, "sha256": "", **info}, top.iloc[:0], pareto.iloc[:0]
+    meta = {"batch_id": name, "fingerprint": job.fingerprint, "columns": list(sim.columns),
+            **info}
+    if job.write_behind:
+        return {"file": f"{name}.parquet", "rows": int(len(sim)), "sha256": "", **info,
+                "write": (path, sim, meta, job.constants)}, top, pareto
     try:
-        digest = write_part_file(path, sim, {"batch_id": name, "fingerprint": job.fingerprint,
-                                             "columns": list(sim.columns), **info}, job.constants)
+        digest = write_part_file(path, sim, meta, job.constants)
     except OSError as exc:  # full disk, ...: the driver stops with one line, keeping the rest
         return {"error": str(path), "errno": exc.errno, "strerror": exc.strerror or str(exc)}, \
             None, None
@@ -230,8 +253,11 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     if todo:
         small = runs_in_driver(space, workers or os.cpu_count() or 1)
         with executor(workers, address, space.size, space.size if small else 0) as ex:
+            if is_default(simulate, check):
+                DirectBatch.of(space)  # its tables built once, and shipped with the space
+            writer = GridWriter(store) if isinstance(ex, DriverExecutor) else None
             space_ref = ex.put(space)
-            job_ref = ex.put(job)
+            job_ref = ex.put(replace(job, write_behind=True) if writer else job)
             bar = progress_bar(space.size, done_rows, "cfg", progress)
             pending: dict = {}
             queue = list(todo)
@@ -250,27 +276,41 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
                             _drain(ex, pending, store, board)
                             raise store._write_error(
                                 Path(entry["error"]), OSError(entry["errno"], entry["strerror"]))
-                        store.record_part(f"g{bid:06d}", entry)
+                        if writer is not None:  # recorded once written, in order
+                            writer.submit(f"g{bid:06d}", entry)
+                            writer.record_finished()
+                        else:
+                            store.record_part(f"g{bid:06d}", entry)
                         board.add(top, par, entry["counts"], entry["reasons"])
                         if columns is None and len(top.columns):
                             columns = list(top.columns)
                         evaluated += stop - start
                         bar.update(stop - start)
                         if on_batch is not None:
-                            on_batch(bid, len(store.done))
+                            on_batch(bid, len(store.done) + (writer.pending if writer else 0))
+                if writer is not None:
+                    writer.close()
             except KeyboardInterrupt:
                 # no ray.cancel: force-cancelling a task that is completing can crash Ray's
                 # core worker ("Tried to complete task that was not pending"); a local Ray's
                 # shutdown stops the tasks, and on a cluster a task in flight only finishes
                 # its batch and writes its part atomically (a re-run records or redoes it)
                 bar.close()
+                if writer is not None:
+                    writer.close(interrupted=True)  # the parts being written are recorded
                 store.flush()  # every batch recorded so far is kept
                 raise Interrupted(len(store.done), len(batches), str(store.dir)) from None
             except SweepError:
                 # the driver cannot record (full disk for the manifest): let the tasks in
                 # flight finish their atomic writes, so that no temp file is left behind
+                if writer is not None:
+                    writer.close(interrupted=True)
                 _drain(ex, pending, store, board, record=False)
                 bar.close()
+                raise
+            except BaseException:
+                if writer is not None:
+                    writer.close(interrupted=True)
                 raise
             bar.close()
             store.flush()
@@ -278,6 +318,65 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
         c = board.counts
         require_valid(Census(c["total"], 0, Counter(board.reasons)), space.name)
     return _finish_grid(store, cfg, space, board, constants, columns, t0, evaluated)
+
+
+class GridWriter:
+    """Writes the parts of the batches the driver evaluates itself on one background thread,
+    so that their encoding (pyarrow releases the GIL) overlaps the next batch; records each
+    in the manifest once written, in batch order (optuna_strategy.PartWriter's way). A batch
+    counts as done only once recorded: a re-run redoes one whose write did not finish."""
+
+    def __init__(self, store: ResultStore):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.store = store
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sweep-grid-parts")
+        self.queue: list = []  # (batch id, entry, future or None), in submission order
+
+    @property
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def submit(self, batch_id: str, entry: dict) -> None:
+        """A batch's entry; its part (entry["write"]: path, rows, metadata, constants) is
+        written in the background."""
+        write = entry.pop("write", None)
+        fut = self.pool.submit(write_part_file, *write) if write is not None else None
+        self.queue.append((batch_id, entry, fut))
+
+    def record_finished(self, wait: bool = False) -> None:
+        """Record the parts written so far, in order (all of them when `wait`)."""
+        while self.queue:
+            batch_id, entry, fut = self.queue[0]
+            if fut is not None and not (wait or fut.done()):
+                return
+            self.queue.pop(0)
+            if fut is not None:
+                try:
+                    entry["sha256"] = fut.result()
+                except OSError as exc:  # full disk, ...: one line, the rest is kept
+                    self._drop_queue()
+                    raise self.store._write_error(self.store.part_path(batch_id), exc) \
+                        from None
+            self.store.record_part(batch_id, entry)
+
+    def _drop_queue(self) -> None:
+        for _, _, fut in self.queue:
+            if fut is not None:
+                fut.cancel()
+        self.queue.clear()
+        self.pool.shutdown(wait=True)
+
+    def close(self, interrupted: bool = False) -> None:
+        """Wait for the writes in flight and record them (after an interruption too: they
+        are complete files)."""
+        try:
+            self.record_finished(wait=True)
+        except SweepError:
+            if not interrupted:
+                raise
+        finally:
+            self.pool.shutdown(wait=True)
 
 
 def _kth_best(board: Leaderboard, prune: bool) -> float | None:

@@ -87,20 +87,21 @@ def worse_than(bound: np.ndarray, threshold: float, objective: str) -> np.ndarra
 
 
 def simulate_with_memory_bound(b, group: np.ndarray, core, skip: np.ndarray | None = None,
-                               passes: int = MEMORY_PASSES):
+                               passes: int = MEMORY_PASSES, within: np.ndarray | None = None):
     """Simulate the rows of Batch `b` (all valid) but those the memory bound proves out of
     memory. group: sub-space id of each row (rows equal but for micro_batch and recompute).
-    skip: rows not to simulate at all (pruned by the time bound).
+    skip: rows not to simulate at all (pruned by the time bound). within: the rows are those
+    positions of `b` (default: all of it), so that each pass takes its rows from `b` at once.
 
     Returns (positions simulated, the simulator's outputs for them in that order, mask of the
-    rows pruned by the memory bound)."""
+    rows pruned by the memory bound); positions among the rows, not in `b`."""
     from sim_core.columns import Batch
 
     n = len(group)
     todo = np.ones(n, dtype=bool) if skip is None else ~skip
     pruned = np.zeros(n, dtype=bool)
-    mb = np.asarray(b.micro_batch, dtype=np.float64)
-    rc = np.asarray(b.recompute).astype(np.int64)
+    mb = np.asarray(b.micro_batch if within is None else b.micro_batch[within], dtype=np.float64)
+    rc = np.asarray(b.recompute if within is None else b.recompute[within]).astype(np.int64)
     _, g = np.unique(group, return_inverse=True)
     g = np.asarray(g).reshape(-1)
     mbi = np.searchsorted(np.unique(mb), mb)
@@ -122,7 +123,8 @@ def simulate_with_memory_bound(b, group: np.ndarray, core, skip: np.ndarray | No
         rows = rows[~dominated]
         if not len(rows):
             continue
-        sub = b if len(rows) == n else Batch({k: np.asarray(v)[rows] for k, v in b.items()})
+        at = rows if within is None else within[rows]
+        sub = b if len(at) == len(b) else Batch({k: np.asarray(v)[at] for k, v in b.items()})
         out = core(sub)
         done_pos.append(rows)
         outs.append(out)

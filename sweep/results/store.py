@@ -354,9 +354,9 @@ def _frame_of(table: pa.Table, plan: dict, meta: dict) -> pd.DataFrame:
          for c in table.columns], names=table.column_names)
     df = table.to_pandas()
     n = len(df)
-    for c in want:
-        if c in constants and c not in df.columns:
-            df[c] = pd.Series([constants[c]] * n, dtype=_dtype_of(constants[c]))
+    put = {c: _repeated(constants[c], n) for c in want if c in constants and c not in df.columns}
+    if put:  # at once, not one insertion per column
+        df = pd.concat([df, pd.DataFrame(put)], axis=1)
     if "rank" in want and "rank" not in df.columns:
         ranks = {int(cid): i for cid, i in (meta.get("ranks") or [])}
         ids = df["config_id"].to_numpy() if "config_id" in df.columns else np.zeros(n, int)
@@ -367,6 +367,15 @@ def _frame_of(table: pa.Table, plan: dict, meta: dict) -> pd.DataFrame:
         df["pareto"] = (df["config_id"].isin(front).to_numpy() if "config_id" in df.columns
                         else np.zeros(n, dtype=bool))
     return df[[c for c in want if c in df.columns]]
+
+
+def _repeated(value, n: int) -> pd.Series:
+    """`pd.Series([value] * n, dtype=_dtype_of(value))`, typed from one element then taken
+    (no list of n values to type)."""
+    if not n:  # typed as the empty list is
+        return pd.Series([], dtype=_dtype_of(value))
+    one = pd.Series([value], dtype=_dtype_of(value))
+    return pd.Series(one.array.take(np.zeros(n, dtype=np.intp)))
 
 
 def _dtype_of(value):
@@ -928,15 +937,42 @@ class Leaderboard:
             before = np.zeros(len(missing), dtype=np.int64)
             keys = par.iloc[missing]
             for chunk in scan():
-                chunk = rankable(chunk, self.objectives)
-                for j, (_, row) in enumerate(keys.iterrows()):
-                    before[j] += int(_sorts_before(chunk, row, cols, asc).sum())
+                before += _counts_before(rankable(chunk, self.objectives), keys, cols, asc)
             for j, i in enumerate(missing):
                 ranks[i] = int(before[j]) + 1
         if len(par):
             par["rank"] = pd.array(ranks, dtype="Int64")
             par["pareto"] = True
         return top, par
+
+
+def _counts_before(df: pd.DataFrame, rows: pd.DataFrame, cols: list[str], asc: list[bool]
+                   ) -> np.ndarray:
+    """For each row of `rows`, how many rows of df come before it (`_sorts_before` counted):
+    df sorted once in that order, then a binary search per row and column within the rows
+    tied so far (not one pass over df per row)."""
+    keys = []
+    for c, a in zip(cols, asc):
+        v = df[c].to_numpy(float)
+        v = np.where(np.isnan(v), np.inf if a else -np.inf, v)
+        keys.append(v if a else -v)  # ascending in every column; NaN last
+    order = np.lexsort(keys[::-1]) if len(df) else np.zeros(0, dtype=np.int64)
+    keys = [k[order] for k in keys]
+    out = np.zeros(len(rows), dtype=np.int64)
+    for j, (_, row) in enumerate(rows.iterrows()):
+        q = [float(row[c]) if a else -float(row[c]) for c, a in zip(cols, asc)]
+        if any(x != x for x in q):  # a NaN ties with nothing: the plain count
+            out[j] = int(_sorts_before(df, row, cols, asc).sum())
+            continue
+        lo, hi = 0, len(df)
+        for k, x in zip(keys, q):
+            left = int(np.searchsorted(k[lo:hi], x, "left"))
+            right = int(np.searchsorted(k[lo:hi], x, "right"))
+            out[j] += left
+            lo, hi = lo + left, lo + right
+            if lo == hi:
+                break
+    return out
 
 
 def _sorts_before(df: pd.DataFrame, row: pd.Series, cols: list[str], asc: list[bool]) -> np.ndarray:
