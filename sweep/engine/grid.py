@@ -48,14 +48,15 @@ MAX_GRID_BATCH = 200_000
 # T being the driver's own time. T is estimated per space, before any batch runs: every
 # candidate costs CANDIDATE_S (ids, digits, the structural rules' table, counters), and each one
 # that passes the structural rules and is not a no-op repeat (`Space.framed_fraction`) costs
-# FRAMED_S more (its frame, the rules, the bounds, the simulation, its part). Both fitted on the
-# two grids of benchmarks/search_scale.py in the driver (issue 37, 2026-11-27, one CPU):
-# 3.3M candidates, 1.22M framed, 6.8 s; 29.5M candidates, 1.19M framed, 9.9 s. So the
+# FRAMED_S more (its Batch, the rules, the bounds, the simulation, its part). Both fitted on the
+# two grids of benchmarks/search_scale.py in the driver (issue 37, 2026-11-27, the Batch built
+# from the ids, load 1.7): 3.3M candidates, 1.22M framed, 4.5 s; 29.5M candidates, 1.19M
+# framed, 8.0 s. So the
 # 29.5M grid (96% invalid or repeats) runs in the driver and the 10^9 one on Ray. Below
 # IN_PROCESS_CANDIDATES the driver is taken whatever the CPUs.
 RAY_START_S = 6.0
-CANDIDATE_S = 1.2e-7
-FRAMED_S = 5.2e-6
+CANDIDATE_S = 1.4e-7
+FRAMED_S = 3.3e-6
 IN_PROCESS_CANDIDATES = 250_000
 
 
