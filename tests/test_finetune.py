@@ -141,11 +141,16 @@ def test_run_file_fields_and_one_line_errors():
     assert (row["task"], row["lora_rank"], row["lora_targets"], row["packing"],
             row["mean_seq_len"]) == ("lora", 8, 1 | 8, False, 900)
     assert fixed_columns(parse_run(base))["task"] == "pretrain"
+    # Megatron's disable_parameter_transpose_cache, as a run field under parallel:
+    assert fixed_columns(parse_run({**base, "parallel": {"fp8_weight_cache": False}}))[
+        "fp8_weight_cache"] is False
     bad = [({**base, "task": "sft", "peft": {"rank": 8}}, "peft: adapters need task lora"),
            ({**base, "task": "lora", "peft": {"targets": "mlp2"}}, "peft.targets: unknown"),
            ({**base, "task": "lorra"}, "task: expected one of"),
            ({**base, "data": {"mean_seq_len": 5000}}, "data.mean_seq_len: expected at most"),
-           ({**base, "task": "lora", "peft": {"rank": 0}}, "peft.rank: expected a positive")]
+           ({**base, "task": "lora", "peft": {"rank": 0}}, "peft.rank: expected a positive"),
+           ({**base, "parallel": {"fp8_weight_cache": "maybe"}},
+            "parallel.fp8_weight_cache: expected true or false")]
     for data, msg in bad:
         with pytest.raises(ConfigError, match=msg) as e:
             parse_run(data)
