@@ -425,7 +425,7 @@ STAGE_INPUTS = (
     "tied_embeddings", "tp", "pp", "cp", "vpp", "ep", "etp", "micro_batch", "seq_len",
     "sequence_parallel", "recompute", "moe_recompute", "fp8_recipe", "framework", "loss_impl",
     "sliding_window", "window_attn_skip_freq", "attention_dropout", "moe_dispatcher",
-    "peak_nvfp4", "peak_mxfp4",
+    "peak_nvfp4", "peak_mxfp4", "fp8_weight_cache", "fp8_param_gather",
 )
 
 
@@ -472,6 +472,12 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
     norm_cast_bytes = cast_bytes - np.where(recipe["amax_in_norm"] & te_norm,
                                             recipe["extra_cast_bytes"], 0.0)
     wgrad_hp = fp8 & ~recipe["wgrad_fp8"]
+    # weights quantised in every micro-batch's forward (and its replay under recompute): the
+    # FP8 weight cache is off (Megatron-Core disable_parameter_transpose_cache) and the primary
+    # weights are bf16 (with fp8_param_gather they are FP8 already). With the cache on, one
+    # cast per step is left unpriced (1 / micro-batches of this term).
+    recast = (fp8 & ~np.asarray(b.get("fp8_weight_cache", True), dtype=bool)
+              & ~np.asarray(b.fp8_param_gather, dtype=bool))
     grouped = {True: _by_arch(b.sm_arch, "grouped_gemm", "fp8"),
                False: _by_arch(b.sm_arch, "grouped_gemm", "bf16")}
     parts = {w: {"fwd": 0.0, "bwd": 0.0, "gemm_fwd": 0.0, "attn_fwd": 0.0,
@@ -502,6 +508,10 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
             cast_in = (np.where(is_fp8, norm_cast_bytes / (2 * n) / hbm, 0.0)
                        if op.name in NORM_FED_GEMMS else cast)
             fwd = fwd + op.fwd_flops * cast_in
+            if recast.any():
+                # the weight (n x k per 2 m n k FLOPs) quantised again in this forward
+                fwd = fwd + op.fwd_flops * np.where(is_fp8 & recast,
+                                                    cast_bytes / (2 * m) / hbm, 0.0)
             hp = is_fp8 & wgrad_hp
             if hp.any():  # rowwise_with_gw_hp: the weight gradient in bf16, uncast
                 wfrac = op.bwd_wgrad_flops / np.maximum(op.bwd_flops, 1e-30)

@@ -269,6 +269,12 @@ PARALLEL_COLUMNS = {
     "loss_impl": "vocab_parallel",
     # FP8 primary weights: parameters stored and all-gathered in FP8 (TE fp8_model_params)
     "fp8_param_gather": False,
+    # FP8 weight copies kept across the micro-batches of a step: Megatron-Core passes TE's
+    # is_first_microbatch so each weight is quantised once per step; False is its
+    # disable_parameter_transpose_cache (is_first_microbatch=None: TE quantises every weight
+    # in every forward, megatron/core/extensions/transformer_engine.py TELinear.forward), which
+    # Megatron-Bridge's fine-tuning perf configs set (compute._stage_core prices the casts)
+    "fp8_weight_cache": True,
     "fp8_recipe": "delayed",  # FP8_RECIPE; the framework profile sets it (frameworks.yaml)
     # attention dropout probability (Megatron --attention-dropout): a flash kernel applies it
     # in-kernel; the unfused kernel runs it as a pass over the s x s probabilities and keeps its

@@ -141,11 +141,16 @@ def test_run_file_fields_and_one_line_errors():
     assert (row["task"], row["lora_rank"], row["lora_targets"], row["packing"],
             row["mean_seq_len"]) == ("lora", 8, 1 | 8, False, 900)
     assert fixed_columns(parse_run(base))["task"] == "pretrain"
+    # Megatron's disable_parameter_transpose_cache, as a run field under parallel:
+    assert fixed_columns(parse_run({**base, "parallel": {"fp8_weight_cache": False}}))[
+        "fp8_weight_cache"] is False
     bad = [({**base, "task": "sft", "peft": {"rank": 8}}, "peft: adapters need task lora"),
            ({**base, "task": "lora", "peft": {"targets": "mlp2"}}, "peft.targets: unknown"),
            ({**base, "task": "lorra"}, "task: expected one of"),
            ({**base, "data": {"mean_seq_len": 5000}}, "data.mean_seq_len: expected at most"),
-           ({**base, "task": "lora", "peft": {"rank": 0}}, "peft.rank: expected a positive")]
+           ({**base, "task": "lora", "peft": {"rank": 0}}, "peft.rank: expected a positive"),
+           ({**base, "parallel": {"fp8_weight_cache": "maybe"}},
+            "parallel.fp8_weight_cache: expected true or false")]
     for data, msg in bad:
         with pytest.raises(ConfigError, match=msg) as e:
             parse_run(data)
@@ -190,7 +195,7 @@ def test_published_finetuning_rows_step_error():
     sft = step.loc[step["task"] == "sft", "step_error"].abs()
     assert len(lora) == 8 and len(sft) == 8
     assert lora.median() <= 0.10
-    assert sft.median() <= 0.12
+    assert sft.median() <= 0.10
     mem = t[t["mem_error"].notna()]
     assert len(mem) == 1 and mem["mem_error"].abs().max() <= 0.10
 
@@ -251,3 +256,30 @@ def test_a_file_s_task_is_checked_against_every_task_rl_included(tmp_path):
         with pytest.raises(ConfigError, match=r"^task: expected one of pretrain, sft, lora, "
                                               r"qlora, rl, got 'reinforce'$"):
             load(f)
+
+
+def test_fp8_weight_cache_off_requantises_every_weight_in_every_micro_batch():
+    """Megatron-Bridge's fine-tuning perf configs set disable_parameter_transpose_cache (TE gets
+    is_first_microbatch=None): each FP8 layer weight is quantised again in every forward. The
+    added time per micro-batch is the stage's layer weights x (cast + the recipe's amax pass)
+    bytes at the elementwise HBM rate; bf16 rows and FP8 primary weights pay nothing."""
+    row = dict(BASE, precision="fp8", fp8_recipe="tensorwise", tp=1, pp=2, vpp=1,
+               num_gpus=8, global_batch=32, recompute="none", sequence_parallel=False,
+               task="lora", lora_rank=16, lora_targets="qkv", gpu="gb200")
+    t = sim([row, dict(row, fp8_weight_cache=False),
+             dict(row, fp8_weight_cache=False, fp8_param_gather=True),
+             dict(row, precision="bf16"), dict(row, precision="bf16", fp8_weight_cache=False)])
+    step = t["step_time_s"].to_numpy()
+    # Llama 3.1 70B layer linears: qkv 8192 x (8192 + 2 x 8 x 128), out 8192 x 8192, fc1
+    # 8192 x 2 x 28672, fc2 28672 x 8192; 40 layers per stage
+    h, ffn = 8192, 28672
+    per_layer = h * (h + 2 * 8 * 128) + h * h + h * 2 * ffn + ffn * h
+    weights = per_layer * 40
+    # gb200: 8 TB/s x 0.80 elementwise; cast 3 B (read bf16, write fp8) + 2 B current-scaling amax
+    per_micro_batch = weights * (3.0 + 2.0) / (8000e9 * 0.80)
+    # 1F1B over pp 2 with 8 micro-batches per DP rank (dp 4, batch 32): the step runs
+    # m + pp - 1 = 9 micro-batch slots of a stage
+    added = per_micro_batch * (8 + 2 - 1)
+    assert step[1] - step[0] == pytest.approx(added, rel=0.01)
+    assert step[2] == pytest.approx(step[0], rel=1e-12)
+    assert step[4] == pytest.approx(step[3], rel=1e-12)

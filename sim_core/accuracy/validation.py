@@ -400,7 +400,8 @@ def _task_fields(r: pd.Series) -> tuple[dict, str]:
 STATED_FIELDS = ("power_limit_w", "attention_kernel", "attention_dropout", "fp8_recipe",
                  "loss_impl", "fused_elementwise", "fused_glu", "tp_comm_overlap",
                  "overlap_grad_reduce",
-                 "overlap_param_gather", "grad_reduce_fp32", "fp8_param_gather", "cp_comm",
+                 "overlap_param_gather", "grad_reduce_fp32", "fp8_param_gather", "fp8_weight_cache",
+                 "cp_comm",
                  "pp_schedule", "gpus_per_node", "nics_per_node", "nic_bw_gbs",
                  "moe_dispatcher", "moe_a2a_overlap", "moe_permute_fusion",
                  "moe_router_fusion", "moe_dropless", "capacity_factor", "expert_skew")

@@ -73,8 +73,9 @@ EXPECT: dict[str, tuple[str, str]] = {
     **{k: _BOOL for k in ("sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                           "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap", "fsdp",
                           "tied_embeddings", "grad_reduce_fp32", "fused_elementwise", "fused_glu",
-                          "fp8_param_gather", "moe_dropless", "moe_permute_fusion",
-                          "moe_router_fusion", "moe_delay_wgrad", "moe_shared_expert_overlap")},
+                          "fp8_param_gather", "fp8_weight_cache", "moe_dropless",
+                          "moe_permute_fusion", "moe_router_fusion", "moe_delay_wgrad",
+                          "moe_shared_expert_overlap")},
     "capacity_factor": ("a number >= 1", "numbers >= 1"),
     "expert_skew": ("a number >= 0 (Zipf exponent; 0 = balanced)", "numbers >= 0"),
     "attention_dropout": ("a probability in [0, 1)", "probabilities in [0, 1)"),
@@ -174,6 +175,7 @@ class ParallelConfig(_Strict):
     cp_comm: Literal[CP_COMM] | None = None  # type: ignore[valid-type]
     loss_impl: Literal[LOSS_IMPL] | None = None  # type: ignore[valid-type]
     fp8_param_gather: StrictBool | None = None
+    fp8_weight_cache: StrictBool | None = None  # False: Megatron disable_parameter_transpose_cache
     fp8_recipe: Literal[FP8_RECIPE] | None = None  # type: ignore[valid-type]
     attention_dropout: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = None
     moe_dropless: StrictBool | None = None
