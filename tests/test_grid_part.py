@@ -223,3 +223,34 @@ def test_the_rows_before_each_pareto_row_are_counted_as_one_by_one():
         for part in (df, df.iloc[:0], df.iloc[::5]):
             expected = [int(_sorts_before(part, r, cols, asc).sum()) for _, r in rows.iterrows()]
             assert _counts_before(part, rows, cols, asc).tolist() == expected
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b-1024xa100.yaml", "multi-hardware.yaml",
+                                  "cloud-instances.yaml", "llama3.1-405b-wide.yaml"])
+def test_digits_of_a_run_and_no_op_repeats_from_digits_are_the_plain_ones(name):
+    space = _space(name)
+    for start, stop in ((0, 1), (0, min(space.size, 5000)), (7, min(space.size, 20_011)),
+                        (space.size - 999, space.size)):
+        ids = np.arange(start, stop, dtype=np.int64)
+        plain = space.digits(ids)
+        fast = space.range_digits(start, stop)
+        assert all(a.dtype == b.dtype and (a == b).all() for a, b in zip(plain, fast))
+        dup = space.noop_repeats(fast)
+        if dup is not None:
+            assert (dup == space.duplicates(space.structural_columns(ids, plain), plain)).all()
+
+
+def test_reasons_counted_by_combination_are_value_counts():
+    """Counts and their order (count descending, first seen first among ties) as pandas
+    gives them on the strings, whatever mix of judged and early reasons."""
+    rng = np.random.default_rng(3)
+    table = np.array(["", "tp must divide heads", "pp must divide layers", "tp must divide heads",
+                      "dp must divide the batch"], dtype=object)
+    for trial in range(200):
+        codes = rng.integers(0, len(table), rng.integers(0, 40))
+        codes = codes[table[codes] != ""]
+        late = rng.choice(np.array(["out of memory rule", "pp must divide layers", "fp8 needs"],
+                                   dtype=object), rng.integers(0, 6))
+        expected = pd.Series(np.concatenate([late, table[codes]]), dtype=object).value_counts()
+        got = grid.count_reasons(late, codes=codes, table=table)
+        assert list(got.items()) == list(expected.items())

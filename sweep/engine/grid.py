@@ -108,6 +108,38 @@ def part_counts(status: np.ndarray, duplicate: int = 0, invalid: int = 0) -> dic
             "pruned_memory": memory, "pruned_time": late}
 
 
+def count_reasons(late: np.ndarray, early: np.ndarray | None = None,
+                  codes: np.ndarray | None = None, table: np.ndarray | None = None) -> pd.Series:
+    """Invalid rows by reason, as `pd.Series(concat(late, early)).value_counts()` gives them
+    (count descending, first seen first among equal counts). `late`: the reasons of the rows
+    the rules judged; `early`: those of the rows the structural rules ruled out, or instead
+    their combination indexes `codes` into the reasons `table` (`Space.structural_codes`):
+    counted by combination, not hashed string by string (most of a large grid's rows)."""
+    if codes is None:
+        early = np.zeros(0, dtype=object) if early is None else early
+        # counted as Python objects: typing 10^5 strings as a str column first cost more
+        return pd.Series(np.concatenate([late, early]), dtype=object).value_counts()
+    total: dict = {}
+    first: dict = {}
+    if len(late):
+        seen = pd.Series(late, dtype=object).value_counts(sort=False)  # first-seen order
+        for pos, (text, k) in enumerate(seen.items()):
+            total[text], first[text] = int(k), pos
+    if len(codes):
+        per = np.bincount(codes)
+        used = np.flatnonzero(per)
+        head = np.full(len(per), len(codes), dtype=np.int64)  # first row of each combination
+        np.minimum.at(head, codes, np.arange(len(codes), dtype=np.int64))
+        for c in used[np.argsort(head[used], kind="stable")]:
+            text = table[c]
+            total[text] = total.get(text, 0) + int(per[c])
+            first.setdefault(text, len(late) + int(head[c]))
+    keys = sorted(total, key=first.__getitem__)  # first-seen order, as value_counts finds it
+    out = pd.Series([total[t] for t in keys], index=pd.Index(keys, dtype=object),
+                    dtype=np.int64, name="count")
+    return out.sort_values(ascending=False, kind="stable")
+
+
 def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, job: GridJob,
                threshold: float | None = None):
     """One grid batch inside a Ray worker: evaluate, write the simulated rows as a part of the
@@ -115,18 +147,27 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     threshold: the K-th best value of the (only) objective known when the batch was sent, for
     the time bound."""
     ids = np.arange(start, stop, dtype=np.int64)
-    digits = space.digits(ids)  # once per batch: every step below reads them
-    cols = space.structural_columns(ids, digits)
-    pre = None  # reasons of the structural rules, where checked before any frame is built
-    if cols is not None:
-        dup = space.duplicates(cols, digits)
-        if is_default(simulate, check):  # divisibility decided before any frame is built
-            pre = space.structural_reasons(digits)  # once per combination of the axes
-            if pre is None:
-                pre = space.precheck(cols)
+    digits = space.range_digits(start, stop)  # once per batch: every step below reads them
+    # the structural rules' reasons by combination of the axes they read, and the no-op
+    # repeats, from the digits alone where the space allows (no column per candidate)
+    coded = space.structural_codes(digits) if is_default(simulate, check) else None
+    dup = space.noop_repeats(digits) if coded is not None else None
+    pre = code = None  # reasons of the structural rules, checked before any frame is built
+    if coded is not None and dup is not None:
+        code, table = coded
+        passed = (table == "")[code]
     else:
-        dup = space.duplicates(space.frame_of_ids(ids, digits), digits)
-    passed = np.ones(len(ids), dtype=bool) if pre is None else pre == ""
+        cols = space.structural_columns(ids, digits)
+        if cols is not None:
+            dup = space.duplicates(cols, digits)
+            if is_default(simulate, check):  # divisibility decided before any frame is built
+                pre = space.structural_reasons(digits)  # once per combination of the axes
+                if pre is None:
+                    pre = space.precheck(cols)
+        else:
+            dup = space.duplicates(space.frame_of_ids(ids, digits), digits)
+    if code is None:
+        passed = np.ones(len(ids), dtype=bool) if pre is None else pre == ""
     keep = ~dup & passed
     kept = [d[keep] for d in digits]
     # the default model on a space whose Batch can be had from the digits (direct.py): no
@@ -152,15 +193,17 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
     else:
         sim, status, why = evaluate_simulated(frame, simulate, check, bounds)
     bad = status == "invalid"
-    early = np.zeros(0, dtype=object) if pre is None else pre[~dup & ~passed]
-    # counted as Python objects: typing 10^5 strings as a str column first cost more than
-    # the count (same counts, same first-seen order among equal counts)
-    reasons = pd.Series(np.concatenate([why[bad], early]), dtype=object).value_counts()
+    early_rows = ~dup & ~passed
+    early_n = int(early_rows.sum()) if pre is not None or code is not None else 0
+    if code is not None:
+        reasons = count_reasons(why[bad], codes=code[early_rows], table=table)
+    else:
+        reasons = count_reasons(why[bad], None if pre is None else pre[early_rows])
     sim = add_costs(sim, job.prices, job.cost_unit)
     top, pareto = Leaderboard(job.objectives, job.keep).local(sim)
     name = f"g{bid:06d}"
     info = {"start": start, "stop": stop,
-            "counts": part_counts(status, int(dup.sum()), len(early)),
+            "counts": part_counts(status, int(dup.sum()), early_n),
             "reasons": {str(k): int(v) for k, v in reasons.items()}}
     path = Path(job.parts_dir) / f"{name}.parquet"
     if not len(sim):  # nothing simulated: only the counters are recorded, no part file

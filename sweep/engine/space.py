@@ -137,6 +137,28 @@ class Space:
         n = self.size
         return [(i, s, min(s + batch_size, n)) for i, s in enumerate(range(0, n, batch_size))]
 
+    def range_digits(self, start: int, stop: int) -> list[np.ndarray]:
+        """`digits(np.arange(start, stop))` without dividing every id by every radix: in a run
+        of consecutive ids an axis's digit is constant over blocks of its stride, so each axis
+        is its block digits repeated (a grid batch is such a run)."""
+        n = max(0, stop - start)
+        out = [None] * len(self.axes)
+        stride = 1
+        for k in range(len(self.axes) - 1, -1, -1):
+            size = len(self.axes[k][1])
+            if stride == 1:
+                out[k] = np.arange(start, stop, dtype=np.int64) % size
+            else:
+                first, last = start // stride, (stop - 1) // stride
+                blocks = np.arange(first, last + 1, dtype=np.int64)
+                counts = np.full(len(blocks), stride, dtype=np.int64)
+                counts[0] = min((first + 1) * stride, stop) - start
+                if len(blocks) > 1:
+                    counts[-1] = stop - last * stride
+                out[k] = np.repeat(blocks % size, counts) if n else np.zeros(0, np.int64)
+            stride *= size
+        return out
+
     def digits(self, ids: np.ndarray) -> list[np.ndarray]:
         """Mixed-radix digits of config ids: one index array per axis (itertools.product order)."""
         rest = np.asarray(ids, dtype=np.int64)
@@ -170,6 +192,25 @@ class Space:
                 digits = self.digits(np.asarray(frame["config_id"]))
             digit = digits[k]
             dup |= (np.asarray(frame[size]) == 1) & (digit != 0)
+        return dup
+
+    def noop_repeats(self, digits: list) -> np.ndarray | None:
+        """`duplicates` from the digits alone (no columns built), where the size of every no-op
+        setting on an axis is an axis or a fixed field; None otherwise (then `duplicates`)."""
+        names = self.axis_names
+        n = len(digits[0]) if digits else 0
+        dup = np.zeros(n, dtype=bool)
+        for setting, size, _ in NOOPS:
+            if setting not in names:
+                continue
+            if size in names:
+                k = names.index(size)
+                one = (_typed(self.axes[k][1]) == 1)[digits[k]]
+            elif size in self.fixed and size not in self.instance_axis():
+                one = np.full(n, self.fixed[size] == 1)
+            else:
+                return None
+            dup |= one & (digits[names.index(setting)] != 0)
         return dup
 
     def subspace_ids(self, ids, digits: list | None = None) -> np.ndarray:
@@ -303,6 +344,13 @@ class Space:
         one row per combination) and each candidate looks its reason up by the combination's
         index. None when the table would be too large or the fields cannot be had from ids
         (then precheck)."""
+        coded = self.structural_codes(digits)
+        return None if coded is None else coded[1][coded[0]]
+
+    def structural_codes(self, digits: list) -> tuple[np.ndarray, np.ndarray] | None:
+        """(each candidate's combination index, the reason of each combination): what
+        `structural_reasons` looks up, kept apart so that a batch can count its reasons by
+        combination rather than by string. None as for structural_reasons."""
         table = self.__dict__.get("_structural_table", False)
         if table is False:
             table = self.__dict__["_structural_table"] = self._build_structural_table()
@@ -312,7 +360,7 @@ class Space:
         key = np.zeros(len(digits[0]) if digits else 0, dtype=np.int64)
         for k, stride in zip(axes, strides):
             key += digits[k] * stride
-        return reasons[key]
+        return key, reasons
 
     def _build_structural_table(self):
         """(axes the structural fields read, the combination index's stride for each, reason
