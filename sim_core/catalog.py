@@ -21,6 +21,7 @@ import difflib
 import functools
 from pathlib import Path
 
+from . import catalog_yaml
 from . import gpu_names as _gpu_names
 from .specs import ACTIVATION, ClusterSpec, GPUSpec, InstanceSpec, ModelSpec
 
@@ -779,7 +780,7 @@ def _load_yaml(filename: str) -> dict:
     except OSError as exc:
         raise CatalogError(f"{filename}: cannot read catalog file {path}: {exc}") from exc
     try:
-        data = yaml.safe_load(text)
+        data = catalog_yaml.read(text)
     except yaml.YAMLError as exc:
         raise CatalogError(f"{filename}: invalid YAML: {exc}") from exc
     if data is None:

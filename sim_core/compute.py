@@ -17,9 +17,8 @@ import functools
 from importlib import resources
 
 import numpy as np
-import yaml
 
-from . import distinct, fp4, frameworks, moe, workload
+from . import catalog_yaml, distinct, fp4, frameworks, moe, workload
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 from .workload import ACT_BYTES, Workload
@@ -61,7 +60,7 @@ def _scale(b: Batch, which: int):
 @functools.lru_cache(maxsize=1)
 def efficiency_table() -> dict:
     text = resources.files("sim_core").joinpath("catalogs/efficiency.yaml").read_text()
-    return yaml.safe_load(text)["arch"]
+    return catalog_yaml.read(text)["arch"]
 
 
 def _by_arch(arch: np.ndarray, key: str, sub: str | None = None) -> np.ndarray:
@@ -276,7 +275,7 @@ def fp8_recipe_table() -> dict:
     """catalogs/efficiency.yaml `fp8_recipes`: per recipe, the quantisation bytes beyond
     delayed scaling's cast, whether wgrad runs in FP8, and which amax all-reduce it issues."""
     text = resources.files("sim_core").joinpath("catalogs/efficiency.yaml").read_text()
-    return yaml.safe_load(text)["fp8_recipes"]
+    return catalog_yaml.read(text)["fp8_recipes"]
 
 
 def fp8_recipe_arrays(b: Batch) -> dict:

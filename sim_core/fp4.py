@@ -17,8 +17,8 @@ import functools
 from importlib import resources
 
 import numpy as np
-import yaml
 
+from . import catalog_yaml
 from .specs import PRECISION
 
 FORMATS = ("nvfp4", "mxfp4")
@@ -31,7 +31,7 @@ _FIELDS = ("extra_cast_bytes", "saved_bytes", "weight_cache_bytes", "gather_byte
 def recipes() -> dict:
     """catalogs/fp4.yaml `recipes`, one entry per FP4 precision."""
     text = resources.files("sim_core").joinpath("catalogs/fp4.yaml").read_text()
-    table = yaml.safe_load(text)["recipes"]
+    table = catalog_yaml.read(text)["recipes"]
     assert set(table) == set(FORMATS), f"catalogs/fp4.yaml: expected recipes {FORMATS}"
     return table
 

@@ -17,8 +17,8 @@ from importlib import resources
 
 import numpy as np
 import pandas as pd
-import yaml
 
+from . import catalog_yaml
 from .specs import ATTENTION_KERNEL, CATEGORICAL, FRAMEWORK, PARALLEL_COLUMNS, PRECISION
 
 DEFAULT_FRAMEWORK = "megatron-core"
@@ -28,7 +28,7 @@ DEFAULT_FRAMEWORK = "megatron-core"
 def profiles() -> dict:
     """framework id -> its profile (defaults, memory, supports), in specs.FRAMEWORK order."""
     text = resources.files("sim_core").joinpath("catalogs/frameworks.yaml").read_text()
-    table = yaml.safe_load(text)["frameworks"]
+    table = catalog_yaml.read(text)["frameworks"]
     missing = [f for f in FRAMEWORK if f not in table]
     if missing or set(table) - set(FRAMEWORK):
         raise ValueError(f"catalogs/frameworks.yaml: frameworks must be exactly {FRAMEWORK}")

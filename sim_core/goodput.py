@@ -31,9 +31,8 @@ import functools
 from importlib import resources
 
 import numpy as np
-import yaml
 
-from . import finetune, frameworks
+from . import catalog_yaml, finetune, frameworks
 
 GB = 1e9
 CATALOG_GPUS_PER_NODE = 8  # the published rates are per 8-GPU server
@@ -43,7 +42,7 @@ CATALOG_GPUS_PER_NODE = 8  # the published rates are per 8-GPU server
 def catalog() -> dict:
     """catalogs/reliability.yaml as loaded (rates by sm_arch, storage, staging, restart)."""
     text = resources.files("sim_core").joinpath("catalogs/reliability.yaml").read_text()
-    return yaml.safe_load(text)
+    return catalog_yaml.read(text)
 
 
 def _by_arch(table: dict, arch: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ import functools
 import re
 from importlib import resources
 
-import yaml
+from . import catalog_yaml
 
 NAMES_FILE = "gpu_names.yaml"
 
@@ -31,7 +31,7 @@ def normalise(name) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _raw() -> dict:
-    return yaml.safe_load(resources.files("sim_core").joinpath("catalogs", NAMES_FILE)
+    return catalog_yaml.read(resources.files("sim_core").joinpath("catalogs", NAMES_FILE)
                           .read_text()) or {}
 
 

@@ -29,9 +29,8 @@ import functools
 from importlib import resources
 
 import numpy as np
-import yaml
 
-from . import nccl, overlap
+from . import catalog_yaml, nccl, overlap
 from .columns import Batch
 
 ACT_BYTES = 2.0  # bf16 hidden states (Megatron's DeepEP dispatch sends bf16 too)
@@ -44,7 +43,7 @@ SHARED_OPS = ("shared_fc1", "shared_fc2")
 @functools.lru_cache(maxsize=1)
 def table() -> dict:
     text = resources.files("sim_core").joinpath("catalogs/moe.yaml").read_text()
-    return yaml.safe_load(text)
+    return catalog_yaml.read(text)
 
 
 # ---- routing -------------------------------------------------------------------------------

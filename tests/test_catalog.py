@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -389,3 +390,16 @@ def test_cluster_from_dict():
         catalog.cluster_from_dict({"gpu": "b200", "nic_bw_gb": 25})
     with pytest.raises(CatalogError, match="'nics_per_node'.*positive integer"):
         catalog.cluster_from_dict({"gpu": "b200", "nics_per_node": 0})
+
+
+def test_catalogs_read_with_the_c_parser_are_what_safe_load_gives():
+    """sim_core.catalog_yaml takes libyaml's parser where PyYAML has it: the same objects."""
+    import yaml
+
+    from sim_core import catalog_yaml
+
+    files = sorted((Path(__file__).resolve().parents[1] / "sim_core" / "catalogs").glob("*.yaml"))
+    assert files
+    for f in files:
+        text = f.read_text()
+        assert catalog_yaml.read(text) == yaml.safe_load(text), f.name

@@ -14,9 +14,8 @@ from importlib import resources
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from .. import catalog
+from .. import catalog, catalog_yaml
 from ..columns import Batch
 
 PLACEMENT = ("colocated", "split")
@@ -71,7 +70,7 @@ RL_COLUMNS = {
 @functools.lru_cache(maxsize=1)
 def constants() -> dict:
     text = resources.files("sim_core").joinpath("catalogs/rl.yaml").read_text()
-    return yaml.safe_load(text)
+    return catalog_yaml.read(text)
 
 
 def _codes(name: str, values: pd.Series, allowed: tuple) -> np.ndarray:

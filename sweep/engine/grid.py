@@ -129,7 +129,7 @@ def count_reasons(late: np.ndarray, early: np.ndarray | None = None,
         per = np.bincount(codes)
         used = np.flatnonzero(per)
         head = np.full(len(per), len(codes), dtype=np.int64)  # first row of each combination
-        np.minimum.at(head, codes, np.arange(len(codes), dtype=np.int64))
+        head[codes[::-1]] = np.arange(len(codes) - 1, -1, -1, dtype=np.int64)  # first wins
         for c in used[np.argsort(head[used], kind="stable")]:
             text = table[c]
             total[text] = total.get(text, 0) + int(per[c])
@@ -138,6 +138,49 @@ def count_reasons(late: np.ndarray, early: np.ndarray | None = None,
     out = pd.Series([total[t] for t in keys], index=pd.Index(keys, dtype=object),
                     dtype=np.int64, name="count")
     return out.sort_values(ascending=False, kind="stable")
+
+
+def _evaluate_kept(space: Space, ids, keep, kept, simulate, check, job: GridJob, threshold):
+    """(stored rows, status, invalid_reason) of a batch's candidates that pass the structural
+    rules and are not no-op repeats (`keep`, their digits `kept`)."""
+    # the default model on a space whose Batch can be had from the digits (direct.py): no
+    # frame but for the rows stored
+    direct = DirectBatch.of(space) if is_default(simulate, check) and keep.any() else None
+    frame = None if direct is not None else space.frame_of_ids(ids[keep], kept)
+    bounds = None
+    if job.prune and is_default(simulate, check):
+        single = len(job.objectives) == 1
+        if direct is not None:
+            price = direct.prices(kept, job.prices) if direct.has_gpu else None
+        else:
+            price = row_prices(frame, job.prices).to_numpy(dtype=np.float64) \
+                if "gpu" in frame.columns else None
+        bounds = Bounds(space.subspace_ids(ids[keep], kept), job.objectives[0],
+                        threshold if single else None, price, job.cost_unit)
+    # only the simulated rows become a frame; the others are counted from their status
+    if direct is not None:
+        sim, status, why = evaluate_batch(
+            direct.batch(kept), direct.reasons(kept),
+            lambda rows: direct.frame_columns(ids[keep][rows], [d[rows] for d in kept], kept),
+            direct.inputs, bounds)
+    else:
+        sim, status, why = evaluate_simulated(frame, simulate, check, bounds)
+    return sim, status, why
+
+
+def _empty_part(space: Space, simulate, check, job: GridJob):
+    """(stored rows, local top K, local Pareto set) of a batch with no candidate left after the
+    structural rules: empty frames whose columns are the space's, the same for every such
+    batch, so evaluated once per space and job (most batches of a grid that is mostly invalid)."""
+    memo = space.__dict__.setdefault("_empty_parts", {})
+    key = (id(simulate), id(check), tuple(job.objectives), job.keep, job.cost_unit, job.prune)
+    if key not in memo:
+        none = np.zeros(0, dtype=np.int64)
+        sim, _, _ = evaluate_simulated(space.frame_of_ids(none, [none] * len(space.axes)),
+                                       simulate, check, None)
+        sim = add_costs(sim, job.prices, job.cost_unit)
+        memo[key] = (sim, *Leaderboard(job.objectives, job.keep).local(sim))
+    return memo[key]
 
 
 def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, job: GridJob,
@@ -170,28 +213,14 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
         passed = np.ones(len(ids), dtype=bool) if pre is None else pre == ""
     keep = ~dup & passed
     kept = [d[keep] for d in digits]
-    # the default model on a space whose Batch can be had from the digits (direct.py): no
-    # frame but for the rows stored
-    direct = DirectBatch.of(space) if is_default(simulate, check) and keep.any() else None
-    frame = None if direct is not None else space.frame_of_ids(ids[keep], kept)
-    bounds = None
-    if job.prune and is_default(simulate, check):
-        single = len(job.objectives) == 1
-        if direct is not None:
-            price = direct.prices(kept, job.prices) if direct.has_gpu else None
-        else:
-            price = row_prices(frame, job.prices).to_numpy(dtype=np.float64) \
-                if "gpu" in frame.columns else None
-        bounds = Bounds(space.subspace_ids(ids[keep], kept), job.objectives[0],
-                        threshold if single else None, price, job.cost_unit)
-    # only the simulated rows become a frame; the others are counted from their status
-    if direct is not None:
-        sim, status, why = evaluate_batch(
-            direct.batch(kept), direct.reasons(kept),
-            lambda rows: direct.frame_columns(ids[keep][rows], [d[rows] for d in kept], kept),
-            direct.inputs, bounds)
-    else:
-        sim, status, why = evaluate_simulated(frame, simulate, check, bounds)
+    if keep.any():
+        sim, status, why = _evaluate_kept(space, ids, keep, kept, simulate, check, job,
+                                          threshold)
+        sim = add_costs(sim, job.prices, job.cost_unit)
+        top, pareto = Leaderboard(job.objectives, job.keep).local(sim)
+    else:  # nothing reaches the rules: the empty part of this space, evaluated once
+        sim, top, pareto = _empty_part(space, simulate, check, job)
+        status = why = np.zeros(0, dtype=object)
     bad = status == "invalid"
     early_rows = ~dup & ~passed
     early_n = int(early_rows.sum()) if pre is not None or code is not None else 0
@@ -199,8 +228,6 @@ def _eval_part(space: Space, bid: int, start: int, stop: int, simulate, check, j
         reasons = count_reasons(why[bad], codes=code[early_rows], table=table)
     else:
         reasons = count_reasons(why[bad], None if pre is None else pre[early_rows])
-    sim = add_costs(sim, job.prices, job.cost_unit)
-    top, pareto = Leaderboard(job.objectives, job.keep).local(sim)
     name = f"g{bid:06d}"
     info = {"start": start, "stop": stop,
             "counts": part_counts(status, int(dup.sum()), early_n),
