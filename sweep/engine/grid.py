@@ -49,14 +49,14 @@ MAX_GRID_BATCH = 200_000
 # candidate costs CANDIDATE_S (ids, digits, the structural rules' table, counters), and each one
 # that passes the structural rules and is not a no-op repeat (`Space.framed_fraction`) costs
 # FRAMED_S more (its Batch, the rules, the bounds, the simulation, its part). Both fitted on the
-# two grids of benchmarks/search_scale.py in the driver (issue 37, 2026-11-27, the Batch built
-# from the ids, load 1.7): 3.3M candidates, 1.22M framed, 4.5 s; 29.5M candidates, 1.19M
-# framed, 8.0 s. So the
+# two grids of benchmarks/search_scale.py in the driver (issue 37, 2026-11-27, the Batch and
+# the per-candidate work from the ids' digits, load 1.1-1.4): 3.3M candidates, 1.22M framed,
+# 3.9 s; 29.5M candidates, 1.19M framed, 5.7 s. So the
 # 29.5M grid (96% invalid or repeats) runs in the driver and the 10^9 one on Ray. Below
 # IN_PROCESS_CANDIDATES the driver is taken whatever the CPUs.
 RAY_START_S = 6.0
-CANDIDATE_S = 1.4e-7
-FRAMED_S = 3.3e-6
+CANDIDATE_S = 7e-8
+FRAMED_S = 3.0e-6
 IN_PROCESS_CANDIDATES = 250_000
 
 
