@@ -264,3 +264,30 @@ def test_run_file_sets_eager_and_cpu_optimizer_and_the_recipes_carry_them(tmp_pa
     opt = nemo_rl_config(row)["policy"]["megatron_cfg"]["optimizer"]
     assert opt["optimizer_cpu_offload"] is True and opt["optimizer_offload_fraction"] == 1.0
 
+
+
+def test_refit_broadcasts_the_full_model_over_pipeline_stages():
+    """NeMo RL v0.3.0 gather_params: every tensor is broadcast over the PP group, so with
+    stages on different nodes each GPU receives the whole bf16 model through its NIC."""
+    from sim_core.rl import weight_sync
+    rows = pd.DataFrame([{**BASE, "model": "llama3.1-70b", "num_gpus": n}
+                         for n in (8, 64)])
+    b = inputs.to_batch(rows)
+    one = np.ones(2)
+    ws = weight_sync.sync_time(b, 4 * one, 2 * one, one, one, b.num_gpus)
+    nic = b.nic_bw_gbs * b.nics_per_node / b.gpus_per_node * 1e9
+    # 64 GPUs: the two stages are 32 ranks apart, on different nodes
+    assert ws["sync_gather_s"][1] >= b.params[1] * 2.0 / nic[1]
+    # 8 GPUs: both stages in one node, over NVLink: much faster
+    assert ws["sync_gather_s"][0] < ws["sync_gather_s"][1] / 3
+
+
+def test_offloaded_optimizer_moves_through_pageable_memory():
+    r = run({"offload_optimizer": False}, {"offload_optimizer": True})
+    b = inputs.to_batch(pd.DataFrame([BASE]))
+    from sim_core.rl import training
+    slow = inputs.constants()["pageable_slowdown"]
+    tr = training.passes(pd.DataFrame([BASE]), b)
+    extra = 2 * tr["train_optimizer_gib"][0] * 2.0 ** 30 * slow / training.pcie_bytes_per_s(b)[0]
+    assert r.offload_time_s[1] - r.offload_time_s[0] == pytest.approx(extra, rel=1e-6)
+    assert slow > 1

@@ -84,7 +84,8 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     # optional columns beyond the (a recipe's settings the table states)
     for col, d in (("train_etp", 0), ("offload_params", False), ("offload_optimizer", False),
                    ("enforce_eager", False), ("optimizer_cpu_offload", 0.0),
-                   ("train_recompute", "full")):
+                   ("train_recompute", "full"), ("train_grad_reduce_fp32", True),
+                   ("train_seq_len", np.nan)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
     df.attrs["skip"] = np.where(skip, NO_MEAN_LENGTH, "")

@@ -41,7 +41,8 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     tpp = _train(df, "train_pp")
     zero = _train(df, "train_zero", 1.0)
     shard = np.where(zero >= 3, tr["train_dp"], 1.0)
-    ws = weight_sync.sync_time(b, ttp, tpp, np.nan_to_num(shard, nan=1.0))
+    ws = weight_sync.sync_time(b, ttp, tpp, np.nan_to_num(shard, nan=1.0),
+                              _train(df, "train_ep"), b.train_gpus)
     colo = b.placement == 0
     split = ~colo
 
@@ -50,8 +51,12 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     gib = 2.0 ** 30
     off_gib = (b.offload_params * tr["train_weights_gib"]
                + b.offload_optimizer * tr["train_optimizer_gib"])
-    moved = gen["rollout_weights_gib"] + 2 * off_gib
-    t_off = np.where(colo, moved * gib / _pcie(b), 0.0)
+    # weights through pinned buffers at PCIe rate; optimizer states through pageable memory
+    # (catalogs/rl.yaml pageable_slowdown: NeMo RL's `v.to("cpu")` and back)
+    pinned = gen["rollout_weights_gib"] + 2 * b.offload_params * tr["train_weights_gib"]
+    pageable = 2 * b.offload_optimizer * tr["train_optimizer_gib"]
+    slow = float(inputs.constants().get("pageable_slowdown", 1.0))
+    t_off = np.where(colo, (pinned + pageable * slow) * gib / _pcie(b), 0.0)
 
     lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
     g_tail = gen["gen_time_s"]

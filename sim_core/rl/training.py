@@ -37,7 +37,10 @@ def pcie_bytes_per_s(b) -> np.ndarray:
 
 # the training layout's columns an RL row carries, with the simulator's names
 TRAIN_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "recompute", "zero",
-                "sequence_parallel", "framework", "precision")
+                "sequence_parallel", "framework", "precision",
+                # the main-grad buffer's dtype (Megatron DDP `grad_reduce_in_fp32`: NeMo RL
+                # v0.3.0 grpo_math_1B_megatron.yaml sets it false -> bf16 grads)
+                "grad_reduce_fp32")
 
 
 def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFrame:

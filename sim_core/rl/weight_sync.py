@@ -34,14 +34,45 @@ def _net(b: Batch) -> dict:
             "intra_latency_us": b.intra_latency_us, "inter_latency_us": b.inter_latency_us}
 
 
-def sync_time(b: Batch, train_tp, train_pp, train_dp_shard) -> dict:
+def _pp_nodes(b: Batch, train_pp, stride):
+    """Nodes a pipeline group spans: its ranks are `stride` apart (Megatron's rank order puts
+    TP, CP, EP and DP inside a stage)."""
+    per_node = np.maximum(np.floor(b.gpus_per_node / np.maximum(stride, 1.0)), 1.0)
+    return np.clip(np.ceil(train_pp / per_node), 1.0, train_pp)
+
+
+def sync_time(b: Batch, train_tp, train_pp, train_dp_shard, train_ep=None,
+              train_gpus=None) -> dict:
     """Seconds of one refit. train_dp_shard: the data-parallel ranks the weights are sharded
-    over (ZeRO-3 / FSDP; 1 otherwise)."""
+    over (ZeRO-3 / FSDP; 1 otherwise).
+
+    With pipeline stages (Megatron), the gather follows NeMo RL v0.3.0
+    `nemo_rl/models/megatron/refit_utils.py gather_params`: each tensor is all-gathered over
+    TP inside its owner stage, then the full tensor is **broadcast over the PP group** (every
+    rank ends with the whole model, whichever stage it trains), then routed-expert tensors are
+    all-gathered over EP. So every GPU receives the full bf16 model; the PP broadcast crosses
+    nodes when a stage fills a node. Without PP or EP this is the all-gather over TP x shards."""
     net = _net(b)
     full = b.params * 2.0  # bf16 bytes of the model
+    n = np.shape(b.params)
+    ep = np.ones(n) if train_ep is None else np.maximum(np.asarray(train_ep, float), 1.0)
+    tg = b.train_gpus if train_gpus is None else train_gpus
     group = train_tp * train_pp * train_dp_shard
     nodes = np.maximum(np.ceil(group / b.gpus_per_node), 1.0)
-    gather = nccl.collective_time("all_gather", full, group, nodes, net)["time_s"]
+    flat = nccl.collective_time("all_gather", full, group, nodes, net)["time_s"]
+    # per-stage TP gather (within a stage, its 1/pp of the model), then the PP broadcast of
+    # the full model, then the EP all-gather of the routed experts
+    stage = full / train_pp
+    tp_nodes = np.maximum(np.ceil(train_tp / b.gpus_per_node), 1.0)
+    tp_g = nccl.collective_time("all_gather", stage, train_tp, tp_nodes, net)["time_s"]
+    stride = np.maximum(tg / np.maximum(train_pp, 1.0), 1.0)
+    pp_b = nccl.collective_time("broadcast", full, train_pp, _pp_nodes(b, train_pp, stride),
+                                net)["time_s"]
+    ep_nodes = np.maximum(np.ceil(ep * train_tp / b.gpus_per_node), 1.0)
+    ep_g = nccl.collective_time("all_gather", b.routed_params * 2.0, ep, ep_nodes,
+                                net)["time_s"]
+    staged = np.where(train_pp > 1, tp_g + pp_b, flat) + np.where(ep > 1, ep_g, 0.0)
+    gather = np.where((train_pp > 1) | (ep > 1), staged, flat)
     # the engine's shard copied into place (IPC or NCCL receive buffer -> weights), read + write
     shard = full * np.where(b.rollout_precision == 1, 0.5, 1.0) / (b.rollout_tp * b.rollout_pp)
     load = 2 * shard / (b.hbm_bw_gbs * 1e9)
