@@ -160,8 +160,8 @@ def test_streamed_recommendation_is_the_whole_frame_one(run, df, objective, cons
     whole = R.recommend(df[R.SELECT_COLUMNS][df["status"] == "ok"].reset_index(drop=True),
                         objective, R.Constraints(**constraints), within=0.2, runner_ups=5)
     chunks, _ = R.fit_chunks(run)
-    pieces = R.recommend_chunks(lambda near=None: (p for part in chunks(near)
-                                                   for p in (part.iloc[:7], part.iloc[7:])),
+    pieces = R.recommend_chunks(lambda near=None, only=None: (
+        p for part in chunks(near, only) for p in (part.iloc[:7], part.iloc[7:])),
                                 objective, R.Constraints(**constraints), within=0.2,
                                 runner_ups=5)
     assert whole.found and pieces.found
@@ -172,3 +172,119 @@ def test_streamed_recommendation_is_the_whole_frame_one(run, df, objective, cons
         (pieces.candidates, pieces.fits, pieces.dropped)
     pd.testing.assert_series_equal(whole.best.drop("config_id"), pieces.best.drop("config_id"),
                                    check_names=False)
+
+
+def _sorted_selection(df, objective, c, within, runner_ups):
+    """The selection as one sort of every row (what recommend_chunks gave before it read the
+    rows in two passes): best = first feasible row in the objective's order, runner-ups = the
+    feasible rows within `within` of it with more headroom, most first."""
+    col, asc = R.objective_column(objective, c.failures)
+    d = R.derive(df, c.tokens, c.failures)
+    mask, dropped = R.feasible(d, c)
+    cand = d[mask & d[col].notna()]
+    fits = int(((d["status"] == "ok") & d["step_time_s"].notna()).sum())
+    if not len(cand):
+        return None, [], len(cand), fits, dropped
+    best = cand.sort_values([col, "headroom_gib", "num_gpus", "config_id"],
+                            ascending=[asc, False, True, True], kind="stable").iloc[0]
+    b = float(best[col])
+    close = cand[cand[col] <= b * (1 + within)] if asc else cand[cand[col] >= b * (1 - within)]
+    more = close[(close["headroom_gib"] > float(best["headroom_gib"]) + 1e-9)
+                 & (close["config_id"] != best["config_id"])]
+    ups = more.sort_values(["headroom_gib", col, "num_gpus", "config_id"],
+                           ascending=[False, asc, True, True], kind="stable").head(runner_ups)
+    return int(best["config_id"]), list(ups["config_id"]), len(cand), fits, dropped
+
+
+@pytest.mark.parametrize("objective,constraints", [
+    ("step_time", {}), ("step_time", {"headroom": "0"}), ("step_time", {"headroom": "20GiB"}),
+    ("cost", {}), ("cost", {"failures": False, "max_gpus": 512}),
+    ("throughput", {"num_gpus": [1024]}),
+    ("days", {"tokens": 3e11, "deadline": 1e4}), ("cost", {"tokens": 3e11, "budget": 1e9}),
+    ("step_time", {"gpus": ["a100-80gb"], "max_oom_risk": 0.5}),
+])
+@pytest.mark.parametrize("within,runner_ups", [(0.05, 3), (0.3, 1), (0.3, 6)])
+def test_two_pass_selection_is_one_sort_of_every_row(run, df, objective, constraints, within,
+                                                     runner_ups):
+    """The first pass reads a few columns of every row that fits (count_columns), the second
+    every column of the rows near the best value only, and the runner-ups are kept a piece at a
+    time: the best, runner-ups and counts are still those of one sort of every row, for every
+    objective, with constraints and without (pieces of 5 rows, so that the runner-ups and ties
+    span pieces)."""
+    c = R.Constraints(**constraints)
+    ok = df[df["status"] == "ok"].reset_index(drop=True)
+    want = _sorted_selection(ok, objective, c, within, runner_ups)
+    chunks, _ = R.fit_chunks(run)
+    seen = []
+
+    def pieces(near=None, only=None):
+        for part in chunks(near, only):
+            seen.append((near, list(part.columns)))
+            yield from (part.iloc[i:i + 5] for i in range(0, len(part), 5))
+
+    rec = R.recommend_chunks(pieces, objective, c, within, runner_ups)
+    assert want[0] is not None and rec.found
+    assert (int(rec.best["config_id"]), list(rec.runner_ups["config_id"]), rec.candidates,
+            rec.fits, rec.dropped) == want
+    first = [cols for near, cols in seen if near is None]
+    assert first and "framework" not in first[0]  # the first pass reads a few columns only
+    if objective in ("step_time", "throughput") or (objective == "cost" and not c.failures):
+        assert any(near is not None for near, _ in seen)  # the second pass is pushed down
+
+
+def test_after_search_recipe_equals_a_full_scan(run, tmp_path):
+    """recommend_after_search (two passes) writes the recipe files that the selection over the
+    whole frame writes."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    R.recommend_after_search(copy)
+    full, meta = R.load_run(copy)
+    obj = R._default_objective(meta)
+    rec = R.read_full(copy, R.recommend(full[R.READ_COLUMNS if "step_time_hi_s" in full
+                                             else R.SELECT_COLUMNS], obj,
+                                        run_name=str(meta.get("space", ""))))
+    from sweep.engine.evaluate import profile_line
+
+    rec.profile = profile_line(meta) or ""
+    R.write_recipe(rec, tmp_path / "whole")
+    got = sorted(p.name for p in (copy / "recipe").iterdir())
+    assert got == sorted(p.name for p in (tmp_path / "whole").iterdir())
+    for name in got:
+        assert (copy / "recipe" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+
+
+@pytest.mark.parametrize("within,runner_ups", [(0.05, 3), (0.3, 2)])
+def test_two_pass_selection_with_a_calibrated_quantile(df, within, runner_ups):
+    """Results of a run calibration rank the step time objective by its 90% quantile, which is
+    no stored column to push down: the second pass reads every row (near None) and still gives
+    one sort's answer, which differs here from the step time's."""
+    ok = df[df["status"] == "ok"].reset_index(drop=True)
+    ok["step_time_hi_s"] = ok["step_time_s"] * (1.0 + 0.37 * ((ok["config_id"] * 7919) % 13) / 13)
+    ok.loc[::4, "step_time_hi_s"] = np.nan  # rows without a quantile rank by the step time
+    fastest = _sorted_selection(ok.drop(columns="step_time_hi_s"), "step_time", R.Constraints(),
+                                within, runner_ups)[0]
+    fast = ok["config_id"] == fastest  # the fastest, but uncertain
+    ok.loc[fast, "step_time_hi_s"] = ok.loc[fast, "step_time_s"] * 1.5
+    calls = []
+
+    def chunks(near=None, only=None):
+        calls.append(near)
+        f = ok
+        if near is not None:
+            col, lo, hi = near
+            f = f[(f[col] >= lo) & (f[col] <= hi)]
+        if only is not None:
+            f = f[[c for c in f.columns if c in only]]
+        yield from (f.iloc[i:i + 5] for i in range(0, len(f), 5))
+
+    c = R.Constraints()
+    rec = R.recommend_chunks(chunks, "step_time", c, within, runner_ups)
+    want = _sorted_selection(ok, "step_time", c, within, runner_ups)
+    assert (int(rec.best["config_id"]), list(rec.runner_ups["config_id"]), rec.candidates,
+            rec.fits, rec.dropped) == want
+    assert calls == [None, None]
+    plain = _sorted_selection(ok.drop(columns="step_time_hi_s"), "step_time", c, within,
+                              runner_ups)
+    assert plain[:2] != want[:2]

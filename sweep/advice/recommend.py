@@ -73,6 +73,29 @@ SELECT_COLUMNS = ["config_id", "status", "model", "seq_len", "global_batch", "st
 OPTIONAL_COLUMNS = ["step_time_lo_s", "step_time_hi_s"]
 READ_COLUMNS = SELECT_COLUMNS + OPTIONAL_COLUMNS
 
+# What counting reads of every row that fits (recommend_chunks' first pass, `count_columns`):
+# what `derive` needs and what the default constraint and the default objective use; the
+# configuration's own columns are read only for the rows near the best. A third of the columns:
+# about half the time of a scan that reads every row that fits.
+COUNT_COLUMNS = ["status", "gpu", "peak_memory_gib", "global_batch", "seq_len", "step_time_s",
+                 "oom_risk", "goodput", *OPTIONAL_COLUMNS]
+
+
+def count_columns(objective: str, c: "Constraints", prices: dict | None = None) -> list[str]:
+    """The columns the first pass of `recommend_chunks` reads: COUNT_COLUMNS and what the
+    objective and the constraints use (every column a recommendation reads with prices, which
+    reprice from the GPU count, the step time and the stored prices)."""
+    if prices:
+        return list(READ_COLUMNS)
+    cols = list(COUNT_COLUMNS)
+    if c.num_gpus or c.max_gpus:
+        cols.append("num_gpus")
+    if objective == "throughput":
+        cols.append("tokens_per_s_per_gpu")
+    if objective == "cost" or c.budget is not None:
+        cols.append("cost_per_mtok_usd")
+    return cols
+
 
 def load_fits(run_dir: str | Path, c: "Constraints | None" = None,
               columns: list[str] | None = READ_COLUMNS) -> tuple[pd.DataFrame, dict]:
@@ -81,23 +104,25 @@ def load_fits(run_dir: str | Path, c: "Constraints | None" = None,
 
 
 def fit_chunks(run_dir: str | Path, columns: list[str] | None = READ_COLUMNS):
-    """(chunks, metadata): chunks(near) yields the rows that fit in pieces, with the columns a
-    recommendation compares (`recommend_chunks` says what `near` is), so that the memory of a
-    recommendation does not grow with the results. Every row that fits is read (the count of
-    those that fit is part of the answer); the constraints are applied to each piece."""
+    """(chunks, metadata): chunks(near, only) yields the rows that fit in pieces, with the
+    columns a recommendation compares (`recommend_chunks` says what `near` and `only` are), so
+    that the memory of a recommendation does not grow with the results. Every row that fits is
+    read once (the count of those that fit is part of the answer); the constraints are applied
+    to each piece."""
     from ..results import open_results, scan_results
 
     path = _results_file(run_dir)
     _, meta = open_results(path)  # one-line errors: corrupt file, other schema version
     filters = {"status": "ok"}
-    def chunks(near=None):
+    def chunks(near=None, only=None):
         where = None
         if near is not None:
             import pyarrow.compute as pc
 
             col, lo, hi = near
             where = (pc.field(col) >= lo) & (pc.field(col) <= hi)
-        return scan_results(path, columns=columns, filters=filters, where=where)
+        cols = columns if only is None or columns is None else [c for c in columns if c in only]
+        return scan_results(path, columns=cols, filters=filters, where=where)
 
     return chunks, meta
 
@@ -384,8 +409,8 @@ class Recommendation:
 def recommend(df: pd.DataFrame, objective: str = "step_time", constraints: Constraints | None = None,
               within: float = 0.05, runner_ups: int = 3, run_name: str = "") -> Recommendation:
     """The recommendation among the rows of a frame (see `recommend_chunks`)."""
-    return recommend_chunks(lambda near=None: iter([df]), objective, constraints, within,
-                            runner_ups, run_name)
+    return recommend_chunks(lambda near=None, only=None: iter([df]), objective, constraints,
+                            within, runner_ups, run_name)
 
 
 def recommend_chunks(chunks, objective: str = "step_time",
@@ -395,11 +420,19 @@ def recommend_chunks(chunks, objective: str = "step_time",
     """The best row that fits and meets the constraints (ties: more headroom, fewer GPUs, lower
     config_id), and the runner-ups within `within` of it with more headroom, most first.
 
-    chunks(near) yields the rows piece by piece and is called twice (the best, then the
-    runner-ups near it), so only a piece and the rows kept are in memory at a time. The second
-    time `near` = (column, lowest, highest) says which values of that stored column can be
-    near the best (a reader may skip the others; the rows are filtered here anyway). `prices`
-    reprices each piece (`reprice`)."""
+    chunks(near, only) yields the rows piece by piece and is called twice, so only a piece and
+    the rows kept are in memory at a time:
+      1. only=count_columns(...): every row that fits, with only the columns that counting
+         and the objective need (a reader may give more), for the counts of the answer (rows that fit,
+         that meet the constraints, that each constraint removed) and the best objective value;
+      2. near=(column, lowest, highest): the rows whose stored column can be within `within`
+         of that value (a reader may give more: the rows are filtered here anyway), with every
+         column, for the best row and the runner-ups. The best is among them (its value is the
+         best value), so it is the one a sort of every row would give, and these rows are
+         usually a small share of all (a scan that filters on the column skips the others).
+         Where the objective is no stored column (days; cost divided by the goodput, repriced)
+         `near` is None and every row is read again.
+    `prices` reprices each piece (`reprice`)."""
     c = constraints or Constraints()
     c.check()
     if objective not in OBJECTIVES:
@@ -409,44 +442,59 @@ def recommend_chunks(chunks, objective: str = "step_time",
     col, asc = objective_column(objective, c.failures)
     order = ([col, "headroom_gib", "num_gpus", "config_id"], [asc, False, True, True])
 
-    def candidates(near=None):
+    def candidates(near=None, only=None):
         """(derived piece, its feasible rows with an objective value, what each constraint
         dropped, rows that fit) for every piece."""
-        for piece in chunks(near):
+        for piece in chunks(near, only):
             d = derive(reprice(piece, prices or {}), c.tokens, c.failures)
             mask, dropped = feasible(d, c)
             fit = int(((d["status"] == "ok") & d["step_time_s"].notna()).sum())
             yield d, d[mask & d[col].notna()], dropped, fit
 
-    best, fits, n, dropped, empty = None, 0, 0, {}, None
-    for d, cand, drops, fit in candidates():
+    # 1. the counts and the best objective value
+    b, fits, n, dropped, empty, picked = None, 0, 0, {}, None, False
+    for d, cand, drops, fit in candidates(only=count_columns(objective, c, prices)):
         empty = d.iloc[:0] if empty is None else empty
+        # a run calibration's 90% quantile is what the step time objective ranks by (derive)
+        picked = picked or "step_time_hi_s" in d.columns
         fits += fit
         n += len(cand)
         for name, k in drops:
             dropped[name] = dropped.get(name, 0) + k
         if len(cand):
-            both = cand if best is None else pd.concat([best, cand])
-            best = both.sort_values(order[0], ascending=order[1], kind="stable").head(1)
+            v = float(cand[col].min() if asc else cand[col].max())
+            b = v if b is None else (min(b, v) if asc else max(b, v))
     dropped = list(dropped.items())
-    if best is None:
+    if b is None:
         return Recommendation(None, empty, objective, within, c, 0, fits, dropped, run_name)
-    best = best.iloc[0]
-    b, room = float(best[col]), float(best["headroom_gib"])
-    # runner-ups: most headroom first, then the selection's order
+
+    # 2. the rows near the best value: the best, and the runner-ups (most headroom first, then
+    # the selection's order) among them
     r_order = (["headroom_gib", col, "num_gpus", "config_id"], [False, asc, True, True])
-    robust = None
     stored = col in SELECT_COLUMNS and not (prices and col.startswith("cost"))
+    if col == "step_time_pick_s" and not picked:
+        col_stored = "step_time_s"  # the pick is the step time itself (derive)
+    else:
+        col_stored = col if stored else None
     span = (b, b * (1 + within)) if asc else (b * (1 - within), b)
-    near = (col, span[0] - 1e-9 * abs(span[0]), span[1] + 1e-9 * abs(span[1])) if stored \
-        else None
+    near = None if col_stored is None else \
+        (col_stored, span[0] - 1e-9 * abs(span[0]), span[1] + 1e-9 * abs(span[1]))
+    best, pool = None, None
     for _, cand, _, _ in candidates(near):
         close = cand[cand[col] <= b * (1 + within)] if asc else cand[cand[col] >= b * (1 - within)]
-        more = close[(close["headroom_gib"] > room + 1e-9)
-                     & (close["config_id"] != best["config_id"])]
-        both = more if robust is None else pd.concat([robust, more])
-        robust = both.sort_values(r_order[0], ascending=r_order[1], kind="stable") \
+        ties = close[close[col] == b]
+        if len(ties):
+            both = ties if best is None else pd.concat([best, ties])
+            best = both.sort_values(order[0], ascending=order[1], kind="stable").head(1)
+        # the first `runner_ups` of each piece in the runner-ups' order hold the runner-ups:
+        # a row ranked above one of them has at least its headroom, more than the best's, so
+        # is one of them too (config_id makes the order total)
+        both = close if pool is None else pd.concat([pool, close])
+        pool = both.sort_values(r_order[0], ascending=r_order[1], kind="stable") \
             .head(runner_ups)
+    best = best.iloc[0]
+    room = float(best["headroom_gib"])
+    robust = pool[(pool["headroom_gib"] > room + 1e-9) & (pool["config_id"] != best["config_id"])]
     return Recommendation(best, robust.reset_index(drop=True), objective, within, c, n, fits,
                           dropped, run_name)
 
