@@ -254,3 +254,28 @@ def test_reasons_counted_by_combination_are_value_counts():
         expected = pd.Series(np.concatenate([late, table[codes]]), dtype=object).value_counts()
         got = grid.count_reasons(late, codes=codes, table=table)
         assert list(got.items()) == list(expected.items())
+
+
+def test_batch_boundaries_change_no_fitting_row_and_no_rank(tmp_path):
+    """The driver takes larger batches than a cluster (grid_batch_size): the memory bound
+    prunes within a batch, so other boundaries may simulate other out-of-memory rows, but the
+    rows that fit, their predictions, ranking.csv and pareto.csv are the same."""
+    import sweep
+
+    doc = yaml.safe_load((ROOT / "search_spaces" / "gpt3-175b-1024xa100.yaml").read_text())
+    doc["search"] = {**(doc.get("search") or {}), "strategy": "grid",
+                     "objectives": ["step_time", "cost"]}
+    outs = []
+    for bs in (5_000, 20_000):
+        doc["search"]["batch_size"] = bs
+        out = tmp_path / f"b{bs}"
+        sweep.search(doc, out=out, progress=False)
+        outs.append(out)
+    for name in ("ranking.csv", "pareto.csv"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
+    fits = [sweep.open_results(o).to_pandas().query("status == 'ok'")
+            .sort_values("config_id").reset_index(drop=True) for o in outs]
+    pd.testing.assert_frame_equal(fits[0], fits[1])
+    # the driver's batches are about twice a cluster's, within the same bounds
+    assert grid.grid_batch_size(1_600_000, in_driver=True) == 2 * grid.grid_batch_size(1_600_000)
+    assert grid.grid_batch_size(10**9, in_driver=True) == grid.MAX_GRID_BATCH

@@ -72,7 +72,16 @@ def runs_in_driver(space: Space, cpus: int) -> bool:
     return driver_seconds(space) <= RAY_START_S * cpus / (cpus - 1)
 
 
-def grid_batch_size(size: int) -> int:
+def grid_batch_size(size: int, in_driver: bool = False) -> int:
+    """Candidates per batch: at least 32 batches for the workers of a cluster; in the driver,
+    where nothing runs beside them, about 16, larger (each batch pays the simulator's fixed
+    cost per call, three times with the memory bound's passes: 3.3M candidates in 3.1 s
+    instead of 3.8 s). The batches are what the memory bound prunes within, so other
+    boundaries prune other out-of-memory rows: the rows that fit, their predictions and
+    ranks do not change, the count of out-of-memory rows simulated rather than pruned does
+    (3.3M grid: 283,702 instead of 283,260 of 893,608)."""
+    if in_driver:
+        return int(min(MAX_GRID_BATCH, max(DEFAULT_GRID_BATCH, size // 16)))
     return int(min(MAX_GRID_BATCH, max(DEFAULT_GRID_BATCH, size // 32)))
 
 
@@ -291,7 +300,8 @@ def run_grid(job: SearchJob) -> Outcome:
 def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
     t0 = time.perf_counter()
     s = cfg.search
-    bs = s.batch_size or grid_batch_size(space.size)
+    small = runs_in_driver(space, workers or os.cpu_count() or 1) and not address
+    bs = s.batch_size or grid_batch_size(space.size, in_driver=small)
     prune = bool(s.prune) and is_default(simulate, check)
     # pruned rows are not stored, and the time bound depends on the objective and K
     pruning = {"prune": [s.objectives[0] if len(s.objectives) == 1 else None,
