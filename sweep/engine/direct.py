@@ -22,7 +22,7 @@ import pandas as pd
 
 from sim_core.frameworks import profile_fields, resolve_frame
 
-from .space import NOOPS, Space, normalise, sim_frame
+from .space import NOOPS, Space, combination_index, normalise, sim_frame
 
 MAX_TABLE = 1 << 16  # rows of one column's table: beyond, the batch goes the frame's way
 
@@ -106,7 +106,7 @@ class DirectBatch:
         sets = list(dict.fromkeys(a for cols in plan.values() for a in cols.values()))
         at, parts = {}, []
         for axes in sets:
-            ids, strides = _combinations(space, axes)
+            ids, strides = space.combinations(axes, MAX_TABLE)
             if ids is None:
                 return None
             at[axes] = (sum(len(x) for x in parts), len(ids), strides)
@@ -120,7 +120,7 @@ class DirectBatch:
                           for c, axes in plan[name].items()}
         columns, inputs, rule = made["batch"], made["inputs"], made["rule"]
         gpus = tuple(k for k, n in enumerate(names) if n in ("gpu", "instance"))
-        if _combinations(space, gpus)[0] is None:  # the price table (`prices`)
+        if space.combinations(gpus, MAX_TABLE)[0] is None:  # the price table (`prices`)
             return None
         return cls(space, columns, {"config_id": None, **inputs}, rule.get("reason"))
 
@@ -141,7 +141,7 @@ class DirectBatch:
             return np.full(n, values[0], dtype=values.dtype)
         keys = {} if keys is None else keys
         if axes not in keys:
-            keys[axes] = _key(digits, axes, strides) if axes else np.zeros(n, dtype=np.int64)
+            keys[axes] = combination_index(digits, axes, strides) if axes else np.zeros(n, dtype=np.int64)
         return values[keys[axes]] if isinstance(values, np.ndarray) else \
             values.take(keys[axes])
 
@@ -159,12 +159,12 @@ class DirectBatch:
         names = self.space.axis_names
         axes = tuple(k for k, n in enumerate(names) if n in ("gpu", "instance"))
         if self._prices is None or self._prices[0] != prices:
-            ids, strides = _combinations(self.space, axes)
+            ids, strides = self.space.combinations(axes, MAX_TABLE)
             table = row_prices(_frame(self.space, ids), prices).to_numpy(dtype=np.float64)
             self._prices = (dict(prices), strides, table)
         _, strides, table = self._prices
         n = len(digits[0])
-        return table[_key(digits, axes, strides)] if axes else np.full(n, table[0])
+        return table[combination_index(digits, axes, strides)] if axes else np.full(n, table[0])
 
     def frame(self, ids: np.ndarray, digits: list, batch: list | None = None) -> pd.DataFrame:
         """The resolved, normalised frame of these candidates (`_frame`): what a part stores."""
@@ -196,11 +196,11 @@ class DirectBatch:
             axes, strides, _ = t
             if axes not in present:  # which combinations occur: one counting pass
                 size = math.prod(len(self.space.axes[k][1]) for k in axes)
-                key = _key(digits, axes, strides) if axes else np.zeros(1, dtype=np.int64)
+                key = combination_index(digits, axes, strides) if axes else np.zeros(1, dtype=np.int64)
                 present[axes] = np.flatnonzero(np.bincount(key, minlength=size))
             memo = (axes, present[axes].tobytes())
             if memo not in self._seen:
-                ids, _ = _combinations(self.space, axes)
+                ids, _ = self.space.combinations(axes, MAX_TABLE)
                 self._seen[memo] = _frame(self.space, ids[present[axes]]).dtypes
             types[c] = self._seen[memo][c]
         return types
@@ -231,26 +231,3 @@ def _frame(space: Space, ids) -> pd.DataFrame:
     """The resolved, normalised frame of config ids (at least the first one)."""
     ids = np.asarray(ids if len(ids) else [0], dtype=np.int64)
     return normalise(resolve_frame(space.frame_of_ids(ids)))
-
-
-def _combinations(space: Space, axes: tuple):
-    """(config ids: one per combination of these axes' values, the others at their first
-    value; each axis's stride in the combination index), or (None, None) when too many."""
-    sizes = [len(space.axes[k][1]) for k in axes]
-    total = math.prod(sizes)
-    if total > MAX_TABLE:
-        return None, None
-    strides = [math.prod(sizes[j + 1:]) for j in range(len(axes))]
-    full = [math.prod(len(v) for _, v in space.axes[k + 1:]) for k in range(len(space.axes))]
-    combo = np.arange(total, dtype=np.int64)
-    ids = np.zeros(total, dtype=np.int64)
-    for k, size, stride in zip(axes, sizes, strides):
-        ids += (combo // stride) % size * full[k]
-    return ids, strides
-
-
-def _key(digits: list, axes: tuple, strides: list) -> np.ndarray:
-    key = digits[axes[0]] * strides[0]
-    for k, stride in zip(axes[1:], strides[1:]):
-        key = key + digits[k] * stride
-    return key

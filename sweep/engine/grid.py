@@ -154,7 +154,7 @@ def _evaluate_kept(space: Space, ids, keep, kept, simulate, check, job: GridJob,
     rules and are not no-op repeats (`keep`, their digits `kept`)."""
     # the default model on a space whose Batch can be had from the digits (direct.py): no
     # frame but for the rows stored
-    direct = DirectBatch.of(space) if is_default(simulate, check) and keep.any() else None
+    direct = DirectBatch.of(space) if is_default(simulate, check) else None
     frame = None if direct is not None else space.frame_of_ids(ids[keep], kept)
     bounds = None
     if job.prune and is_default(simulate, check):
@@ -300,6 +300,7 @@ def run_grid(job: SearchJob) -> Outcome:
 def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fresh, on_batch):
     t0 = time.perf_counter()
     s = cfg.search
+    # in the driver or on Ray (decided once: it also sizes the batches)
     small = runs_in_driver(space, workers or os.cpu_count() or 1) and not address
     bs = s.batch_size or grid_batch_size(space.size, in_driver=small)
     prune = bool(s.prune) and is_default(simulate, check)
@@ -332,7 +333,6 @@ def _run_grid(cfg, space, out, workers, address, simulate, check, progress, fres
     evaluated = 0
     columns = _part_columns(store, done)
     if todo:
-        small = runs_in_driver(space, workers or os.cpu_count() or 1)
         with executor(workers, address, space.size, space.size if small else 0) as ex:
             if is_default(simulate, check):
                 DirectBatch.of(space)  # its tables built once, and shipped with the space

@@ -206,7 +206,7 @@ class Space:
             if size in names:
                 k = names.index(size)
                 one = (_typed(self.axes[k][1]) == 1)[digits[k]]
-            elif size in self.fixed and size not in self.instance_axis():
+            elif size in self.fixed:  # (instance_axis never sets a fixed field)
                 one = np.full(n, self.fixed[size] == 1)
             else:
                 return None
@@ -357,10 +357,7 @@ class Space:
         if table is None:
             return None
         axes, strides, reasons = table
-        key = np.zeros(len(digits[0]) if digits else 0, dtype=np.int64)
-        for k, stride in zip(axes, strides):
-            key += digits[k] * stride
-        return key, reasons
+        return combination_index(digits, axes, strides), reasons
 
     def _build_structural_table(self):
         """(axes the structural fields read, the combination index's stride for each, reason
@@ -370,21 +367,30 @@ class Space:
         names = self.axis_names
         sources = STRUCTURAL_SOURCES | set(STRUCTURAL_FIELDS)
         axes = [k for k, name in enumerate(names) if name in sources]
-        sizes = [len(self.axes[k][1]) for k in axes]
-        total = int(np.prod(sizes, dtype=np.int64))
-        if not names or total > MAX_STRUCTURAL_TABLE:
+        ids, strides = self.combinations(axes, MAX_STRUCTURAL_TABLE)
+        if not names or ids is None:
             return None
-        strides = [int(np.prod(sizes[j + 1:], dtype=np.int64)) for j in range(len(axes))]
-        full = [int(np.prod([len(v) for _, v in self.axes[k + 1:]], dtype=np.int64))
-                for k in range(len(names))]
-        combo = np.arange(total, dtype=np.int64)
-        ids = np.zeros(total, dtype=np.int64)  # one candidate per combination: others at 0
-        for k, size, stride in zip(axes, sizes, strides):
-            ids += (combo // stride) % size * full[k]
         cols = self.structural_columns(ids)
         if cols is None:
             return None
         return axes, strides, self.precheck(cols)
+
+    def combinations(self, axes, limit: int):
+        """(config ids: one candidate per combination of the values of the axes at positions
+        `axes`, the other axes at their first value; each axis's stride in the combination
+        index, `combination_index`), or (None, None) beyond `limit` combinations: the
+        tables that are computed once per combination and looked up by candidate."""
+        sizes = [len(self.axes[k][1]) for k in axes]
+        total = math.prod(sizes)
+        if total > limit:
+            return None, None
+        strides = [math.prod(sizes[j + 1:]) for j in range(len(axes))]
+        full = [math.prod(len(v) for _, v in self.axes[k + 1:]) for k in range(len(self.axes))]
+        combo = np.arange(total, dtype=np.int64)
+        ids = np.zeros(total, dtype=np.int64)
+        for k, size, stride in zip(axes, sizes, strides):
+            ids += (combo // stride) % size * full[k]
+        return ids, strides
 
     def index_of(self, params: dict) -> int:
         """config_id of one point given as {axis: value}."""
@@ -410,6 +416,15 @@ class Space:
             cols["global_batch"] = cols["global_batch_tokens"] // cols["seq_len"]
         order = [c for c in COLUMN_ORDER if c in cols] + [c for c in cols if c not in COLUMN_ORDER]
         return pd.DataFrame({c: cols[c] for c in order})
+
+
+def combination_index(digits: list, axes, strides) -> np.ndarray:
+    """Each candidate's index among the combinations of these axes (`Space.combinations`),
+    from its digits."""
+    key = np.zeros(len(digits[0]) if digits else 0, dtype=np.int64)
+    for k, stride in zip(axes, strides):
+        key += digits[k] * stride
+    return key
 
 
 def _pick(values: list, index: np.ndarray):
