@@ -65,3 +65,25 @@ def test_exported_run_yaml_reprices_the_fine_tuning_run():
     first = simulate_frame(pd.DataFrame([row])).iloc[0]
     assert again["step_time_s"] == pytest.approx(first["step_time_s"], rel=1e-9)
     assert again["peak_memory_gib"] == pytest.approx(first["peak_memory_gib"], rel=1e-9)
+
+
+@pytest.mark.parametrize("recipe,preset", sorted(fr.BRIDGE_FP8_PRESETS.items()))
+def test_bridge_override_writes_the_priced_precision_and_weight_cache(recipe, preset):
+    """The Bridge file must run what was priced: the FP8 preset of the recipe, and
+    disable_parameter_transpose_cache where the row was priced without TE's weight cache."""
+    row = dict(ROW, precision="fp8", fp8_recipe=recipe, fp8_weight_cache=False)
+    br = fr.bridge_overrides(row)
+    assert br["mixed_precision"] == preset
+    assert br["model.disable_parameter_transpose_cache"] is True
+    assert fr.unknown_keys("megatron-bridge", row) == []
+    assert "model.disable_parameter_transpose_cache" not in fr.bridge_overrides(
+        dict(row, fp8_weight_cache=True))
+    assert fr.bridge_overrides(dict(ROW, precision="bf16"))["mixed_precision"] == "bf16_mixed"
+    assert f"cfg.mixed_precision = {preset!r}" in fr.bridge_py(row)
+
+
+def test_bridge_precision_preset_is_checked_against_the_registry():
+    assert "mixed_precision=bf16_with_fp8_current_scaling_mixed" in export.known_keys(
+        "megatron_bridge")
+    assert "mixed_precision=bf16_with_fp8_tensorwise_mixed" not in export.known_keys(
+        "megatron_bridge")

@@ -183,11 +183,32 @@ def bridge_overrides(row) -> dict:
     if d.get("recompute") == "full":
         cfg.update({"model.recompute_granularity": "full", "model.recompute_method": "uniform",
                     "model.recompute_num_layers": 1})
+    cfg["mixed_precision"] = _bridge_precision(d)
+    if d.get("precision") in ("fp8", "nvfp4") and d.get("fp8_weight_cache") is False:
+        # priced without TE's per-step weight cache (compute.py: every weight re-quantised in
+        # every micro-batch), as Bridge's fine-tuning perf configs run it
+        cfg["model.disable_parameter_transpose_cache"] = True
     if ft["adapters"]:
         cfg.update({"peft.target_modules": [BRIDGE_TARGETS[t] for t in ft["targets"]],
                     "peft.dim": int(ft["lora_rank"]), "peft.alpha": float(ft["lora_alpha"]),
                     "peft.dropout": float(ft["lora_dropout"])})
     return cfg
+
+
+# the precision that was priced, as a Megatron-Bridge v0.6.0 preset name
+# (src/megatron/bridge/training/mixed_precision.py: get_mixed_precision_config resolves it)
+BRIDGE_FP8_PRESETS = {"delayed": "bf16_with_fp8_delayed_scaling_mixed",
+                      "tensorwise": "bf16_with_fp8_current_scaling_mixed",
+                      "mxfp8": "bf16_with_mxfp8_mixed",
+                      "blockwise": "bf16_with_fp8_subchannel_scaling_mixed"}
+
+
+def _bridge_precision(d: dict) -> str:
+    if d.get("precision") == "nvfp4":
+        return "bf16_with_nvfp4_mixed"
+    if d.get("precision") == "fp8":
+        return BRIDGE_FP8_PRESETS[d.get("fp8_recipe") or "delayed"]
+    return "bf16_mixed"
 
 
 def bridge_py(row) -> str:
@@ -222,7 +243,8 @@ def unknown_keys(fmt: str, row) -> list[str]:
         return sorted(set(trl_config(row)) - known_keys("trl"))
     if fmt == "accelerate":
         return sorted(set(flatten(accelerate_config(row))) - known_keys("accelerate"))
-    return sorted(set(bridge_overrides(row)) - known_keys("megatron_bridge"))
+    keys = {f"{k}={v}" if k == "mixed_precision" else k for k, v in bridge_overrides(row).items()}
+    return sorted(keys - known_keys("megatron_bridge"))
 
 
 def files_for(row) -> list[tuple[str, str]]:
