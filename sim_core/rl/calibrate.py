@@ -64,6 +64,8 @@ def frame(bench: pd.DataFrame) -> pd.DataFrame:
         "prompt_len": bench.isl, "response_mean": bench.osl, "response_max": bench.osl,
         "rollout_precision": bench.precision, "kv_cache_bytes": bench.kv_cache_bytes,
         "rollout_engine": "tensorrt-llm", "max_num_seqs": trtllm_max_batch(kv_req),
+        # fixed output lengths (OSL): no truncated-response point mass beyond the cap itself
+        "response_clip_ratio": 0.0,
     })
     df["gpu_memory_utilization"] = (w + KV_FREE_FRACTION * (hbm - w)) / hbm
     return df

@@ -55,6 +55,9 @@ RL_COLUMNS = {
     "prompt_len": None,         # mean prompt length
     "response_mean": None,
     "response_max": None,
+    # fraction of responses truncated at response_max (no EOS; NeMo RL `truncation_rate`,
+    # verl `response_length/clip_ratio`); NaN = catalogs/rl.yaml length.truncated_fraction
+    "response_clip_ratio": float("nan"),
     "mini_batches": 1,          # optimizer steps per RL step (train batch / mini batch)
     "ppo_epochs": 1,
     "use_ref": True,            # a reference-policy forward for the KL term
