@@ -42,6 +42,9 @@ RL_COLUMNS = {
     "rollout_gpus": 0,          # split: GPUs that generate (colocated: all of them)
     "asynchrony": "sync",
     "staleness": 1,
+    # async: in-flight requests survive a weight sync (verl fully_async `partial_rollout`,
+    # NeMo RL `in_flight_weight_updates`); false: every sync drains them first
+    "partial_rollout": True,
     "rollout_engine": "vllm",
     "rollout_tp": 1,
     "rollout_pp": 1,

@@ -97,6 +97,9 @@ class Placement(_S):
 class Asynchrony(_S):
     mode: Literal["sync", "one_step_off", "async"] = "sync"
     staleness: int = Field(1, ge=0)
+    # async: in-flight requests continue across a weight sync (verl fully_async
+    # partial_rollout, NeMo RL in_flight_weight_updates); false: each sync drains them first
+    partial_rollout: bool = True
 
 
 class RLSearch(_S):
@@ -155,7 +158,8 @@ class RLConfig(_S):
             "algorithm": self.algorithm, "model": self.model, "gpu": self.cluster.gpu,
             "num_gpus": self.cluster.num_gpus, "gpus_per_node": self.cluster.gpus_per_node,
             "placement": pl.mode, "rollout_gpus": rollout_gpus, "asynchrony": asy.mode,
-            "staleness": asy.staleness, "rollout_engine": r.engine, "rollout_tp": r.tp,
+            "staleness": asy.staleness, "partial_rollout": asy.partial_rollout,
+            "rollout_engine": r.engine, "rollout_tp": r.tp,
             "rollout_pp": r.pp, "rollout_ep": r.ep,
             "gpu_memory_utilization": r.gpu_memory_utilization,
             "max_num_seqs": r.max_num_seqs or 0, "rollout_precision": r.precision,
