@@ -99,3 +99,15 @@ def test_every_asynchrony_predicts_and_composes_as_the_frameworks_do():
     assert r.gen_time_s[3] < r.gen_time_s[2] < r.gen_tail_time_s[2]
     # NeMo RL without in-flight weight updates drains the tail before every refit
     np.testing.assert_allclose(r.step_time_s[4], r.step_time_s[1], rtol=1e-9)
+
+
+def test_moe_decode_check_reads_published_rows():
+    from sim_core.rl import calibrate
+
+    chk = calibrate.moe_tpot_check()
+    assert len(chk) == 4 and chk.url.str.startswith("https://").all()
+    assert np.isfinite(chk.pred_tpot_ms).all()
+    # more concurrent requests touch more experts: a longer step, measured and predicted
+    for eng, g in chk.groupby("engine"):
+        g = g.sort_values("concurrency")
+        assert g.tpot_ms.is_monotonic_increasing and g.pred_tpot_ms.is_monotonic_increasing
