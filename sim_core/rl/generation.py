@@ -99,8 +99,8 @@ def truncated_fraction(b: Batch) -> np.ndarray:
 
 
 def length_law(mean, mx, p):
-    """The mixture of `p` at the cap and a clipped exponential body: (theta of the body, p,
-    E[L], E[L^2]) with E[L] = mean."""
+    """The mixture of `p` at the cap and a clipped exponential body: (theta of the body,
+    E[L], E[L^2]) with E[L] = mean (the body's mean is (mean - p max) / (1 - p))."""
     mean = np.minimum(np.asarray(mean, dtype=np.float64), mx)
     body = np.maximum((mean - p * mx) / (1 - p), 1e-3)
     th, b1, b2 = length_moments(body, mx)
