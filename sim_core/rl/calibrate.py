@@ -64,6 +64,8 @@ def frame(bench: pd.DataFrame) -> pd.DataFrame:
         "prompt_len": bench.isl, "response_mean": bench.osl, "response_max": bench.osl,
         "rollout_precision": bench.precision, "kv_cache_bytes": bench.kv_cache_bytes,
         "rollout_engine": "tensorrt-llm", "max_num_seqs": trtllm_max_batch(kv_req),
+        # fixed output lengths (OSL): no truncated-response point mass beyond the cap itself
+        "response_clip_ratio": 0.0,
     })
     df["gpu_memory_utilization"] = (w + KV_FREE_FRACTION * (hbm - w)) / hbm
     return df
@@ -178,6 +180,28 @@ def tpot_check(path=None) -> pd.DataFrame:
                     err=pred / t.median_tpot_ms - 1)
 
 
+def load_moe_tpot(path=None) -> pd.DataFrame:
+    return pd.read_csv(path or resources.files("sim_core").joinpath(
+        "data/rl/decode_moe_tpot.csv"))
+
+
+def moe_tpot_check(path=None) -> pd.DataFrame:
+    """Out-of-sample check of an MoE decode step (MLA, 256 routed experts, TP across nodes):
+    published TPOT of DeepSeek-R1 at a fixed concurrency (decode_moe_tpot.csv). The running
+    batch is the concurrency; each request's cache holds its prompt + half its output. Not
+    fitted: the constants are the TensorRT-LLM dense fit's."""
+    t = load_moe_tpot(path)
+    df = pd.DataFrame({"model": t.model, "gpu": t.gpu, "num_gpus": t.tp, "rollout_tp": t.tp,
+                       "prompts_per_step": 1, "prompt_len": t.isl, "response_mean": 1,
+                       "response_max": 1, "rollout_precision": t.precision,
+                       "rollout_engine": t.engine})
+    b = inputs.to_batch(df)
+    ctx = (t.isl + t.osl / 2).to_numpy(float)
+    pred = generation.step_time(b, t.concurrency.to_numpy(float), ctx,
+                                generation.decode_constants()) * 1e3
+    return t.assign(pred_tpot_ms=pred.round(2), err=pred / t.tpot_ms - 1)
+
+
 def write_constants(eff: float, ovh: float) -> None:
     path = resources.files("sim_core").joinpath("catalogs/rl.yaml")
     text = path.read_text()
@@ -208,6 +232,13 @@ def main(argv=None) -> int:
     for _, r in chk.iterrows():
         print(f"  {r.model:13s} {r.gpu:9s} tp{r.tp} {r.engine:6s} batch {r.batch:5.1f}: "
               f"{r.median_tpot_ms:6.2f} ms measured, {r.pred_tpot_ms:6.2f} predicted ({r.err:+.0%})")
+    moe = moe_tpot_check()
+    print(f"out of sample, MoE decode step vs published TPOT (DeepSeek-R1, {len(moe)} rows): "
+          f"median |error| {np.median(np.abs(moe.err)):.1%}")
+    for _, r in moe.iterrows():
+        print(f"  {r.model:13s} {r.gpu:9s} tp{r.tp} ({r.nodes} nodes) {r.engine:6s} batch "
+              f"{r.concurrency:3d}: {r.tpot_ms:6.2f} ms measured, {r.pred_tpot_ms:6.2f} "
+              f"predicted ({r.err:+.0%})")
     lo = leave_one_source_out()
     print(f"leave one source out: TensorRT-LLM throughput from a fit on the SGLang/vLLM rows "
           f"(eff {lo['tpot_fit'][0]:.2f}, {lo['tpot_fit'][1] * 1e3:.1f} ms): median |error| "

@@ -23,12 +23,17 @@ Why each part, and where the rule comes from:
   (scheduler, sampling, launches). Pipeline stages run pp micro-batches: the weights are read
   once per micro-batch, so PP does not shorten the weight read of a step, it splits the cache.
 - **The length tail.** The step lasts until the longest response ends. Response lengths
-  follow an exponential law clipped at the maximum (mass at the maximum = truncated
-  responses), its scale solved so that the mean is the given mean. The last
-  min(N, concurrency) sequences decode together while the batch shrinks as S(k) = P(L > k),
-  until fewer than half a sequence is expected to remain; the sequences before them run at
-  full concurrency. Where the step lasts as long as its longest response (synchronous
-  training), adding replicas stops helping once each replica's batch is in its tail.
+  follow a mixture: a fraction p of the responses never emits EOS and runs to the cap (a
+  point mass at the maximum: the truncated responses NeMo RL logs as `truncation_rate` and
+  verl as `response_length/clip_ratio`), the others an exponential law clipped at the
+  maximum, its scale solved so that the mixture's mean is the given mean (catalogs/rl.yaml
+  `length.truncated_fraction`, from a published truncation rate; a run may state its own
+  `response_len.clip_ratio`). The last min(N, concurrency) sequences decode together while
+  the batch shrinks as S(k) = P(L > k) = p + (1 - p) exp(-k / theta), until fewer than half
+  a sequence is expected to remain; the sequences before them run at full concurrency.
+  With p N >= 1/2 the longest response of a synchronous step runs to the cap. Where the
+  step lasts as long as its longest response (synchronous training), adding replicas stops
+  helping once each replica's batch is in its tail.
 - **Prefill.** Compute-bound GEMMs and causal attention over the unique prompts (GRPO's
   responses to one prompt share it through prefix caching), at `compute.py`'s efficiency for
   chunks of max_num_batched_tokens tokens.
@@ -79,6 +84,35 @@ def length_moments(mean, mx):
     m1 = th * (1 - e)
     m2 = 2 * th * th * (1 - e * (1 + mx / th))
     return th, m1, m2
+
+
+def truncated_fraction(b: Batch) -> np.ndarray:
+    """p, the fraction of responses that run to the cap without an EOS: the run's own
+    `response_clip_ratio` where stated, else catalogs/rl.yaml `length.truncated_fraction`;
+    bounded so that the responses that end on their own keep at least half of the mean
+    (p x max <= mean / 2: the mixture must be able to have the stated mean)."""
+    p0 = float(constants()["length"]["truncated_fraction"])
+    stated = np.asarray(b.get("response_clip_ratio", np.full(len(b), np.nan)), dtype=float)
+    p = np.where(np.isnan(stated), p0, stated)
+    mx = np.maximum(b.response_max, 1.0)
+    return np.clip(np.minimum(p, 0.5 * b.response_mean / mx), 0.0, 0.999)
+
+
+def length_law(mean, mx, p):
+    """The mixture of `p` at the cap and a clipped exponential body: (theta of the body,
+    E[L], E[L^2]) with E[L] = mean (the body's mean is (mean - p max) / (1 - p))."""
+    mean = np.minimum(np.asarray(mean, dtype=np.float64), mx)
+    body = np.maximum((mean - p * mx) / (1 - p), 1e-3)
+    th, b1, b2 = length_moments(body, mx)
+    return th, p * mx + (1 - p) * b1, p * mx * mx + (1 - p) * b2
+
+
+def survival_end(count, th, p, mx):
+    """The length k at which `count` x S(k) = 1/2 (S the mixture's survival; under half a
+    sequence expected to remain), or the cap when count x p >= 1/2."""
+    r = (0.5 / np.maximum(count, 1e-9) - p) / (1 - p)
+    k = -th * np.log(np.clip(r, 1e-300, 1.0))
+    return np.where(r > 0, np.minimum(k, mx), mx)
 
 
 # ---- memory -------------------------------------------------------------------------------
@@ -226,7 +260,8 @@ def generate(b: Batch, overrides: dict | None = None) -> dict:
     reps = np.maximum(b.replicas, 1.0)
     n_seq = np.ceil(b.sequences / reps)  # sequences per replica (an even split of the batch)
     mx = np.maximum(b.response_max, 1.0)
-    th, m1, m2 = length_moments(np.minimum(b.response_mean, mx), mx)
+    p = truncated_fraction(b)
+    th, m1, m2 = length_law(b.response_mean, mx, p)
     inflight_ctx = b.prompt_len + m2 / (2 * m1)
     # what the scheduler reserves per admitted request: the cache it holds on average
     # (vLLM, SGLang: blocks as tokens come), or prompt + max output (TensorRT-LLM's
@@ -242,11 +277,11 @@ def generate(b: Batch, overrides: dict | None = None) -> dict:
     # a synchronous step waits for the slowest replica: the tail lasts until under half a
     # sequence is expected to remain among all replicas' last sequences (last x replicas),
     # the replica holding the longest response decoding it alone once its own others are done
-    k_rep = th * np.log(np.maximum(2 * last, 1.0))
-    k_end = np.minimum(mx, th * np.log(np.maximum(2 * last * reps, 1.0)))
+    k_rep = survival_end(last, th, p, mx)
+    k_end = survival_end(last * reps, th, p, mx)
     u = (np.arange(GRID) + 0.5) / GRID
     kk = k_end[:, None] * u[None, :]
-    alive = last[:, None] * np.exp(-kk / th[:, None])
+    alive = last[:, None] * (p[:, None] + (1 - p[:, None]) * np.exp(-kk / th[:, None]))
     alive = np.where(kk > k_rep[:, None], np.maximum(alive, 1.0), alive)
     dk = (k_end / GRID)[:, None]
     t_tail = (step_time(b, alive, b.prompt_len[:, None] + kk, k) * dk).sum(axis=1)
@@ -263,6 +298,7 @@ def generate(b: Batch, overrides: dict | None = None) -> dict:
         "decode_tail_s": t_tail,
         "concurrency": conc,
         "longest_response": k_end,
+        "truncated_fraction": p,
         "response_tokens": b.sequences * m1,
         **mem,
         "kv_fits": (mem["kv_tokens"] >= b.prompt_len + b.response_max),

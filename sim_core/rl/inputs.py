@@ -42,6 +42,9 @@ RL_COLUMNS = {
     "rollout_gpus": 0,          # split: GPUs that generate (colocated: all of them)
     "asynchrony": "sync",
     "staleness": 1,
+    # async: in-flight requests survive a weight sync (verl fully_async `partial_rollout`,
+    # NeMo RL `in_flight_weight_updates`); false: every sync drains them first
+    "partial_rollout": True,
     "rollout_engine": "vllm",
     "rollout_tp": 1,
     "rollout_pp": 1,
@@ -55,6 +58,9 @@ RL_COLUMNS = {
     "prompt_len": None,         # mean prompt length
     "response_mean": None,
     "response_max": None,
+    # fraction of responses truncated at response_max (no EOS; NeMo RL `truncation_rate`,
+    # verl `response_length/clip_ratio`); NaN = catalogs/rl.yaml length.truncated_fraction
+    "response_clip_ratio": float("nan"),
     "mini_batches": 1,          # optimizer steps per RL step (train batch / mini batch)
     "ppo_epochs": 1,
     "use_ref": True,            # a reference-policy forward for the KL term

@@ -10,11 +10,19 @@
 - **Split** (verl `recipe/one_step_off_policy` / `fully_async_policy`, NeMo RL non-colocated):
   rollout_gpus generate, the others train. `sync`: the phases still add (each side idles while
   the other works). `one_step_off`: generation of the next batch overlaps this update, the step
-  is the slower of the two pipelines plus the weight sync that both wait for (verl
-  docs/advance/one_step_off.md: step = wait_prev_gen + old_log_prob + update_actor). `async`:
-  rollouts stream with at most `staleness` policy versions of lag, so the tail's idle slots
-  are filled by the next batches' requests: generation costs its throughput time plus the tail
-  spread over 1 + staleness steps.
+  is the slower of the two pipelines plus the weight sync that both wait for (verl v0.7.0
+  recipe/one_step_off_policy/ray_trainer.py `fit`: wait for the pending generation, then
+  `sync_rollout_weights` on the critical path, then launch the next generation and run
+  old_log_prob, ref, update_actor while it runs). `async` with `partial_rollout` (verl v0.7.0
+  recipe/fully_async_policy config `partial_rollout: True`: the rollouter is interrupted at
+  a sync and its in-flight requests resume on the new weights; NeMo RL v0.7.0
+  `in_flight_weight_updates: true`: ongoing generations finish on their KV caches): rollouts
+  stream with at most `staleness` policy versions of lag, so the tail's idle slots are filled
+  by the next batches' requests: generation costs its throughput time plus the tail spread
+  over 1 + staleness steps. `async` without it (NeMo RL's default: trajectory_collector.py
+  `prepare_for_refit` waits for all pending generations before every refit, and grpo.py warns
+  that a larger max_trajectory_age_steps then gives no benefit): the tail drains before each
+  sync, so the step composes as one step off whatever the staleness.
 - Colocated with `one_step_off`/`async` is invalid (nothing to overlap on the same GPUs).
 """
 
@@ -60,8 +68,11 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
 
     lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
     g_tail = gen["gen_time_s"]
-    g_async = gen["gen_time_throughput_s"] + (g_tail - gen["gen_time_throughput_s"]) / (
+    g_spread = gen["gen_time_throughput_s"] + (g_tail - gen["gen_time_throughput_s"]) / (
         1 + np.maximum(b.staleness, 0))
+    # without partial rollouts / in-flight weight updates every sync waits for the pending
+    # generations: the tail is paid each step, as one step off
+    g_async = np.where(b.partial_rollout > 0, g_spread, g_tail)
     serial = g_tail + lp + up + sync + t_off
     step = np.select([b.asynchrony == 0, b.asynchrony == 1],
                      [serial, np.maximum(g_tail, lp + up) + sync],

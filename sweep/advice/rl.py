@@ -124,6 +124,14 @@ def nemo_rl_config(row) -> dict:
         "cluster.gpus_per_node": gpn,
         "cluster.num_nodes": max(_i(row["num_gpus"]) // gpn, 1),
     }
+    if row["asynchrony"] != "sync":
+        # NeMo RL v0.7.0 grpo.py async_grpo_train asserts an async engine and importance-
+        # sampling correction; the async model spreads the tail over steps only with in-flight
+        # weight updates (without them grpo.py warns that a larger age gives no benefit)
+        flat["policy.generation.vllm_cfg.async_engine"] = True
+        flat["loss_fn.use_importance_sampling_correction"] = True
+        flat["grpo.async_grpo.in_flight_weight_updates"] = bool(
+            row["asynchrony"] == "async" and row.get("partial_rollout", True))
     if bool(row.get("enforce_eager", False)):
         flat["policy.generation.vllm_cfg.enforce_eager"] = True
     f = float(row.get("optimizer_cpu_offload", 0.0) or 0.0)

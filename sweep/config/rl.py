@@ -8,7 +8,7 @@ algorithm: grpo                     # grpo | dapo | ppo
 prompts_per_step: 512
 responses_per_prompt: 16
 prompt_len: 1024                    # mean prompt tokens
-response_len: {mean: 4000, max: 8192}
+response_len: {mean: 4000, max: 8192}   # optional clip_ratio: fraction truncated at max
 rollout: {engine: vllm, tp: 4, pp: 1, ep: 1, gpu_memory_utilization: 0.6}
 parallel: {tp: 8, pp: 2, recompute: full}    # the training layout, as in a pre-training run
 train: {mini_batches: 4, ppo_epochs: 1, use_ref: true}
@@ -46,6 +46,9 @@ class RLCluster(_S):
 class Lengths(_S):
     mean: float = Field(gt=0)
     max: float | None = Field(None, gt=0)
+    # responses only: the fraction truncated at max (NeMo RL truncation_rate, verl
+    # response_length/clip_ratio); unset = sim_core catalogs/rl.yaml length.truncated_fraction
+    clip_ratio: float | None = Field(None, ge=0, lt=1)
 
 
 class Rollout(_S):
@@ -94,6 +97,9 @@ class Placement(_S):
 class Asynchrony(_S):
     mode: Literal["sync", "one_step_off", "async"] = "sync"
     staleness: int = Field(1, ge=0)
+    # async: in-flight requests continue across a weight sync (verl fully_async
+    # partial_rollout, NeMo RL in_flight_weight_updates); false: each sync drains them first
+    partial_rollout: bool = True
 
 
 class RLSearch(_S):
@@ -152,7 +158,8 @@ class RLConfig(_S):
             "algorithm": self.algorithm, "model": self.model, "gpu": self.cluster.gpu,
             "num_gpus": self.cluster.num_gpus, "gpus_per_node": self.cluster.gpus_per_node,
             "placement": pl.mode, "rollout_gpus": rollout_gpus, "asynchrony": asy.mode,
-            "staleness": asy.staleness, "rollout_engine": r.engine, "rollout_tp": r.tp,
+            "staleness": asy.staleness, "partial_rollout": asy.partial_rollout,
+            "rollout_engine": r.engine, "rollout_tp": r.tp,
             "rollout_pp": r.pp, "rollout_ep": r.ep,
             "gpu_memory_utilization": r.gpu_memory_utilization,
             "max_num_seqs": r.max_num_seqs or 0, "rollout_precision": r.precision,
@@ -160,6 +167,8 @@ class RLConfig(_S):
             "responses_per_prompt": self.responses_per_prompt, "prompt_len": pmean,
             "response_mean": self.response_len.mean,
             "response_max": self.response_len.max or self.response_len.mean,
+            "response_clip_ratio": (float("nan") if self.response_len.clip_ratio is None
+                                    else self.response_len.clip_ratio),
             "mini_batches": self.train.mini_batches, "ppo_epochs": self.train.ppo_epochs,
             "use_ref": self.train.use_ref, "offload_params": self.train.offload_params,
             "offload_optimizer": self.train.offload_optimizer,
