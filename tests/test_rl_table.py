@@ -130,3 +130,16 @@ def test_validate_cli_lists_unpredicted_rows(capsys):
     assert main(["validate", "--rl", EXCERPTS]) == 0
     out = capsys.readouterr().out
     assert "unknown model 'Qwen3.5-9B'" in out and "5 rows predicted" in out
+
+
+def test_a_checkpoint_with_a_published_length_uses_it_under_a_comparable_cap():
+    # Qwen2.5-Math-7B on DAPO-Math: "average_responses 1k" at a 16k cap (verl-recipe
+    # async_flow); a 64k-cap row is over twice that budget -> the cap fraction instead
+    pri = rl.length_priors()
+    t = pd.DataFrame([{"model": "Qwen/Qwen2.5-Math-7B", "gpu": "h20", "num_gpus": 16,
+                       "step_time_s": 700, "max_response_or_total_len": cap}
+                      for cap in ("20k", "8k", "64k")])
+    df, imputed, _ = rl.to_frame(t)
+    assert df.response_mean.tolist()[:2] == [1000, 1000]
+    assert df.response_mean[2] == pytest.approx(pri["fraction"] * 65536)
+    assert "published for qwen2.5-math-7b" in imputed[0] and "cap" in imputed[2]

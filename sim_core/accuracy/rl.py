@@ -48,9 +48,21 @@ def length_priors() -> dict:
     has enough entries for a prior of its own), and the median published mean prompt. Derived from those rows alone, nothing fitted on rl_runs.csv."""
     p = pd.read_csv(resources.files("sim_core").joinpath("data/rl/length_priors.csv"))
     frac = p.mean_response_len / p.max_response_len
-    return {"fraction": float(np.median(frac)),
+    by_ckpt = {}
+    for ck, g in p[p.model.notna()].groupby(p.model.map(rl_table.checkpoint_name)):
+        by_ckpt[ck] = list(zip(g.mean_response_len, g.max_response_len, g.source))
+    return {"fraction": float(np.median(frac)), "by_checkpoint": by_ckpt,
             "prompt_mean": float(np.median(p.mean_prompt_len.dropna())),
             "rows": len(p)}
+
+
+def _checkpoint_prior(pri: dict, checkpoint: str, cap: float):
+    """The published mean responses of this checkpoint under a comparable budget (a cap at
+    least half the row's: a 1k-cap run says nothing of an 8k-cap one), or None."""
+    runs = [(m, s) for m, c, s in pri["by_checkpoint"].get(checkpoint, []) if c >= cap / 2]
+    if not runs:
+        return None
+    return float(np.median([m for m, _ in runs])), sorted({s for _, s in runs})
 
 
 def load(path=None) -> pd.DataFrame:
@@ -74,7 +86,14 @@ def _imputed_lengths(t: pd.DataFrame, imputed: list[list[str]]):
     mx = t.max_response_or_total_len
     pmax = t.max_prompt_len
     mean = t.mean_seq_len.copy()
+    ckpt = t.get("checkpoint", pd.Series("", index=t.index))
     for i in np.flatnonzero(mean.isna().to_numpy()):
+        own = _checkpoint_prior(pri, ckpt.iloc[i], mx.iloc[i])
+        if own is not None:
+            mean.iloc[i] = min(own[0], mx.iloc[i])
+            imputed[i].append(f"response mean={mean.iloc[i]:.0f} (published for "
+                              f"{ckpt.iloc[i]}: {', '.join(own[1])}; data/rl/length_priors.csv)")
+            continue
         f = pri["fraction"]
         mean.iloc[i] = f * mx.iloc[i]
         imputed[i].append(f"response mean={mean.iloc[i]:.0f} ({f:.3f} x the {mx.iloc[i]:.0f} cap: "

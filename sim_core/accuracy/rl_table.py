@@ -235,18 +235,26 @@ SAME_SHAPE = {
 }
 
 
+def checkpoint_name(cell) -> str:
+    """A hub model id as one lower-case spelling: organisation, fine-tuning suffixes and
+    separators dropped ("Qwen/Qwen2.5-Math-7B-Instruct" -> "qwen2.5-math-7b")."""
+    if pd.isna(cell):
+        return ""
+    s = str(cell).strip().lower().split("/")[-1].strip().replace(" ", "-").replace("_", "-")
+    s = re.sub(r"^meta-", "", s)
+    s = re.sub(r"llama-(\d)", r"llama\1", s)
+    for _ in range(3):
+        s = _SUFFIX.sub("", s)
+    return s
+
+
 def resolve_model(cell):
     """-> (catalog id or None, note)."""
     if pd.isna(cell) or str(cell).strip() == "":
         return None, "model: not stated"
     raw = str(cell).strip()
     names = set(catalog.model_names())
-    s = raw.lower().split("/")[-1].strip().replace(" ", "-").replace("_", "-")
-    s = re.sub(r"^meta-", "", s)
-    s = re.sub(r"llama-(\d)", r"llama\1", s)
-    s = re.sub(r"-(\d+(?:\.\d+)?)b\b", lambda m: f"-{m.group(1)}b", s)
-    for _ in range(3):
-        s = _SUFFIX.sub("", s)
+    s = checkpoint_name(raw)
     if s in names:
         return s, ("" if s == raw else f"model {raw!r} read as {s}")
     if s in SAME_SHAPE:
@@ -337,6 +345,8 @@ def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]
             for i, (x, v) in enumerate(zip(raw, t[col])):
                 if not pd.isna(x) and str(x).strip() and pd.isna(v):
                     notes[i].append(f"{col} {x!r} not understood, left blank")
+    t["checkpoint"] = [checkpoint_name(x) for x in t.model.tolist()] if "model" in t.columns \
+        else ""
     for col, fn in (("model", resolve_model), ("gpu", resolve_gpu)):
         if col not in t.columns:
             t[col] = np.nan
