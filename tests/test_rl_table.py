@@ -143,3 +143,17 @@ def test_a_checkpoint_with_a_published_length_uses_it_under_a_comparable_cap():
     assert df.response_mean.tolist()[:2] == [1000, 1000]
     assert df.response_mean[2] == pytest.approx(pri["fraction"] * 65536)
     assert "published for qwen2.5-math-7b" in imputed[0] and "cap" in imputed[2]
+
+
+def test_a_stated_share_at_the_cap_fixes_the_mean_under_the_length_law():
+    from sim_core.rl import generation
+
+    t = pd.DataFrame([{"model": "qwen3-32b", "gpu": "h100", "num_gpus": 64, "step_time_s": 1,
+                       "max_response_or_total_len": "8k", "response_clip_ratio": c}
+                      for c in ("55%", "0.05")])
+    df, imputed, _ = rl.to_frame(t)
+    # the RL model's own law, fed back the imputed mean, puts that share at the cap
+    th = generation.length_scale(df.response_mean.to_numpy(), np.full(2, 8192.0))
+    assert np.exp(-8192.0 / th) == pytest.approx([0.55, 0.05], rel=1e-3)
+    assert df.response_mean[0] > df.response_mean[1]
+    assert "at the 8192 cap" in imputed[0]

@@ -87,6 +87,15 @@ def _imputed_lengths(t: pd.DataFrame, imputed: list[list[str]]):
     pmax = t.max_prompt_len
     mean = t.mean_seq_len.copy()
     ckpt = t.get("checkpoint", pd.Series("", index=t.index))
+    # a stated share of responses at the cap (verl's response_length/clip_ratio) fixes the
+    # mean under the RL model's own length law (rl/generation.py: an exponential clipped at
+    # the cap, its mass at the cap exp(-cap/theta)): theta = -cap / ln(c), mean = theta (1 - c)
+    clip = t.get("response_clip_ratio", pd.Series(np.nan, index=t.index))
+    for i in np.flatnonzero((mean.isna() & (clip > 0) & (clip < 1)).to_numpy()):
+        c = float(clip.iloc[i])
+        mean.iloc[i] = -mx.iloc[i] / np.log(c) * (1 - c)
+        imputed[i].append(f"response mean={mean.iloc[i]:.0f} (from {c:.0%} of responses at the "
+                          f"{mx.iloc[i]:.0f} cap, clipped-exponential length law)")
     for i in np.flatnonzero(mean.isna().to_numpy()):
         own = _checkpoint_prior(pri, ckpt.iloc[i], mx.iloc[i])
         if own is not None:

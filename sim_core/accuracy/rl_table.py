@@ -221,7 +221,7 @@ def parse_engine(cell):
 
 # hub spellings -> catalog ids: organisation prefix, case, "llama-3.1" -> "llama3.1",
 # fine-tuning suffixes; and checkpoints with the shape of a catalog model (each said so)
-_SUFFIX = re.compile(r"-(instruct|base|chat|it|hf|sft|zero|preview|thinking|fp8|bf16)$")
+_SUFFIX = re.compile(r"-(instruct|base|chat|it|hf|sft|zero|preview|thinking|fp8|bf16|\d{4})$")
 SAME_SHAPE = {
     # Qwen2.5-Math-7B: 28 layers, hidden 3584, 28/4 heads, ffn 18944, vocab 152064, as
     # Qwen2.5-7B (both config.json on the Hugging Face hub)
@@ -309,6 +309,7 @@ def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]
     for c in COUNT_COLUMNS:
         num(c, "count")
     num("gpu_memory_utilization", "fraction")
+    num("response_clip_ratio", "fraction")
     for c in BOOL_COLUMNS:
         if c in t.columns:
             t[c] = [parse_bool(x) for x in t[c].tolist()]
