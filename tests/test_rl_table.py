@@ -31,6 +31,20 @@ def test_blank_cells_are_blank(cell):
     assert math.isnan(v) and why == ""
 
 
+def test_a_share_outside_0_1_and_percent_is_unreadable():
+    assert rl_table.parse_number("1.7", "fraction")[0] != rl_table.parse_number("1.7", "fraction")[0]
+    assert "not a fraction" in rl_table.parse_number(1.7, "fraction")[1]
+    assert rl_table.parse_number(85, "fraction")[0] == pytest.approx(0.85)
+
+
+def test_unreadable_gpu_count_is_the_reason_given():
+    t = pd.DataFrame([{"model": "llama3.1-8b", "gpu": "h100", "num_gpus": "eight",
+                       "step_time_s": 100}])
+    cmp = rl.compare(t)
+    assert "num_gpus: unreadable 'eight'" in cmp.skipped[0]
+    assert cmp.source[0] == "(no source)"
+
+
 def test_unreadable_cell_is_blank_with_a_reason():
     v, why = rl_table.parse_number("fast", "time")
     assert math.isnan(v) and "unreadable" in why

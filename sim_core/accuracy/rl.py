@@ -198,7 +198,8 @@ def compare(t: pd.DataFrame) -> pd.DataFrame:
     raw.columns = [rl_table.column_name(c) for c in raw.columns]
     out = pd.DataFrame({"model": raw.model, "gpu": raw.gpu, "num_gpus": norm.num_gpus,
                         "placement": df.placement, "policy_mode": df.asynchrony,
-                        "source": raw.get("source", pd.Series("", index=t.index)).fillna("")})
+                        "source": raw.get("source", pd.Series(None, index=t.index, dtype=object))
+                        .astype(object).fillna("(no source)")})
     out["step_time_s"] = norm.step_time_s
     out["pred_step_s"] = pd.to_numeric(pred.step_time_s)
     out["step_err"] = out.pred_step_s / out.step_time_s - 1

@@ -67,8 +67,7 @@ def parse_number(cell, kind: str = "count"):
     if cell is None or (isinstance(cell, float) and np.isnan(cell)):
         return np.nan, ""
     if isinstance(cell, (int, float, np.integer, np.floating)) and not isinstance(cell, bool):
-        v = float(cell)
-        return (v / 100 if kind == "fraction" and 1 < v <= 100 else v), ""
+        return _fraction(float(cell)) if kind == "fraction" else (float(cell), "")
     sh = re.match(r"^\s*\$\(\((.*)\)\)\s*$", str(cell))     # shell arithmetic
     s = _clean(sh.group(1) if sh else cell)
     if s in ("", "-", "n/a", "na", "none", "null", "?", "nan", "—", "–"):
@@ -109,9 +108,18 @@ def parse_number(cell, kind: str = "count"):
     if unit not in scale:
         return np.nan, f"unreadable unit {unit!r} in {s!r}"
     v *= scale[unit]
-    if kind == "fraction" and unit == "" and 1 < v <= 100:
-        v /= 100                                         # "60" meaning 60%
+    if kind == "fraction" and unit == "":
+        return _fraction(v)
     return v, ""
+
+
+def _fraction(v: float):
+    """A share: 0-1 as is, 10-100 read as percent ("60" = 60%), anything else unreadable."""
+    if 0 <= v <= 1:
+        return v, ""
+    if 10 <= v <= 100:
+        return v / 100, ""
+    return np.nan, f"{v:g} is not a fraction (0-1 or a percent)"
 
 
 def parse_bool(cell):
@@ -370,5 +378,7 @@ def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]
         notes[i].append("num_gpus = rollout_gpus + train_gpus")
     t.loc[both, "num_gpus"] = t.rollout_gpus[both] + t.train_gpus[both]
     for i in np.flatnonzero(t.num_gpus.isna().to_numpy()):
-        reason[i] = reason[i] or "num_gpus: not stated (nor rollout_gpus + train_gpus)"
+        bad = [x for x in notes[i] if x.startswith("num_gpus:")]
+        reason[i] = reason[i] or (bad[0] if bad else
+                                  "num_gpus: not stated (nor rollout_gpus + train_gpus)")
     return t, notes, reason
