@@ -1,20 +1,25 @@
 """RL post-training against published RL steps (`sweep validate --rl`).
 
-Reads a run table with the columns of the issue (RL_TABLE_COLUMNS; blank = not stated) and
-imputes each blank from the framework's defaults, saying which (the `imputed` column). Nothing
-of the RL model is fitted on these runs (its two decode constants come from inference
-benchmarks, sim_core/rl/calibrate.py), so every row is out of sample: the leave-one-source-out
-error is the plain error.
+Reads a run table with the columns of the issue (RL_TABLE_COLUMNS; blank = not stated; any
+spelling `rl_table.py` reads) and imputes each blank from the framework's defaults or, for the
+mean prompt and response lengths, from the published priors of `data/rl/length_priors.csv`,
+saying which (the `imputed` column). A row is left unpredicted only when it cannot be priced
+(unknown model or GPU, no GPU count), with that reason. Nothing of the RL model is fitted on
+these runs (its two decode constants come from inference benchmarks, sim_core/rl/calibrate.py),
+and the length priors come from other published runs than these, so every row is out of
+sample: the leave-one-source-out error is the plain error.
 """
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 
 import numpy as np
 import pandas as pd
 
 from ..rl.phases import simulate_rl
+from . import rl_table
 
 RL_TABLE_COLUMNS = (
     "algorithm", "model", "gpu", "num_gpus", "placement", "rollout_gpus", "train_gpus",
@@ -26,60 +31,147 @@ RL_TABLE_COLUMNS = (
 
 # verl v0.7.0 defaults (verl/trainer/config/rollout/rollout.yaml: gpu_memory_utilization 0.5,
 # tensor_model_parallel_size 2; _generated_ppo_megatron_trainer.yaml: actor megatron tp/pp/cp/ep
-# 1, rollout n 1, max_response_length 512)
+# 1, rollout n 1; data/legacy_data.yaml: train_batch_size 1024, max_prompt_length 512,
+# max_response_length 512)
 DEFAULTS = {"rollout_tp": 2, "rollout_pp": 1, "gpu_memory_utilization": 0.5, "train_tp": 1,
             "train_pp": 1, "train_cp": 1, "train_ep": 1, "responses_per_prompt": 1,
-            "rollout_engine": "vllm", "placement": "colocated", "policy_mode": "sync"}
-# A run that states only the maximum response length is not predicted: its mean length is
-# not a framework default, and no cited source gives it for those recipes (verl's DAPO
-# recipes publish theirs only as W&B curves). Such rows are listed with this reason and left
-# out of the accuracy figure (an invented length would decide the error).
-NO_MEAN_LENGTH = "skipped: mean response length not stated (no cited source for this recipe)"
+            "rollout_engine": "vllm", "placement": "colocated", "policy_mode": "sync",
+            "algorithm": "grpo", "prompts_per_step": 1024, "max_prompt_len": 512,
+            "max_response_or_total_len": 512}
+
+
+@functools.lru_cache(maxsize=1)
+def length_priors() -> dict:
+    """Published mean lengths of other RL runs than the validation table's
+    (`data/rl/length_priors.csv`, a URL per row): the median fraction of the response cap a
+    run's mean response fills (the dataset sets the length more than the model, and no model
+    has enough entries for a prior of its own), and the median published mean prompt. Derived from those rows alone, nothing fitted on rl_runs.csv."""
+    p = pd.read_csv(resources.files("sim_core").joinpath("data/rl/length_priors.csv"))
+    frac = p.mean_response_len / p.max_response_len
+    by_ckpt = {}
+    for ck, g in p[p.model.notna()].groupby(p.model.map(rl_table.checkpoint_name)):
+        by_ckpt[ck] = list(zip(g.mean_response_len, g.max_response_len, g.source))
+    return {"fraction": float(np.median(frac)), "by_checkpoint": by_ckpt,
+            "prompt_mean": float(np.median(p.mean_prompt_len.dropna())),
+            "rows": len(p)}
+
+
+def _checkpoint_prior(pri: dict, checkpoint: str, cap: float):
+    """The published mean responses of this checkpoint under a comparable budget (a cap at
+    least half the row's: a 1k-cap run says nothing of an 8k-cap one), or None."""
+    runs = [(m, s) for m, c, s in pri["by_checkpoint"].get(checkpoint, []) if c >= cap / 2]
+    if not runs:
+        return None
+    return float(np.median([m for m, _ in runs])), sorted({s for _, s in runs})
 
 
 def load(path=None) -> pd.DataFrame:
     path = path or resources.files("sim_core").joinpath("data/rl/rl_runs.csv")
-    df = pd.read_csv(path)
-    missing = [c for c in ("model", "gpu", "num_gpus", "step_time_s") if c not in df.columns]
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=True, skipinitialspace=True)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot read the RL table ({str(e).splitlines()[0]})")
+    df.columns = [str(c).strip().lower().replace(" ", "_") for c in df.columns]
+    missing = [c for c in ("model", "gpu", "step_time_s") if c not in df.columns]
+    if "num_gpus" not in df.columns and not {"rollout_gpus", "train_gpus"} <= set(df.columns):
+        missing.append("num_gpus")
     if missing:
         raise ValueError(f"{missing[0]}: required column is missing from the RL table")
     return df
 
 
-def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """The table's rows as RL configurations, and per row the fields imputed."""
-    t = t.copy()
-    imputed = [[] for _ in range(len(t))]
+def _imputed_lengths(t: pd.DataFrame, imputed: list[list[str]]):
+    """Mean prompt and response lengths: stated, or from the published priors."""
+    pri = length_priors()
+    mx = t.max_response_or_total_len
+    pmax = t.max_prompt_len
+    mean = t.mean_seq_len.copy()
+    ckpt = t.get("checkpoint", pd.Series("", index=t.index))
+    # a stated share of responses at the cap (verl's response_length/clip_ratio) fixes the
+    # mean under the RL model's own length law (rl/generation.py: an exponential clipped at
+    # the cap, its mass at the cap exp(-cap/theta)): theta = -cap / ln(c), mean = theta (1 - c)
+    clip = t.get("response_clip_ratio", pd.Series(np.nan, index=t.index))
+    for i in np.flatnonzero((mean.isna() & (clip > 0) & (clip < 1)).to_numpy()):
+        c = float(clip.iloc[i])
+        mean.iloc[i] = -mx.iloc[i] / np.log(c) * (1 - c)
+        imputed[i].append(f"response mean={mean.iloc[i]:.0f} (from {c:.0%} of responses at the "
+                          f"{mx.iloc[i]:.0f} cap, clipped-exponential length law)")
+    for i in np.flatnonzero(mean.isna().to_numpy()):
+        own = _checkpoint_prior(pri, ckpt.iloc[i], mx.iloc[i])
+        if own is not None:
+            mean.iloc[i] = min(own[0], mx.iloc[i])
+            imputed[i].append(f"response mean={mean.iloc[i]:.0f} (published for "
+                              f"{ckpt.iloc[i]}: {', '.join(own[1])}; data/rl/length_priors.csv)")
+            continue
+        f = pri["fraction"]
+        mean.iloc[i] = f * mx.iloc[i]
+        imputed[i].append(f"response mean={mean.iloc[i]:.0f} ({f:.3f} x the {mx.iloc[i]:.0f} cap: "
+                          f"median of {pri['rows']} published runs, data/rl/length_priors.csv)")
+    stated_p = t["prompt_len"] if "prompt_len" in t.columns else pd.Series(np.nan, index=t.index)
+    prompt = pd.to_numeric(stated_p, errors="coerce")
+    for i in np.flatnonzero(prompt.isna().to_numpy()):
+        prompt.iloc[i] = min(pri["prompt_mean"], pmax.iloc[i])
+        imputed[i].append(f"prompt mean={prompt.iloc[i]:.0f} (median published prompt, "
+                          "data/rl/length_priors.csv)")
+    return prompt, mean, mx
+
+
+def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
+    """The table's rows as RL configurations, per row the fields imputed, and per row why it
+    cannot be predicted ('' where it can)."""
+    t, notes, reason = rl_table.normalize(t)
+    imputed = [list(x) for x in notes]
     for col, d in DEFAULTS.items():
         if col not in t.columns:
             t[col] = np.nan
-        for i in np.flatnonzero(t[col].isna().to_numpy()):
+        for i in np.flatnonzero(pd.isna(t[col]).to_numpy()):
             imputed[i].append(f"{col}={d}")
         t[col] = t[col].where(t[col].notna(), d)
-    mx = pd.to_numeric(t.get("max_response_or_total_len"), errors="coerce")
-    mean = pd.to_numeric(t.get("mean_seq_len"), errors="coerce")
-    skip = mean.isna().to_numpy()
-    # placeholder only so the frame stays numeric; these rows' predictions are discarded
-    mean = mean.where(mean.notna(), 0.5 * mx)
-    fsdp = t.get("train_backend", pd.Series([""] * len(t))).astype(str).str.startswith("fsdp")
-    gbs = pd.to_numeric(t.get("train_gbs_seqs"), errors="coerce")
-    seqs = t.prompts_per_step * t.responses_per_prompt
+    # split without its rollout share: half the GPUs
+    split = t.placement.eq("split")
+    need = split & t.rollout_gpus.isna()
+    from_train = need & t.train_gpus.notna()
+    t.loc[from_train, "rollout_gpus"] = t.num_gpus[from_train] - t.train_gpus[from_train]
+    for i in np.flatnonzero((need & ~from_train).to_numpy()):
+        imputed[i].append("rollout_gpus=num_gpus/2")
+    t.loc[need & ~from_train, "rollout_gpus"] = (t.num_gpus[need & ~from_train] / 2).round()
+    stale = t.staleness
+    for i in np.flatnonzero((t.policy_mode.eq("async") & stale.isna()).to_numpy()):
+        if not any("staleness" in x for x in imputed[i]):
+            imputed[i].append("staleness=1")
+    # MoE with EP and no stated expert TP: 1, as the published MoE recipes set it (NeMo RL
+    # v0.3.0 grpo_math_qwen30ba3b_megatron.yaml expert_tensor_parallel_size 1; verl
+    # run_deepseek671b_math_megatron_96gb.sh expert_tensor_parallel_size 1)
+    if "train_etp" not in t.columns:
+        t["train_etp"] = np.nan
+    no_etp = t.train_etp.isna() & (t.train_ep > 1)
+    for i in np.flatnonzero(no_etp.to_numpy()):
+        imputed[i].append("train_etp=1")
+    t.loc[no_etp, "train_etp"] = 1
+    prompt, mean, mx = _imputed_lengths(t, imputed)
+    backend = t.get("train_backend", pd.Series(np.nan, index=t.index)).astype(str)
+    sharded = backend.isin(["fsdp", "fsdp2", "deepspeed"])
+    gbs = t.get("train_gbs_seqs", pd.Series(np.nan, index=t.index))
+    prompts = t.prompts_per_step
+    seqs = prompts * t.responses_per_prompt
+    precision = t.get("precision", pd.Series(np.nan, index=t.index)).astype(str).str.lower()
+    algo = t.algorithm.astype(str)
     df = pd.DataFrame({
-        "algorithm": t.algorithm.fillna("grpo"), "model": t.model, "gpu": t.gpu,
-        "num_gpus": t.num_gpus, "placement": t.placement,
-        "rollout_gpus": pd.to_numeric(t.rollout_gpus, errors="coerce").fillna(0),
-        "asynchrony": t.policy_mode.replace({"on_policy": "sync"}),
+        "algorithm": algo, "model": t.model.fillna("qwen2.5-7b"),
+        "gpu": t.gpu.fillna("h100-sxm"), "num_gpus": t.num_gpus.fillna(8),
+        "placement": t.placement, "rollout_gpus": t.rollout_gpus.fillna(0),
+        "asynchrony": t.policy_mode, "staleness": stale.fillna(1),
         "rollout_engine": t.rollout_engine, "rollout_tp": t.rollout_tp,
         "rollout_pp": t.rollout_pp, "gpu_memory_utilization": t.gpu_memory_utilization,
-        "prompts_per_step": t.prompts_per_step, "responses_per_prompt": t.responses_per_prompt,
-        "prompt_len": pd.to_numeric(t.max_prompt_len, errors="coerce").fillna(1024) / 2,
-        "response_mean": mean, "response_max": mx,
-        "mini_batches": (seqs / gbs).where(gbs.notna(), 1).round(),
-        "use_ref": t.algorithm.str.lower().eq("grpo") | t.algorithm.str.lower().eq("ppo"),
+        "rollout_precision": np.where(precision.str.contains("fp8"), "fp8", "bf16"),
+        "prompts_per_step": prompts, "responses_per_prompt": t.responses_per_prompt,
+        "prompt_len": prompt, "response_mean": np.minimum(mean, mx), "response_max": mx,
+        "mini_batches": (seqs / gbs).where(gbs.notna(), 1).round().clip(lower=1),
+        "use_ref": algo.isin(["grpo", "ppo"]),
         "train_tp": t.train_tp, "train_pp": t.train_pp, "train_cp": t.train_cp,
         "train_ep": t.train_ep, "train_recompute": "full",
-        # FSDP: weights, grads and optimizer sharded over every rank (ZeRO-3)
-        "train_zero": np.where(fsdp, 3, 1),
+        # FSDP / DeepSpeed ZeRO-3: weights, grads and optimizer sharded over every rank
+        "train_zero": np.where(sharded, 3, 1),
     })
     # optional columns beyond the issue's (a recipe's settings the table states)
     for col, d in (("train_etp", 0), ("offload_params", False), ("offload_optimizer", False),
@@ -88,34 +180,39 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                    ("train_seq_len", np.nan)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
-    df.attrs["skip"] = np.where(skip, NO_MEAN_LENGTH, "")
-    for i in np.flatnonzero(~t.prompt_len.notna().to_numpy() if "prompt_len" in t else
-                            np.ones(len(t), bool)):
-        imputed[i].append("prompt mean=max_prompt_len/2")
-    return df, ["; ".join(x) for x in imputed]
+    return df, ["; ".join(x) for x in imputed], np.array(reason, dtype=object)
 
 
 def compare(t: pd.DataFrame) -> pd.DataFrame:
-    df, imputed = to_frame(t)
-    pred = simulate_rl(df)
-    out = t[["model", "gpu", "num_gpus", "placement", "policy_mode", "source"]].copy()
-    out["step_time_s"] = t.step_time_s
-    out["pred_step_s"] = pred.step_time_s
-    out["step_err"] = pred.step_time_s / t.step_time_s - 1
-    meas_share = pd.to_numeric(t.gen_time_s, errors="coerce") / t.step_time_s
+    df, imputed, reason = to_frame(t)
+    norm, _, _ = rl_table.normalize(t)
+    ok = reason == ""
+    pred = pd.DataFrame(index=range(len(df)),
+                        columns=["step_time_s", "gen_share", "fits", "oom_reason",
+                                 "invalid_reason"], dtype=object)
+    if ok.any():
+        p = simulate_rl(df[ok].reset_index(drop=True))
+        for c in pred.columns:
+            pred.loc[np.flatnonzero(ok), c] = p[c].to_numpy()
+    raw = t.copy()
+    raw.columns = [rl_table.column_name(c) for c in raw.columns]
+    out = pd.DataFrame({"model": raw.model, "gpu": raw.gpu, "num_gpus": norm.num_gpus,
+                        "placement": df.placement, "policy_mode": df.asynchrony,
+                        "source": raw.get("source", pd.Series(None, index=t.index, dtype=object))
+                        .astype(object).fillna("(no source)")})
+    out["step_time_s"] = norm.step_time_s
+    out["pred_step_s"] = pd.to_numeric(pred.step_time_s)
+    out["step_err"] = out.pred_step_s / out.step_time_s - 1
+    meas_share = norm.get("gen_time_s", pd.Series(np.nan, index=t.index)) / norm.step_time_s
     sync = df.asynchrony.eq("sync").to_numpy()
     out["gen_share"] = np.where(sync, meas_share, np.nan)
-    out["pred_gen_share"] = pred.gen_share
+    out["pred_gen_share"] = pd.to_numeric(pred.gen_share)
     out["gen_share_err_pts"] = (out.pred_gen_share - out.gen_share) * 100
-    out["fits"] = pred.fits
-    out["oom_reason"] = pred.oom_reason
+    out["fits"] = pred.fits.where(ok, "-")
+    out["oom_reason"] = pred.oom_reason.fillna("")
+    out["invalid_reason"] = pred.invalid_reason.fillna("")
     out["imputed"] = imputed
-    skip = df.attrs["skip"]
-    out["skipped"] = skip
-    drop = skip != ""
-    for c in ("pred_step_s", "step_err", "pred_gen_share", "gen_share_err_pts"):
-        out.loc[drop, c] = np.nan
-    out["fits"] = out["fits"].astype(object).where(~drop, "-")
+    out["skipped"] = reason
     return out
 
 
@@ -123,7 +220,7 @@ def ranking(cmp: pd.DataFrame) -> list[dict]:
     """Colocated against split where the same source measured both for one model and GPU
     count: is the faster one predicted faster?"""
     out = []
-    ok = cmp[cmp.pred_step_s.notna()]
+    ok = cmp[cmp.pred_step_s.notna() & cmp.step_time_s.notna()]
     for key, g in ok.groupby(["source", "model", "num_gpus"]):
         if g.placement.nunique() < 2:
             continue
@@ -141,7 +238,7 @@ def summary(cmp: pd.DataFrame) -> dict:
     # constant: each source's figure is its out-of-sample error
     share = cmp.gen_share_err_pts.dropna()
     return {"rows": int(ok.sum()), "median_abs_step_err": float(np.median(np.abs(
-        cmp.step_err[ok]))), "by_source": by_src,
+        cmp.step_err[ok]))) if ok.any() else float("nan"), "by_source": by_src,
         "median_abs_gen_share_pts": float(np.median(np.abs(share))) if len(share) else None,
         "gen_share_rows": int(len(share)), "skipped": int((cmp.skipped != "").sum()),
         "ranking": ranking(cmp)}

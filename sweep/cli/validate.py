@@ -111,10 +111,11 @@ def run_rl(args) -> int:
             "pred_step_s", "step_err", "gen_share", "pred_gen_share", "fits"]
     print(cmp[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     for i, r in cmp.iterrows():
-        note = r["skipped"] or "; ".join(x for x in (r["imputed"] and f"imputed {r['imputed']}",
-                                                     r["oom_reason"]) if x)
+        note = (r["skipped"] and f"not predicted: {r['skipped']}") or "; ".join(
+            x for x in (r["imputed"] and f"imputed {r['imputed']}", r["oom_reason"],
+                        r["invalid_reason"] and f"invalid: {r['invalid_reason']}") if x)
         if note or r["step_err"] != r["step_err"]:
-            print(f"  row {i}: {note or 'no prediction (invalid configuration)'}")
+            print(f"  row {i}: {note or 'no measured step time'}")
     s = rl.summary(cmp)
     share = s["median_abs_gen_share_pts"]
     print(f"\n{s['rows']} rows predicted ({s['skipped']} skipped): median |step error| "
@@ -128,5 +129,5 @@ def run_rl(args) -> int:
         print(f"  colocated vs split, {r['model']} on {r['num_gpus']} GPUs ({r['source']}): "
               f"measured {r['measured_faster']} faster, predicted {r['predicted_faster']}")
     if not s["ranking"]:
-        print("  colocated vs split: no source measured both with a stated mean length")
+        print("  colocated vs split: no source measured both")
     return 0

@@ -1,0 +1,384 @@
+"""Tolerant reading of published RL run tables (the issue's column set), before prediction.
+
+Published RL tables are written by hand: "8k", "16K", "~1960", "1,024", "1.2e3", "60%",
+"19h18m", placements spelled as each framework does (verl `hybrid_engine`, "colocate",
+"standalone", "disaggregated"), policy modes such as "one-step-overlap async" or
+"async (staleness 2)", model ids with the hub organisation ("Qwen/Qwen2.5-Math-7B") and GPUs
+as products ("NVIDIA H100 80GB HBM3"). This module turns every cell into the value the RL
+model reads, or into a blank with a note; a row it cannot predict (unknown model or GPU, no GPU
+count) gets a one-line reason instead of an exception. Column names are matched case- and
+space-insensitively. Nothing here is a number of the model: only spellings and units.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .. import catalog
+
+# token counts: "8k" is 8 x 1024 as the frameworks write their caps ($((1024 * 8)))
+LENGTH_COLUMNS = ("max_prompt_len", "max_response_or_total_len", "mean_seq_len",
+                  "train_seq_len")
+TIME_COLUMNS = ("step_time_s", "gen_time_s", "old_log_prob_time_s", "ref_time_s",
+                "update_actor_time_s", "weight_sync_time_s")
+COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollout_pp",
+                 "train_tp", "train_cp", "train_ep", "train_pp", "train_etp",
+                 "prompts_per_step", "responses_per_prompt", "rollout_batch_seqs",
+                 "train_gbs_seqs", "optimizer_cpu_offload")
+BOOL_COLUMNS = ("offload_params", "offload_optimizer", "enforce_eager",
+                "train_grad_reduce_fp32")
+
+PLACEMENTS = {
+    "colocated": ("colocated", "colocate", "co-located", "co-locate", "hybrid", "hybrid_engine",
+                  "hybrid engine", "hybridengine", "shared", "collocated", "colocate sync"),
+    "split": ("split", "disaggregated", "disaggregate", "standalone", "separate", "separated",
+              "decoupled", "non-colocated", "noncolocated", "non_colocated", "dedicated",
+              "separate_async"),
+}
+ALGORITHMS = {"grpo": ("grpo",), "dapo": ("dapo",), "ppo": ("ppo",)}
+# critic-free GRPO relatives: the same phases as GRPO (no value model), priced as GRPO
+GRPO_LIKE = ("gspo", "dr_grpo", "dr.grpo", "drgrpo", "rloo", "reinforce++",
+             "reinforce_plus_plus", "reinforce++-baseline", "remax", "cispo", "gpg", "opo")
+BACKENDS = {"fsdp2": ("fsdp2",), "fsdp": ("fsdp", "dtensor", "pytorch dtensor", "fsdp1"),
+            "deepspeed": ("deepspeed", "ds", "zero3", "zero-3", "deepspeed zero3"),
+            "megatron": ("megatron", "mcore", "megatron-core", "megatron core", "megatron-lm")}
+
+_NUM = re.compile(r"^([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?)\s*([a-z%]*)$")
+_DUR = re.compile(r"^(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*"
+                  r"(?:(\d+(?:\.\d+)?)\s*s(?:ec)?)?$")
+
+
+def _clean(cell) -> str:
+    s = str(cell).strip().lower()
+    s = re.sub(r"[~≈≃]|\bapprox\.?|\babout\b", "", s)     # "~1960", "≈ 7 s"
+    s = re.sub(r"\(.*?\)|（.*?）", "", s)                   # "15h34m (+23%)"
+    s = s.replace(",", "").replace("_", "").strip()
+    return s
+
+
+def parse_number(cell, kind: str = "count"):
+    """One published cell -> float, or (nan, why) where it is not a number of this kind.
+
+    kind: 'length' (k = 1024), 'time' (seconds; '7.5 min', '1h2m', '445 s', '0.3 ms'),
+    'fraction' ('60%' or 60 -> 0.6), 'count' (k = 1000)."""
+    if cell is None or (isinstance(cell, float) and np.isnan(cell)):
+        return np.nan, ""
+    if isinstance(cell, (int, float, np.integer, np.floating)) and not isinstance(cell, bool):
+        return _fraction(float(cell)) if kind == "fraction" else (float(cell), "")
+    sh = re.match(r"^\s*\$\(\((.*)\)\)\s*$", str(cell))     # shell arithmetic
+    s = _clean(sh.group(1) if sh else cell)
+    if s in ("", "-", "n/a", "na", "none", "null", "?", "nan", "—", "–"):
+        return np.nan, ""
+    if kind == "time":
+        m = _DUR.match(s.replace(" ", ""))
+        if m and any(m.groups()):
+            h, mi, sec = (float(x) if x else 0.0 for x in m.groups())
+            return h * 3600 + mi * 60 + sec, ""
+    # shell arithmetic and products as recipes write them: "$((1024 * 2))", "1204*8",
+    # "16 nodes x 8"
+    e = re.sub(r"^\$\(\((.*)\)\)$", r"\1", s)
+    e = re.sub(r"\b(nodes?|gpus?|cards?|per)\b", "", e).strip()
+    parts = re.split(r"\s*[*×]\s*|\s+x\s+|(?<=\d)x(?=\d)", e)
+    if len(parts) > 1:
+        vals = [parse_number(x, kind)[0] for x in parts]
+        if all(np.isfinite(vals)):
+            return float(np.prod(vals)), ""
+    # a range ("3–4 min"): its middle
+    r = re.match(r"^(\d+(?:\.\d+)?)\s*[–—-]\s*(\d+(?:\.\d+)?)\s*([a-z%]*)$", s)
+    if r:
+        lo, _ = parse_number(r.group(1) + r.group(3), kind)
+        hi, _ = parse_number(r.group(2) + r.group(3), kind)
+        return (lo + hi) / 2, ""
+    m = _NUM.match(s)
+    if not m:
+        return np.nan, f"unreadable {s!r}"
+    v, unit = float(m.group(1)), m.group(2)
+    scale = {"": 1.0, "k": 1024.0 if kind == "length" else 1000.0,
+             "m": 1024.0 ** 2 if kind == "length" else 1e6}
+    if kind == "time":
+        scale = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "m": 60.0, "min": 60.0,
+                 "h": 3600.0, "hr": 3600.0}
+    if kind == "fraction":
+        scale = {"": 1.0, "%": 0.01}
+    if unit in ("tok", "tokens", "gpus", "gpu", "x") and kind in ("length", "count"):
+        unit = ""
+    if unit not in scale:
+        return np.nan, f"unreadable unit {unit!r} in {s!r}"
+    v *= scale[unit]
+    if kind == "fraction" and unit == "":
+        return _fraction(v)
+    return v, ""
+
+
+def _fraction(v: float):
+    """A share: 0-1 as is, 10-100 read as percent ("60" = 60%), anything else unreadable."""
+    if 0 <= v <= 1:
+        return v, ""
+    if 10 <= v <= 100:
+        return v / 100, ""
+    return np.nan, f"{v:g} is not a fraction (0-1 or a percent)"
+
+
+def parse_bool(cell):
+    if cell is None or (isinstance(cell, float) and np.isnan(cell)):
+        return np.nan
+    if isinstance(cell, (bool, np.bool_)):
+        return bool(cell)
+    s = _clean(cell)
+    if s in ("true", "yes", "y", "1", "on", "t"):
+        return True
+    if s in ("false", "no", "n", "0", "off", "f"):
+        return False
+    return np.nan
+
+
+def _match(cell, table: dict):
+    s = _clean(cell)
+    for key, spellings in table.items():
+        if s in spellings:
+            return key
+    return None
+
+
+def parse_placement(cell):
+    """-> ('colocated' | 'split' | nan, note)."""
+    if pd.isna(cell) or _clean(cell) == "":
+        return np.nan, ""
+    p = _match(cell, PLACEMENTS)
+    if p is None:
+        s = _clean(cell)
+        if any(w in s for w in ("coloc", "hybrid", "colloc")):
+            p = "colocated"
+        elif any(w in s for w in ("split", "disagg", "standalone", "separat", "decoupl")):
+            p = "split"
+        elif any(w in s for w in ("one-step", "one step", "overlap", "async")):
+            # verl's one-step-off and fully async recipes and NeMo RL's async GRPO run the
+            # rollout on GPUs of its own
+            return "split", f"placement {cell!r} read as split (an overlapped mode)"
+    return (p, "") if p else (np.nan, f"placement {cell!r} not understood")
+
+
+def parse_policy_mode(cell):
+    """-> (asynchrony, staleness or nan, note). 'async (staleness 2)', 'async-2',
+    'fully_async', 'one-step-overlap async', 'on-policy'."""
+    if pd.isna(cell) or _clean(cell) == "":
+        return np.nan, np.nan, ""
+    raw = str(cell).strip().lower()
+    s = raw.replace("_", " ").replace("-", " ")
+    if re.search(r"one step|1 step|onestep|step off|overlap", s):
+        return "one_step_off", np.nan, ""
+    if "async" in s and not re.search(r"\bsync\b", s.replace("async", "")):
+        n = re.search(r"(\d+)", s)
+        if n:
+            return "async", float(n.group(1)), ""
+        note = ("fully async: staleness not stated, 1 imputed" if "fully" in s
+                else "async: staleness not stated, 1 imputed")
+        return "async", np.nan, note
+    if re.search(r"\bsync\b|synchronous|on policy|onpolicy|colocate sync", s):
+        return "sync", np.nan, ""
+    return np.nan, np.nan, f"policy_mode {cell!r} not understood"
+
+
+def parse_algorithm(cell):
+    if pd.isna(cell) or _clean(cell) == "":
+        return np.nan, ""
+    a = _match(cell, ALGORITHMS)
+    if a:
+        return a, ""
+    s = _clean(cell).replace(" ", "")
+    if any(s.startswith(g.replace("_", "")) for g in GRPO_LIKE):
+        return "grpo", f"algorithm {cell!r} priced as GRPO (critic-free, same phases)"
+    if "grpo" in s:
+        return "grpo", ""
+    if "dapo" in s:
+        return "dapo", ""
+    if "ppo" in s:
+        return "ppo", ""
+    return np.nan, f"algorithm {cell!r} not understood"
+
+
+def parse_backend(cell):
+    if pd.isna(cell) or _clean(cell) == "":
+        return np.nan
+    b = _match(cell, BACKENDS)
+    if b:
+        return b
+    s = _clean(cell)
+    for key in ("megatron", "fsdp2", "fsdp", "deepspeed"):
+        if key in s:
+            return key
+    if "dtensor" in s:
+        return "fsdp"
+    return np.nan
+
+
+def parse_engine(cell):
+    if pd.isna(cell) or _clean(cell) == "":
+        return np.nan
+    s = _clean(cell)
+    for key in ("sglang", "vllm"):
+        if key in s:
+            return key
+    if "trt" in s or "tensorrt" in s:
+        return "tensorrt-llm"
+    return np.nan
+
+
+# hub spellings -> catalog ids: organisation prefix, case, "llama-3.1" -> "llama3.1",
+# fine-tuning suffixes; and checkpoints with the shape of a catalog model (each said so)
+_SUFFIX = re.compile(r"-(instruct|base|chat|it|hf|sft|zero|preview|thinking|fp8|bf16|\d{4})$")
+SAME_SHAPE = {
+    # Qwen2.5-Math-7B: 28 layers, hidden 3584, 28/4 heads, ffn 18944, vocab 152064, as
+    # Qwen2.5-7B (both config.json on the Hugging Face hub)
+    "qwen2.5-math-7b": "qwen2.5-7b",
+    # Llama 3.3-70B has Llama 3.1-70B's architecture (Meta's model card)
+    "llama3.3-70b": "llama3.1-70b",
+    # DeepSeek-R1 and the V3 updates share DeepSeek-V3's architecture (their config.json)
+    "deepseek-r1": "deepseek-v3", "deepseek-v3-0324": "deepseek-v3",
+    "deepseek-r1-0528": "deepseek-v3", "deepseek-v3.1": "deepseek-v3",
+    "deepseek-671b": "deepseek-v3", "deepseek-v3-671b": "deepseek-v3",
+}
+
+
+def checkpoint_name(cell) -> str:
+    """A hub model id as one lower-case spelling: organisation, fine-tuning suffixes and
+    separators dropped ("Qwen/Qwen2.5-Math-7B-Instruct" -> "qwen2.5-math-7b")."""
+    if pd.isna(cell):
+        return ""
+    s = str(cell).strip().lower().split("/")[-1].strip().replace(" ", "-").replace("_", "-")
+    s = re.sub(r"^meta-", "", s)
+    s = re.sub(r"llama-(\d)", r"llama\1", s)
+    for _ in range(3):
+        s = _SUFFIX.sub("", s)
+    return s
+
+
+def resolve_model(cell):
+    """-> (catalog id or None, note)."""
+    if pd.isna(cell) or str(cell).strip() == "":
+        return None, "model: not stated"
+    raw = str(cell).strip()
+    names = set(catalog.model_names())
+    s = checkpoint_name(raw)
+    if s in names:
+        return s, ("" if s == raw else f"model {raw!r} read as {s}")
+    if s in SAME_SHAPE:
+        return SAME_SHAPE[s], f"model {raw!r} priced as {SAME_SHAPE[s]} (same architecture)"
+    return None, f"unknown model {raw!r} (not in the catalog: `sweep catalog models`)"
+
+
+def resolve_gpu(cell):
+    if pd.isna(cell) or str(cell).strip() == "":
+        return None, "gpu: not stated"
+    gid = catalog.resolve_gpu(str(cell).strip())
+    if gid is None:
+        return None, f"unknown gpu {str(cell).strip()!r} (not in the catalog: `sweep catalog gpus`)"
+    return gid, ""
+
+
+def column_name(c) -> str:
+    return re.sub(r"\s+", "_", str(c).strip().lower())
+
+
+def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]]:
+    """The table with every cell read: numbers as floats, enumerations as the model's
+    spellings, model and GPU as catalog ids. Returns (table, notes per row, reason per row:
+    '' where the row can be predicted, else why not)."""
+    t = t.copy()
+    t.columns = [column_name(c) for c in t.columns]
+    # every column of the issue's set is read; one the table lacks is blank
+    for c in (LENGTH_COLUMNS + TIME_COLUMNS + COUNT_COLUMNS
+              + ("gpu_memory_utilization", "precision", "train_backend", "rollout_engine")):
+        if c not in t.columns and c not in ("train_seq_len", "train_etp",
+                                            "optimizer_cpu_offload"):
+            t[c] = np.nan
+    n = len(t)
+    notes: list[list[str]] = [[] for _ in range(n)]
+    reason = [""] * n
+
+    def num(col, kind):
+        if col not in t.columns:
+            return
+        vals = []
+        for i, cell in enumerate(t[col].tolist()):
+            v, why = parse_number(cell, kind)
+            if why:
+                notes[i].append(f"{col}: {why}, left blank")
+            vals.append(v)
+        t[col] = np.array(vals, dtype=float)
+
+    for c in LENGTH_COLUMNS:
+        num(c, "length")
+    for c in TIME_COLUMNS:
+        num(c, "time")
+    for c in COUNT_COLUMNS:
+        num(c, "count")
+    num("gpu_memory_utilization", "fraction")
+    num("response_clip_ratio", "fraction")
+    for c in BOOL_COLUMNS:
+        if c in t.columns:
+            t[c] = [parse_bool(x) for x in t[c].tolist()]
+
+    def enum(col, fn):
+        if col not in t.columns:
+            t[col] = np.nan
+            return
+        out = []
+        for i, cell in enumerate(t[col].tolist()):
+            v, why = fn(cell)
+            if why:
+                notes[i].append(why)
+            out.append(v)
+        t[col] = out
+
+    enum("placement", parse_placement)
+    enum("algorithm", parse_algorithm)
+    if "policy_mode" not in t.columns:
+        t["policy_mode"] = np.nan
+    modes, stale = [], []
+    for i, cell in enumerate(t.policy_mode.tolist()):
+        m, st, why = parse_policy_mode(cell)
+        if why:
+            notes[i].append(why)
+        modes.append(m)
+        stale.append(st)
+    t["policy_mode"] = modes
+    t["staleness"] = stale
+    for col, fn in (("train_backend", parse_backend), ("rollout_engine", parse_engine)):
+        if col in t.columns:
+            raw = t[col].tolist()
+            t[col] = [fn(x) for x in raw]
+            for i, (x, v) in enumerate(zip(raw, t[col])):
+                if not pd.isna(x) and str(x).strip() and pd.isna(v):
+                    notes[i].append(f"{col} {x!r} not understood, left blank")
+    t["checkpoint"] = [checkpoint_name(x) for x in t.model.tolist()] if "model" in t.columns \
+        else ""
+    for col, fn in (("model", resolve_model), ("gpu", resolve_gpu)):
+        if col not in t.columns:
+            t[col] = np.nan
+        ids = []
+        for i, cell in enumerate(t[col].tolist()):
+            gid, why = fn(cell)
+            if gid is None:
+                reason[i] = reason[i] or why
+            elif why:
+                notes[i].append(why)
+            ids.append(gid)
+        t[col] = ids
+
+    # the GPU count: stated, or rollout + training GPUs of a split run
+    for c in ("num_gpus", "rollout_gpus", "train_gpus", "step_time_s"):
+        if c not in t.columns:
+            t[c] = np.nan
+    both = t.num_gpus.isna() & t.rollout_gpus.notna() & t.train_gpus.notna()
+    for i in np.flatnonzero(both.to_numpy()):
+        notes[i].append("num_gpus = rollout_gpus + train_gpus")
+    t.loc[both, "num_gpus"] = t.rollout_gpus[both] + t.train_gpus[both]
+    for i in np.flatnonzero(t.num_gpus.isna().to_numpy()):
+        bad = [x for x in notes[i] if x.startswith("num_gpus:")]
+        reason[i] = reason[i] or (bad[0] if bad else
+                                  "num_gpus: not stated (nor rollout_gpus + train_gpus)")
+    return t, notes, reason

@@ -1,0 +1,173 @@
+"""Tolerant reading of published RL run tables (sim_core/accuracy/rl_table.py) and the
+length priors behind `sweep validate --rl`, on real excerpts (tests/data/rl_tables)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim_core.accuracy import rl, rl_table
+
+EXCERPTS = "tests/data/rl_tables/published_excerpts.csv"
+
+
+@pytest.mark.parametrize("cell,kind,value", [
+    ("8k", "length", 8192), ("16K", "length", 16384), ("1.2e3", "count", 1200),
+    ("~1960", "length", 1960), ("20,480", "length", 20480), ("$((1024 * 2))", "length", 2048),
+    ("1204*8", "length", 9632), ("16 nodes x 8", "count", 128), ("3 × 8", "count", 24),
+    ("60%", "fraction", 0.6), ("0.6", "fraction", 0.6), ("60", "fraction", 0.6),
+    ("445 s", "time", 445), ("~290s", "time", 290), ("~9 min", "time", 540),
+    ("19h18m", "time", 69480), ("3–4 min", "time", 210), ("0.3 ms", "time", 0.0003),
+    (512, "count", 512)])
+def test_numbers_as_published(cell, kind, value):
+    v, why = rl_table.parse_number(cell, kind)
+    assert v == pytest.approx(value) and why == ""
+
+
+@pytest.mark.parametrize("cell", ["-", "", "n/a", None, float("nan")])
+def test_blank_cells_are_blank(cell):
+    v, why = rl_table.parse_number(cell, "time")
+    assert math.isnan(v) and why == ""
+
+
+def test_a_share_outside_0_1_and_percent_is_unreadable():
+    assert rl_table.parse_number("1.7", "fraction")[0] != rl_table.parse_number("1.7", "fraction")[0]
+    assert "not a fraction" in rl_table.parse_number(1.7, "fraction")[1]
+    assert rl_table.parse_number(85, "fraction")[0] == pytest.approx(0.85)
+
+
+def test_unreadable_gpu_count_is_the_reason_given():
+    t = pd.DataFrame([{"model": "llama3.1-8b", "gpu": "h100", "num_gpus": "eight",
+                       "step_time_s": 100}])
+    cmp = rl.compare(t)
+    assert "num_gpus: unreadable 'eight'" in cmp.skipped[0]
+    assert cmp.source[0] == "(no source)"
+
+
+def test_unreadable_cell_is_blank_with_a_reason():
+    v, why = rl_table.parse_number("fast", "time")
+    assert math.isnan(v) and "unreadable" in why
+    v, why = rl_table.parse_number("12 parsecs", "length")
+    assert math.isnan(v) and "unit" in why
+
+
+@pytest.mark.parametrize("cell,placement", [
+    ("hybrid", "colocated"), ("colocate", "colocated"), ("Co-located", "colocated"),
+    ("hybrid_engine", "colocated"), ("standalone", "split"), ("Disaggregated", "split"),
+    ("split", "split"), ("non-colocated", "split"), ("one-step-overlap async", "split")])
+def test_placements_as_the_frameworks_spell_them(cell, placement):
+    assert rl_table.parse_placement(cell)[0] == placement
+
+
+@pytest.mark.parametrize("cell,mode,staleness", [
+    ("sync", "sync", None), ("on-policy", "sync", None), ("colocate sync", "sync", None),
+    ("one_step_off", "one_step_off", None), ("one-step-overlap async", "one_step_off", None),
+    ("async (staleness 2)", "async", 2), ("async-4", "async", 4),
+    ("fully_async", "async", None), ("Fully Async", "async", None)])
+def test_policy_modes(cell, mode, staleness):
+    m, st, note = rl_table.parse_policy_mode(cell)
+    assert m == mode
+    if staleness is None:
+        assert math.isnan(st)
+        assert (mode != "async") or "staleness not stated" in note
+    else:
+        assert st == staleness
+
+
+def test_model_and_gpu_spellings():
+    assert rl_table.resolve_model("Qwen/Qwen3-30B-A3B")[0] == "qwen3-30b-a3b"
+    assert rl_table.resolve_model("Llama-3.1-8B-Instruct")[0] == "llama3.1-8b"
+    m, note = rl_table.resolve_model("Qwen2.5-Math-7B")
+    assert m == "qwen2.5-7b" and "same architecture" in note
+    m, why = rl_table.resolve_model("Qwen3.5-9B")
+    assert m is None and "unknown model" in why
+    assert rl_table.resolve_gpu("NVIDIA H100 80GB HBM3")[0] == "h100-sxm"
+    assert rl_table.resolve_gpu("8*H800")[0] == "h800"
+    g, why = rl_table.resolve_gpu("GH200")
+    assert g is None and "unknown gpu" in why
+
+
+def test_published_excerpts_are_read_without_help():
+    t = rl.load(EXCERPTS)
+    cmp = rl.compare(t)
+    assert len(cmp) == len(t) == 8
+    # a row the catalog cannot price is listed with a one-line reason, not predicted
+    reasons = cmp.skipped.tolist()
+    assert "unknown model" in reasons[4] and "unknown model" in reasons[5]
+    assert reasons[6] != "" and all("\n" not in r for r in reasons)
+    assert cmp.pred_step_s[[4, 5, 6]].isna().all()
+    # every other row is predicted, whatever its spellings
+    ok = [0, 1, 2, 3, 7]
+    assert np.isfinite(cmp.pred_step_s[ok]).all() and (cmp.skipped[ok] == "").all()
+    assert cmp.step_time_s[4] == pytest.approx(540)               # "~9 min"
+    assert cmp.num_gpus[3] == 128 and cmp.num_gpus[1] == 16       # "16 nodes x 8"; 4 + 12
+    assert cmp.placement[1] == "split" and cmp.policy_mode[1] == "one_step_off"
+    assert cmp.policy_mode[7] == "async"
+    # blanks are imputed and said so: the mean response from the published priors
+    assert "length_priors.csv" in cmp.imputed[0] and "response mean" in cmp.imputed[0]
+    assert "response mean" not in cmp.imputed[2]                  # dpsk.md states 1960
+
+
+def test_no_published_row_is_skipped_for_a_blank_length():
+    t = rl.load()
+    cmp = rl.compare(t)
+    assert (cmp.skipped == "").all() and cmp.pred_step_s.notna().all()
+    no_mean = t.mean_seq_len.isna().to_numpy()
+    assert no_mean.sum() >= 4
+    assert cmp.imputed[no_mean].str.contains("response mean=").all()
+    # a source that measured both placements is ranked
+    s = rl.summary(cmp)
+    assert s["rows"] == len(t) and s["skipped"] == 0
+    assert any(r["source"] == "verl one_step_off.md" for r in s["ranking"])
+
+
+def test_length_priors_come_from_other_runs_than_the_validation_table():
+    pri = pd.read_csv("sim_core/data/rl/length_priors.csv")
+    runs = rl.load()
+    assert pri.url.str.startswith("https://").all()
+    assert not set(pri.url) & set(runs.url)
+    f = rl.length_priors()
+    assert 0.1 < f["fraction"] < 0.9 and 10 < f["prompt_mean"] < 1000
+    # the imputed mean is that fraction of the row's cap, and moves with it
+    t = pd.DataFrame([{"model": "qwen2.5-7b", "gpu": "h100", "num_gpus": 8, "step_time_s": 100,
+                       "max_response_or_total_len": cap} for cap in ("4k", "8k")])
+    df, imputed, reason = rl.to_frame(t)
+    assert (reason == "").all()
+    assert df.response_mean.tolist() == pytest.approx([f["fraction"] * 4096,
+                                                       f["fraction"] * 8192])
+
+
+def test_validate_cli_lists_unpredicted_rows(capsys):
+    from sweep.cli.main import main
+
+    assert main(["validate", "--rl", EXCERPTS]) == 0
+    out = capsys.readouterr().out
+    assert "unknown model 'Qwen3.5-9B'" in out and "5 rows predicted" in out
+
+
+def test_a_checkpoint_with_a_published_length_uses_it_under_a_comparable_cap():
+    # Qwen2.5-Math-7B on DAPO-Math: "average_responses 1k" at a 16k cap (verl-recipe
+    # async_flow); a 64k-cap row is over twice that budget -> the cap fraction instead
+    pri = rl.length_priors()
+    t = pd.DataFrame([{"model": "Qwen/Qwen2.5-Math-7B", "gpu": "h20", "num_gpus": 16,
+                       "step_time_s": 700, "max_response_or_total_len": cap}
+                      for cap in ("20k", "8k", "64k")])
+    df, imputed, _ = rl.to_frame(t)
+    assert df.response_mean.tolist()[:2] == [1000, 1000]
+    assert df.response_mean[2] == pytest.approx(pri["fraction"] * 65536)
+    assert "published for qwen2.5-math-7b" in imputed[0] and "cap" in imputed[2]
+
+
+def test_a_stated_share_at_the_cap_fixes_the_mean_under_the_length_law():
+    from sim_core.rl import generation
+
+    t = pd.DataFrame([{"model": "qwen3-32b", "gpu": "h100", "num_gpus": 64, "step_time_s": 1,
+                       "max_response_or_total_len": "8k", "response_clip_ratio": c}
+                      for c in ("55%", "0.05")])
+    df, imputed, _ = rl.to_frame(t)
+    # the RL model's own law, fed back the imputed mean, puts that share at the cap
+    th = generation.length_scale(df.response_mean.to_numpy(), np.full(2, 8192.0))
+    assert np.exp(-8192.0 / th) == pytest.approx([0.55, 0.05], rel=1e-3)
+    assert df.response_mean[0] > df.response_mean[1]
+    assert "at the 8192 cap" in imputed[0]
