@@ -177,7 +177,8 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     for col, d in (("train_etp", 0), ("offload_params", False), ("offload_optimizer", False),
                    ("enforce_eager", False), ("optimizer_cpu_offload", 0.0),
                    ("train_recompute", "full"), ("train_grad_reduce_fp32", True),
-                   ("train_seq_len", np.nan)):
+                   ("train_seq_len", np.nan), ("rl_framework", "verl"),
+                   ("logprob_batch_size", 1)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
     return df, ["; ".join(x) for x in imputed], np.array(reason, dtype=object)

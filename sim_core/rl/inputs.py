@@ -30,6 +30,8 @@ ALGORITHM = ("grpo", "dapo", "ppo")
 # output, where vLLM and SGLang allocate blocks as tokens come (and preempt when full)
 ENGINE = ("vllm", "sglang", "tensorrt-llm")
 ROLLOUT_PRECISION = ("bf16", "fp8")
+# whose RL-specific training costs apply (nemo_rl.py); verl: none beyond the pre-training step
+RL_FRAMEWORK = ("verl", "nemo_rl")
 
 # column -> default (None = required). Lengths are tokens.
 RL_COLUMNS = {
@@ -70,6 +72,12 @@ RL_COLUMNS = {
     # fraction of the optimizer states kept on the host through the update, the optimizer
     # step run there (Megatron optimizer_cpu_offload + optimizer_offload_fraction)
     "optimizer_cpu_offload": 0.0,
+    # the framework whose RL-specific costs apply (sim_core/rl/nemo_rl.py: NeMo RL swaps the
+    # reference weights in from the host and computes fp32 log-softmaxes over the vocabulary)
+    "rl_framework": "verl",
+    # log-prob micro-batch in training micro-batches (NeMo RL logprob_batch_size with
+    # train_micro_batch_size 1; verl log_prob_micro_batch_size / ppo_micro_batch_size)
+    "logprob_batch_size": 1,
 }
 
 
@@ -141,7 +149,8 @@ def to_batch(df: pd.DataFrame) -> Batch:
     n = len(df)
     b = Batch()
     enums = {"placement": PLACEMENT, "asynchrony": ASYNC, "algorithm": ALGORITHM,
-             "rollout_engine": ENGINE, "rollout_precision": ROLLOUT_PRECISION}
+             "rollout_engine": ENGINE, "rollout_precision": ROLLOUT_PRECISION,
+             "rl_framework": RL_FRAMEWORK}
     for name, default in RL_COLUMNS.items():
         if name in ("model", "gpu"):
             continue

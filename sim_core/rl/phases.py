@@ -126,6 +126,7 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
         "decode_time_s": gen["decode_time_s"] * keep,
         "old_log_prob_time_s": tr["old_log_prob_time_s"] * keep,
         "ref_time_s": tr["ref_time_s"] * keep,
+        "ref_swap_time_s": tr["ref_swap_time_s"] * keep,
         "log_prob_time_s": lp * keep,
         "update_time_s": up * keep,
         "weight_sync_time_s": sync * keep,

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
+from . import nemo_rl
 from .inputs import constants
 
 
@@ -88,6 +89,14 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
     return out
 
 
+def _grad_fp32(tf: pd.DataFrame) -> np.ndarray:
+    """Gradients reduced in fp32 (the simulator's default) unless the frame says bf16."""
+    if "grad_reduce_fp32" not in tf:
+        return np.ones(len(tf), dtype=bool)
+    col = tf["grad_reduce_fp32"]
+    return col.where(col.notna(), True).astype(str).str.lower().isin(["true", "1", "1.0"]).to_numpy()
+
+
 def passes(df: pd.DataFrame, b, profile=None) -> dict:
     """Seconds of the log-prob passes and of the update, and the training peak memory."""
     tf = training_frame(df, b)
@@ -106,13 +115,32 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     step = step + host_step
     comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
     fwd = sim["time_compute"].to_numpy() / 3 + comm / 2 + sim["time_bubble"].to_numpy() / 3
+    # ZeRO-3 / FSDP: a forward-only pass still all-gathers the parameters in every
+    # micro-batch (FSDP2 `fully_shard` per layer reshards after forward: NeMo RL v0.3.0
+    # nemo_rl/models/dtensor/parallelize.py; the step's DP time counts, per micro-batch, a
+    # bf16 gather for forward, one for backward and the gradient reduce-scatter, fp32 with
+    # `reduce_dtype=torch.float32`). Log-prob micro-batches hold `logprob_batch_size` times the
+    # training micro-batch's tokens (NeMo RL `logprob_mb_tokens` = max_total_sequence_length x
+    # logprob_batch_size, `train_mb_tokens` = max_total_sequence_length x
+    # train_micro_batch_size 1: examples/configs/grpo_math_1B.yaml at v0.3.0), so they gather
+    # that many times less often.
+    zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(len(tf))
+    rs_bytes = np.where(_grad_fp32(tf), 4.0, 2.0)
+    gather_share = 2.0 / (2.0 + 2.0 + rs_bytes)
+    fwd = fwd + np.where(zero >= 3, sim["time_dp"].to_numpy() * gather_share, 0.0) / \
+        np.maximum(b.logprob_batch_size, 1.0)
+    ext = nemo_rl.extras(b, tf, sim, pcie_bytes_per_s(b))
+    lp_pass = fwd * b.mini_batches + ext["logprob_loss_s"]
     n_fwd = 1 + b.use_ref + (b.algorithm == 2)  # old log-prob, ref, PPO critic values
     updates = b.mini_batches * b.ppo_epochs
-    update = step * updates * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
+    update = (step * updates + ext["update_loss_s"] * b.ppo_epochs) \
+        * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
+    ref = (lp_pass + ext["ref_swap_s"]) * b.use_ref
     return {
-        "old_log_prob_time_s": fwd * b.mini_batches,
-        "ref_time_s": fwd * b.mini_batches * b.use_ref,
-        "log_prob_time_s": fwd * b.mini_batches * n_fwd,
+        "old_log_prob_time_s": lp_pass,
+        "ref_time_s": ref,
+        "ref_swap_time_s": ext["ref_swap_s"] * b.use_ref,
+        "log_prob_time_s": lp_pass * (n_fwd - b.use_ref) + ref,
         "update_time_s": update,
         "train_step_time_s": step,
         "train_valid": sim["valid"].to_numpy() & mem["valid"].to_numpy(),

@@ -1,0 +1,93 @@
+"""What NeMo RL's training phases run beyond the pre-training step they are priced with.
+
+`training.py` prices the log-prob passes and the update as the pre-training simulator's step
+(forward = a third of it). NeMo RL v0.3.0 (NVIDIA-NeMo/RL tag v0.3.0) adds two costs of its
+own, both read from its code; `rl_framework: nemo_rl` turns them on:
+
+1. **The reference model lives on the host and is swapped in.** `megatron_policy_worker.py`
+   `__init__` copies the reference model's state dict to the CPU (`.to("cpu",
+   non_blocking=True)`: pinned), and `use_reference_model` (run by
+   `get_reference_policy_logprobs`) copies the policy's state dict to the host, loads the
+   reference's back to the GPU, and after the pass loads the policy's again: three copies of
+   the per-GPU weights over PCIe per step. `dtensor_policy_worker.py` does the same with
+   `get_cpu_state_dict(..., pin_memory=True)` and `copy_` both ways; its parameters are fp32
+   (the model is loaded with `torch_dtype=torch.float32`, FSDP2's `MixedPrecisionPolicy` casts
+   to bf16 for compute), so its copies are 4 bytes per parameter where Megatron's are the bf16
+   weights. The blog's `Get logprobs` timer (`grpo.py`: `policy_and_reference_logprobs`)
+   holds both passes and the swap.
+2. **Token log-probabilities from the full logits, in fp32.** NeMo RL never runs the
+   framework's cross-entropy: the model returns logits and `nemo_rl/distributed/model_utils.py
+   DistributedLogprob` computes a log-softmax over the (vocab-parallel) vocabulary: max, a
+   subtracted copy, exp, sum, the log-softmax into a new tensor, a clone, an in-place exp, a
+   gather. The update's loss (`loss_functions.py ClippedPGLossFn`) first casts the logits to
+   fp32 and keeps the softmax for backward, whose gradient builds an int64 one-hot over the
+   vocabulary, casts it, subtracts the softmax and scales it. The log-prob passes of Megatron
+   run the same forward over the packed bf16 logits (`from_parallel_logits_to_logprobs_packed_
+   sequences`, `inference_only`); DTensor's cast the logits to fp32 first
+   (`dtensor_policy_worker.py get_logprobs`: `logits.to(torch.float32)`; FSDP2's
+   `output_dtype=torch.float32`, `nemo_rl/models/dtensor/parallelize.py`). Bytes per logit
+   element below, counted from those kernels (reads + writes); the pre-training step already
+   prices its own loss (`workload.LOSS_TRAFFIC_FWD/BWD` of the resolved `loss_impl`), so only the
+   difference is added, at the elementwise HBM efficiency of `efficiency.yaml`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import compute, frameworks, specs, workload
+from .inputs import RL_FRAMEWORK
+
+# NeMo RL v0.3.0 bytes moved per logit element (model_utils.py DistributedLogprob,
+# loss_functions.py ClippedPGLossFn)
+# update forward: bf16 -> fp32 cast 2+4, amax 4, subtract 4+4, exp 4+4, sum 4, log-softmax 4+4,
+# clone 4+4, in-place exp 4+4 = 54
+TRAIN_FWD_BYTES = 54.0
+# update backward: one-hot int64 8, masked product 8+8, .float() 8+4, sub_ 4+4+4, mul_ 4+4,
+# autograd's cast back to the bf16 logits 4+2 = 62
+TRAIN_BWD_BYTES = 62.0
+# log-prob pass, Megatron (packed bf16 logits, inference_only): amax 2, subtract 2+2, exp 2+2,
+# sum 2, log-softmax 2+2, clone 2+2, in-place exp 2+2 = 24
+LOGPROB_BYTES_BF16 = 24.0
+# log-prob pass, DTensor: cast to fp32 2+4 then the same in fp32 (48) = 54
+LOGPROB_BYTES_FP32 = 54.0
+
+
+def _sim_loss_bytes(tf: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The loss bytes per logit the pre-training step already prices (forward, backward), for
+    the loss implementation the training frame resolves to (framework profile default)."""
+    resolved = frameworks.resolve_frame(tf.reset_index(drop=True))
+    impl = resolved["loss_impl"].astype(str).to_numpy()
+    idx = np.array([specs.LOSS_IMPL.index(i) for i in impl], dtype=np.int64)
+    return workload.LOSS_TRAFFIC_FWD[idx], workload.LOSS_TRAFFIC_BWD[idx]
+
+
+def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray) -> dict:
+    """Seconds per RL step NeMo RL adds: `ref_swap_s` (to the reference log-prob pass),
+    `logprob_loss_s` (per log-prob pass), `update_loss_s` (per update epoch). Zero for rows
+    that are not `rl_framework: nemo_rl`."""
+    on = (b.rl_framework == RL_FRAMEWORK.index("nemo_rl")).astype(float)
+    tp = tf["tp"].to_numpy(float) if "tp" in tf else np.ones(len(tf))
+    cp = tf["cp"].to_numpy(float) if "cp" in tf else np.ones(len(tf))
+    zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(len(tf))
+    fsdp = zero >= 3
+    # 1. the reference swap: policy out, reference in, policy back in (pinned, PCIe rate)
+    weight_bytes = sim["params_per_gpu"].to_numpy(float) * np.where(fsdp, 4.0, 2.0)
+    ref_swap = 3.0 * weight_bytes / pcie_bytes_per_s * b.use_ref
+    # 2. the fp32 log-softmax over the vocabulary: logits on one GPU of the last stage per
+    # RL step = its data-parallel rank's tokens / cp x vocab / tp
+    dp = sim["dp"].to_numpy(float)
+    tokens = b.sequences * (b.prompt_len + b.response_mean) / np.maximum(dp, 1.0) / cp
+    logits = tokens * b.vocab / tp
+    hbm = b.hbm_bw_gbs * 1e9 * compute._by_arch(b.sm_arch, "elementwise")
+    fwd, bwd = _sim_loss_bytes(tf)
+    # the pre-training step's forward (training.py: a third of the step's compute) carries a
+    # third of its loss bytes
+    lp_bytes = np.where(fsdp, LOGPROB_BYTES_FP32, LOGPROB_BYTES_BF16) - (fwd + bwd) / 3.0
+    up_bytes = TRAIN_FWD_BYTES + TRAIN_BWD_BYTES - (fwd + bwd)
+    return {
+        "ref_swap_s": on * ref_swap,
+        "logprob_loss_s": on * np.maximum(lp_bytes, 0.0) * logits / hbm,
+        "update_loss_s": on * np.maximum(up_bytes, 0.0) * logits / hbm,
+    }
