@@ -178,9 +178,12 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("enforce_eager", False), ("optimizer_cpu_offload", 0.0),
                    ("train_recompute", "full"), ("train_grad_reduce_fp32", True),
                    ("train_seq_len", np.nan), ("rl_framework", "verl"),
-                   ("logprob_batch_size", 1)):
+                   ("logprob_batch_size", 1), ("sequence_packing", True)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
+    if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
+        df["rl_framework"] = (df["rl_framework"].astype(str).str.strip().str.lower()
+                              .str.replace(r"[\s-]+", "_", regex=True))
     return df, ["; ".join(x) for x in imputed], np.array(reason, dtype=object)
 
 

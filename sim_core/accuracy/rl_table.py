@@ -27,9 +27,9 @@ TIME_COLUMNS = ("step_time_s", "gen_time_s", "old_log_prob_time_s", "ref_time_s"
 COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollout_pp",
                  "train_tp", "train_cp", "train_ep", "train_pp", "train_etp",
                  "prompts_per_step", "responses_per_prompt", "rollout_batch_seqs",
-                 "train_gbs_seqs", "optimizer_cpu_offload")
+                 "train_gbs_seqs", "optimizer_cpu_offload", "logprob_batch_size")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "enforce_eager",
-                "train_grad_reduce_fp32")
+                "train_grad_reduce_fp32", "sequence_packing")
 
 PLACEMENTS = {
     "colocated": ("colocated", "colocate", "co-located", "co-locate", "hybrid", "hybrid_engine",

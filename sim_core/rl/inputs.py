@@ -78,6 +78,11 @@ RL_COLUMNS = {
     # log-prob micro-batch in training micro-batches (NeMo RL logprob_batch_size with
     # train_micro_batch_size 1; verl log_prob_micro_batch_size / ppo_micro_batch_size)
     "logprob_batch_size": 1,
+    # sequences packed into micro-batches up to train_seq_len tokens (verl use_dynamic_bsz,
+    # NeMo RL sequence_packing / dynamic_batching); false: micro-batches of one sequence padded
+    # to the batch's longest (NeMo RL v0.3.0 `make_microbatch_iterator`: input_ids are padded
+    # to the longest sequence of the batch)
+    "sequence_packing": True,
 }
 
 

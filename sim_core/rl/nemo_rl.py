@@ -23,7 +23,7 @@ own, both read from its code; `rl_framework: nemo_rl` turns them on:
    fp32 and keeps the softmax for backward, whose gradient builds an int64 one-hot over the
    vocabulary, casts it, subtracts the softmax and scales it. The log-prob passes of Megatron
    run the same forward over the packed bf16 logits (`from_parallel_logits_to_logprobs_packed_
-   sequences`, `inference_only`); DTensor's cast the logits to fp32 first
+   sequences`, `inference_only`; unpacked, they cast to fp32 first); DTensor's cast to fp32 first
    (`dtensor_policy_worker.py get_logprobs`: `logits.to(torch.float32)`; FSDP2's
    `output_dtype=torch.float32`, `nemo_rl/models/dtensor/parallelize.py`). Bytes per logit
    element below, counted from those kernels (reads + writes); the pre-training step already
@@ -78,13 +78,17 @@ def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray)
     # 2. the fp32 log-softmax over the vocabulary: logits on one GPU of the last stage per
     # RL step = its data-parallel rank's tokens / cp x vocab / tp
     dp = sim["dp"].to_numpy(float)
-    tokens = b.sequences * (b.prompt_len + b.response_mean) / np.maximum(dp, 1.0) / cp
+    # (padded: without sequence packing every sequence runs at the batch's longest)
+    tokens = b.sequences * tf["seq_len"].to_numpy(float) / np.maximum(dp, 1.0) / cp
     logits = tokens * b.vocab / tp
     hbm = b.hbm_bw_gbs * 1e9 * compute._by_arch(b.sm_arch, "elementwise")
     fwd, bwd = _sim_loss_bytes(tf)
     # the pre-training step's forward (training.py: a third of the step's compute) carries a
     # third of its loss bytes
-    lp_bytes = np.where(fsdp, LOGPROB_BYTES_FP32, LOGPROB_BYTES_BF16) - (fwd + bwd) / 3.0
+    # Megatron casts to fp32 too when packing is off (`from_parallel_logits_to_logprobs(
+    # output_tensor.to(torch.float32), ...)`, megatron_policy_worker.py get_logprobs)
+    fp32_lp = fsdp | (b.sequence_packing <= 0)
+    lp_bytes = np.where(fp32_lp, LOGPROB_BYTES_FP32, LOGPROB_BYTES_BF16) - (fwd + bwd) / 3.0
     up_bytes = TRAIN_FWD_BYTES + TRAIN_BWD_BYTES - (fwd + bwd)
     return {
         "ref_swap_s": on * ref_swap,

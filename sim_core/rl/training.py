@@ -81,9 +81,15 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
         per = np.ceil(seqs * mean_len / pack)
         out["global_batch"] = np.ceil(per / dp) * dp
     else:
+        packed = b.sequence_packing > 0
         mb = np.maximum(np.floor(pack / mean_len), 1.0)
         mb = np.minimum(mb, np.maximum(np.floor(seqs / dp), 1.0))
-        out["seq_len"] = np.ceil(np.round(mean_len) / step_len) * step_len
+        # without packing every micro-batch is one sequence padded to the batch's longest,
+        # which reaches the budget (prompt + max response) once any response is truncated
+        # (catalogs/rl.yaml length.truncated_fraction x sequences >> 1 in an RL batch)
+        mb = np.where(packed, mb, 1.0)
+        seq = np.where(packed, np.round(mean_len), pack)
+        out["seq_len"] = np.ceil(seq / step_len) * step_len
         out["micro_batch"] = mb
         out["global_batch"] = np.ceil(seqs / (dp * mb)) * dp * mb
     return out
