@@ -178,7 +178,8 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("enforce_eager", False), ("optimizer_cpu_offload", 0.0),
                    ("train_recompute", "full"), ("train_grad_reduce_fp32", True),
                    ("train_seq_len", np.nan), ("rl_framework", "verl"),
-                   ("logprob_batch_size", 1), ("sequence_packing", True)):
+                   ("logprob_batch_size", 1), ("sequence_packing", True),
+                   ("dynamic_batching", False)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl

@@ -29,7 +29,7 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  "prompts_per_step", "responses_per_prompt", "rollout_batch_seqs",
                  "train_gbs_seqs", "optimizer_cpu_offload", "logprob_batch_size")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "enforce_eager",
-                "train_grad_reduce_fp32", "sequence_packing")
+                "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching")
 
 PLACEMENTS = {
     "colocated": ("colocated", "colocate", "co-located", "co-locate", "hybrid", "hybrid_engine",

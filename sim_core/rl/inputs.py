@@ -83,6 +83,10 @@ RL_COLUMNS = {
     # to the batch's longest (NeMo RL v0.3.0 `make_microbatch_iterator`: input_ids are padded
     # to the longest sequence of the batch)
     "sequence_packing": True,
+    # packed micro-batches formed by NeMo RL's dynamic batching (sorted by length, each padded
+    # to its own longest) instead of its sequence packing (padded up to train_mb_tokens on
+    # DTensor: nemo_rl.py)
+    "dynamic_batching": False,
 }
 
 

@@ -63,10 +63,11 @@ def _sim_loss_bytes(tf: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return workload.LOSS_TRAFFIC_FWD[idx], workload.LOSS_TRAFFIC_BWD[idx]
 
 
-def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray) -> dict:
-    """Seconds per RL step NeMo RL adds: `ref_swap_s` (to the reference log-prob pass),
-    `logprob_loss_s` (per log-prob pass), `update_loss_s` (per update epoch). Zero for rows
-    that are not `rl_framework: nemo_rl`."""
+def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray,
+           pack_budget: np.ndarray) -> dict:
+    """Seconds NeMo RL adds: `ref_swap_s` (to the reference log-prob pass, per RL step),
+    `logprob_loss_s` (per log-prob pass), `update_loss_s` (per update epoch), `update_pad_s`
+    (per optimizer step). Zero for rows that are not `rl_framework: nemo_rl`."""
     on = (b.rl_framework == RL_FRAMEWORK.index("nemo_rl")).astype(float)
     tp = tf["tp"].to_numpy(float) if "tp" in tf else np.ones(len(tf))
     cp = tf["cp"].to_numpy(float) if "cp" in tf else np.ones(len(tf))
@@ -90,7 +91,16 @@ def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray)
     fp32_lp = fsdp | (b.sequence_packing <= 0)
     lp_bytes = np.where(fp32_lp, LOGPROB_BYTES_FP32, LOGPROB_BYTES_BF16) - (fwd + bwd) / 3.0
     up_bytes = TRAIN_FWD_BYTES + TRAIN_BWD_BYTES - (fwd + bwd)
+    # 3. DTensor pads every packed training micro-batch up to `train_mb_tokens`
+    # (dtensor_policy_worker.py train: `pack_sequences(..., min_seq_len=train_mb_tokens)`, "a
+    # WAR ... backward will fail when TP is enabled"); its log-prob passes do not. The padding
+    # runs through the layers like real tokens: the update's compute grows by budget / filled
+    packed = (b.sequence_packing > 0) & (b.dynamic_batching <= 0)
+    filled = tf["micro_batch"].to_numpy(float) * tf["seq_len"].to_numpy(float)
+    budget = np.maximum(pack_budget, filled)
+    pad = np.where(fsdp & packed, budget / np.maximum(filled, 1.0) - 1.0, 0.0)
     return {
+        "update_pad_s": on * pad * sim["time_compute"].to_numpy(float),
         "ref_swap_s": on * ref_swap,
         "logprob_loss_s": on * np.maximum(lp_bytes, 0.0) * logits / hbm,
         "update_loss_s": on * np.maximum(up_bytes, 0.0) * logits / hbm,

@@ -44,6 +44,13 @@ TRAIN_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "recompute"
                 "grad_reduce_fp32")
 
 
+def pack_budget(df: pd.DataFrame, b) -> np.ndarray:
+    """Tokens per packed micro-batch: `train_seq_len`, default prompt + max response."""
+    pack = df["train_seq_len"].to_numpy(dtype=float) if "train_seq_len" in df.columns else \
+        np.full(len(df), np.nan)
+    return np.where(np.isnan(pack), b.prompt_len + b.response_max, pack)
+
+
 def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFrame:
     """One pre-training row per RL configuration: one mini-batch of the generated sequences.
 
@@ -61,9 +68,7 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
         col = f"train_{f}"
         if col in df.columns:
             out[f] = df[col].to_numpy()
-    pack = df["train_seq_len"].to_numpy(dtype=float) if "train_seq_len" in df.columns else \
-        np.full(len(df), np.nan)
-    pack = np.where(np.isnan(pack), b.prompt_len + b.response_max, pack)
+    pack = pack_budget(df, b)
     mean_len = b.prompt_len + b.response_mean
     n = len(df)
     tp = out["tp"].to_numpy(float) if "tp" in out else np.ones(n)
@@ -135,11 +140,11 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     gather_share = 2.0 / (2.0 + 2.0 + rs_bytes)
     fwd = fwd + np.where(zero >= 3, sim["time_dp"].to_numpy() * gather_share, 0.0) / \
         np.maximum(b.logprob_batch_size, 1.0)
-    ext = nemo_rl.extras(b, tf, sim, pcie_bytes_per_s(b))
+    ext = nemo_rl.extras(b, tf, sim, pcie_bytes_per_s(b), pack_budget(df, b))
     lp_pass = fwd * b.mini_batches + ext["logprob_loss_s"]
     n_fwd = 1 + b.use_ref + (b.algorithm == 2)  # old log-prob, ref, PPO critic values
     updates = b.mini_batches * b.ppo_epochs
-    update = (step * updates + ext["update_loss_s"] * b.ppo_epochs) \
+    update = ((step + ext["update_pad_s"]) * updates + ext["update_loss_s"] * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
     ref = (lp_pass + ext["ref_swap_s"]) * b.use_ref
     return {
