@@ -80,7 +80,9 @@ def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray,
     # RL step = its data-parallel rank's tokens / cp x vocab / tp
     dp = sim["dp"].to_numpy(float)
     # (padded: without sequence packing every sequence runs at the batch's longest)
-    tokens = b.sequences * tf["seq_len"].to_numpy(float) / np.maximum(dp, 1.0) / cp
+    packed_any = b.sequence_packing > 0
+    seq_tokens = np.where(packed_any, b.prompt_len + b.response_mean, tf["seq_len"].to_numpy(float))
+    tokens = b.sequences * seq_tokens / np.maximum(dp, 1.0) / cp
     logits = tokens * b.vocab / tp
     hbm = b.hbm_bw_gbs * 1e9 * compute._by_arch(b.sm_arch, "elementwise")
     fwd, bwd = _sim_loss_bytes(tf)

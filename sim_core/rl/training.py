@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import nemo_rl
+from . import generation, nemo_rl
 from .inputs import constants
 
 
@@ -49,6 +49,13 @@ def pack_budget(df: pd.DataFrame, b) -> np.ndarray:
     pack = df["train_seq_len"].to_numpy(dtype=float) if "train_seq_len" in df.columns else \
         np.full(len(df), np.nan)
     return np.where(np.isnan(pack), b.prompt_len + b.response_max, pack)
+
+
+def length_biased(b) -> np.ndarray:
+    """E[L^2] / E[L] of prompt + response, the prompt at its mean."""
+    p = generation.truncated_fraction(b)
+    _, m1, m2 = generation.length_law(b.response_mean, b.response_max, p)
+    return (b.prompt_len ** 2 + 2 * b.prompt_len * m1 + m2) / (b.prompt_len + m1)
 
 
 def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFrame:
@@ -87,7 +94,19 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
         out["global_batch"] = np.ceil(per / dp) * dp
     else:
         packed = b.sequence_packing > 0
-        mb = np.maximum(np.floor(pack / mean_len), 1.0)
+        # packed sequences keep their own attention (varlen kernels over cu_seqlens), which
+        # costs sum L^2, not N E[L]^2: the sequences are priced near the length-biased mean
+        # E[L^2] / E[L] (the response lengths' law of generation.length_law: truncated
+        # responses at the cap + the clipped exponential body), as many fewer of them as keep
+        # the tokens (N E[L]) the same. A micro-batch keeps the tokens the mean-length packing
+        # gives it (whole sequences of the mean up to the budget), so the micro-batch count
+        # and its per-micro-batch costs do not move: it holds the whole number of biased
+        # sequences nearest that, each priced at the length that fills it exactly
+        fill = np.maximum(np.floor(pack / mean_len), 1.0) * mean_len
+        k = np.maximum(np.round(fill / np.minimum(length_biased(b), pack)), 1.0)
+        seqs = np.where(packed, seqs * mean_len / (fill / k), seqs)
+        mean_len = np.where(packed, fill / k, mean_len)
+        mb = np.maximum(np.floor(pack / mean_len + 1e-9), 1.0)
         mb = np.minimum(mb, np.maximum(np.floor(seqs / dp), 1.0))
         # without packing every micro-batch is one sequence padded to the batch's longest,
         # which reaches the budget (prompt + max response) once any response is truncated

@@ -1,0 +1,115 @@
+"""RL training phases as NeMo RL v0.3.0 runs them (issue 40): the reference swap from the
+host, the fp32 log-softmax over the vocabulary, FSDP gathers in forward-only passes,
+unpacked and padded micro-batches (sim_core/rl/nemo_rl.py, training.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim_core.rl import inputs, nemo_rl, training
+from sim_core.rl.phases import simulate_rl
+from sim_core.simulate import simulate_frame
+
+BASE = dict(model="llama3.1-8b", gpu="h100-sxm", num_gpus=8, rollout_tp=1,
+            prompts_per_step=64, responses_per_prompt=32, prompt_len=92, response_mean=795,
+            response_max=4004, gpu_memory_utilization=0.6, train_tp=1, train_pp=1,
+            train_recompute="none", mini_batches=4, train_seq_len=4096)
+FSDP = dict(train_zero=3)
+
+
+def run(*rows):
+    return simulate_rl(pd.DataFrame([{**BASE, **r} for r in rows]))
+
+
+def _sim(row):
+    df = pd.DataFrame([{**BASE, **row}])
+    b = inputs.to_batch(df)
+    return b, simulate_frame(training.training_frame(df, b).reset_index(drop=True))
+
+
+@pytest.mark.parametrize("extra,bytes_per_param", [({}, 2.0), (FSDP, 4.0)])
+def test_reference_swap_is_three_weight_copies_over_pcie(extra, bytes_per_param):
+    # megatron_policy_worker.py / dtensor_policy_worker.py use_reference_model: policy out,
+    # reference in, policy back; DTensor's parameters are fp32
+    r = run(extra, {**extra, "rl_framework": "nemo_rl"})
+    b, sim = _sim({**extra, "rl_framework": "nemo_rl"})
+    want = 3 * sim["params_per_gpu"][0] * bytes_per_param / training.pcie_bytes_per_s(b)[0]
+    assert r.ref_swap_time_s[0] == 0
+    assert r.ref_swap_time_s[1] == pytest.approx(want)
+    assert 0.5 < r.ref_swap_time_s[1] < 3  # 8B on one GPU: 16 / 32 GB, three times, ~51 GB/s
+    # the swap sits in the reference pass, and the old-policy pass pays the vocabulary's
+    # fp32 log-softmax only
+    assert r.ref_time_s[1] - r.old_log_prob_time_s[1] == pytest.approx(want)
+    assert r.old_log_prob_time_s[1] > r.old_log_prob_time_s[0]
+    # no reference model (DAPO): no swap
+    assert run({**extra, "rl_framework": "nemo_rl", "use_ref": False}).ref_swap_time_s[0] == 0
+
+
+def test_fp32_log_softmax_costs_hbm_traffic_per_logit():
+    r = run({}, {"rl_framework": "nemo_rl"})
+    b, sim = _sim({"rl_framework": "nemo_rl"})
+    tf = training.training_frame(pd.DataFrame([{**BASE, "rl_framework": "nemo_rl"}]), b)
+    ext = nemo_rl.extras(b, tf, sim, training.pcie_bytes_per_s(b), np.array([4096.0]))
+    # Megatron's own loss (vocab_parallel: 38 + 14 bytes per logit) is already in the step:
+    # the update adds 116 - 52 bytes over each logit of the rank's tokens
+    logits = 2048 * tf.seq_len[0] / 8 * 128256
+    hbm = b.hbm_bw_gbs[0] * 1e9 * 0.8
+    assert ext["update_loss_s"][0] == pytest.approx(64 * logits / hbm, rel=1e-6)
+    assert r.update_time_s[1] - r.update_time_s[0] == pytest.approx(ext["update_loss_s"][0])
+
+
+def test_fsdp_log_prob_passes_gather_per_log_prob_micro_batch():
+    r = run(FSDP, {**FSDP, "logprob_batch_size": 2}, {}, {"logprob_batch_size": 2})
+    b, sim = _sim(FSDP)
+    gather = sim["time_dp"][0] * 2 / 8 * 4  # bf16 gather of 2+2+4 bytes, 4 optimizer steps
+    assert gather > 0
+    assert r.old_log_prob_time_s[0] - r.old_log_prob_time_s[1] == pytest.approx(gather / 2)
+    # ZeRO-1 has no parameter gathers: the log-prob micro-batch does not matter
+    assert r.old_log_prob_time_s[2] == pytest.approx(r.old_log_prob_time_s[3])
+
+
+def test_unpacked_micro_batches_run_at_the_budget():
+    # grpo_math_qwen30ba3b_megatron.yaml: sequence_packing off -> one sequence per micro-batch,
+    # padded to the batch's longest (the budget)
+    r = run({}, {"sequence_packing": False})
+    assert r.train_seq_len[0] == pytest.approx(92 + 795)
+    assert r.train_seq_len[1] == 4096
+    assert r.update_time_s[1] > r.update_time_s[0] * 2
+    assert r.log_prob_time_s[1] > r.log_prob_time_s[0] * 2
+
+
+def test_dtensor_pads_packed_training_micro_batches_not_log_probs():
+    nemo = {**FSDP, "rl_framework": "nemo_rl"}
+    r = run(nemo, {**nemo, "dynamic_batching": True}, FSDP)
+    b, sim = _sim(nemo)
+    filled = 4 * (92 + 795)  # four sequences of the mean fill 3548 of the 4096 tokens
+    pad = sim["time_compute"][0] * (4096 / filled - 1) * 4
+    assert r.update_time_s[0] - r.update_time_s[1] == pytest.approx(pad)
+    assert r.old_log_prob_time_s[0] == pytest.approx(r.old_log_prob_time_s[1])
+
+
+def test_unknown_rl_framework_is_a_one_line_error():
+    from sim_core.catalog import CatalogError
+
+    with pytest.raises(CatalogError, match="rl_framework: unknown value 'openrlhf'"):
+        run({"rl_framework": "openrlhf"})
+
+
+def test_rl_table_reads_the_new_columns_as_published():
+    from sim_core.accuracy import rl
+
+    t = rl.load()
+    df, _, _ = rl.to_frame(t)
+    nemo = t.source.eq("NeMo RL v0.3 blog").to_numpy()
+    assert (df.rl_framework[nemo] == "nemo_rl").all()
+    assert (df.rl_framework[~nemo] == "verl").all()
+    moe = df.model.eq("qwen3-30b-a3b").to_numpy()
+    assert (~df.sequence_packing[moe].astype(bool)).all()
+    assert df.sequence_packing[~moe].astype(bool).all()
+    # spellings as a table might carry them
+    t2 = t.copy()
+    t2["rl_framework"] = np.where(nemo, "NeMo RL", "")
+    df2, _, _ = rl.to_frame(t2)
+    assert (df2.rl_framework[nemo] == "nemo_rl").all()
