@@ -54,7 +54,7 @@ def test_fp32_log_softmax_costs_hbm_traffic_per_logit():
     ext = nemo_rl.extras(b, tf, sim, training.pcie_bytes_per_s(b), np.array([4096.0]))
     # Megatron's own loss (vocab_parallel: 38 + 14 bytes per logit) is already in the step:
     # the update adds 116 - 52 bytes over each logit of the rank's tokens
-    logits = 2048 * tf.seq_len[0] / 8 * 128256
+    logits = 2048 * (92 + 795) / 8 * 128256  # the rank's tokens, at the mean length
     hbm = b.hbm_bw_gbs[0] * 1e9 * 0.8
     assert ext["update_loss_s"][0] == pytest.approx(64 * logits / hbm, rel=1e-6)
     assert r.update_time_s[1] - r.update_time_s[0] == pytest.approx(ext["update_loss_s"][0])
@@ -74,7 +74,7 @@ def test_unpacked_micro_batches_run_at_the_budget():
     # grpo_math_qwen30ba3b_megatron.yaml: sequence_packing off -> one sequence per micro-batch,
     # padded to the batch's longest (the budget)
     r = run({}, {"sequence_packing": False})
-    assert r.train_seq_len[0] == pytest.approx(92 + 795)
+    assert r.train_seq_len[0] < 4096 / 2  # packed: two or more sequences per micro-batch
     assert r.train_seq_len[1] == 4096
     assert r.update_time_s[1] > r.update_time_s[0] * 2
     assert r.log_prob_time_s[1] > r.log_prob_time_s[0] * 2
@@ -113,3 +113,21 @@ def test_rl_table_reads_the_new_columns_as_published():
     t2["rl_framework"] = np.where(nemo, "NeMo RL", "")
     df2, _, _ = rl.to_frame(t2)
     assert (df2.rl_framework[nemo] == "nemo_rl").all()
+
+
+def test_packed_sequences_are_priced_at_the_length_biased_mean():
+    # varlen attention costs sum L^2: the sequences are priced near E[L^2] / E[L], the
+    # micro-batch keeps the tokens of mean-length packing and the step keeps N E[L] tokens
+    rows = [BASE, {**BASE, "response_clip_ratio": 0.0}, {**BASE, "sequence_packing": False}]
+    df = pd.DataFrame(rows)
+    b = inputs.to_batch(df)
+    tf = training.training_frame(df, b)
+    mean = 92 + 795
+    biased = training.length_biased(b)
+    assert biased[0] > biased[1] > mean  # the truncated tail weighs most
+    fill = np.floor(4096 / mean) * mean
+    np.testing.assert_allclose(tf.micro_batch[:2] * tf.seq_len[:2], fill, rtol=1e-3)
+    assert abs(tf.seq_len[0] - biased[0]) < biased[0] / 2
+    tokens = tf.global_batch * tf.seq_len * 4
+    assert (abs(tokens[:2] / (2048 * mean) - 1) < 0.03).all()
+    assert tf.seq_len[2] == 4096  # unpacked: padded to the budget, not biased
