@@ -74,7 +74,10 @@ def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray,
     zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(len(tf))
     fsdp = zero >= 3
     # 1. the reference swap: policy out, reference in, policy back in (pinned, PCIe rate)
-    weight_bytes = sim["params_per_gpu"].to_numpy(float) * np.where(fsdp, 4.0, 2.0)
+    # (DTensor copies each rank's local FSDP shard: `to_local_if_dtensor` in
+    # get_cpu_state_dict; params_per_gpu is the model-parallel rank's, before the FSDP split)
+    dp_shard = np.where(fsdp, np.maximum(sim["dp"].to_numpy(float), 1.0), 1.0)
+    weight_bytes = sim["params_per_gpu"].to_numpy(float) / dp_shard * np.where(fsdp, 4.0, 2.0)
     ref_swap = 3.0 * weight_bytes / pcie_bytes_per_s * b.use_ref
     # 2. the fp32 log-softmax over the vocabulary: logits on one GPU of the last stage per
     # RL step = its data-parallel rank's tokens / cp x vocab / tp

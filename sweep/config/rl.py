@@ -74,6 +74,15 @@ class Train(_S):
     # fraction of the optimizer states on the host through the update (Megatron
     # optimizer_cpu_offload + optimizer_offload_fraction)
     optimizer_cpu_offload: float = Field(0.0, ge=0, le=1)
+    # whose RL-specific training costs apply (sim_core/rl/nemo_rl.py): nemo_rl swaps the
+    # reference weights in from the host and runs fp32 log-softmaxes over the vocabulary
+    rl_framework: Literal["verl", "nemo_rl"] = "verl"
+    # log-prob micro-batch in training micro-batches (NeMo RL logprob_batch_size)
+    logprob_batch_size: int = Field(1, gt=0)
+    # false: micro-batches of one sequence padded to the batch's longest
+    sequence_packing: bool = True
+    # NeMo RL dynamic batching (no padding of packed micro-batches to the budget)
+    dynamic_batching: bool = False
 
 
 class Parallel(_S):
@@ -176,6 +185,10 @@ class RLConfig(_S):
             "optimizer_cpu_offload": self.train.optimizer_cpu_offload,
             "train_framework": self.train.framework,
             "train_seq_len": self.train.seq_len or float("nan"),
+            "rl_framework": self.train.rl_framework,
+            "logprob_batch_size": self.train.logprob_batch_size,
+            "sequence_packing": self.train.sequence_packing,
+            "dynamic_batching": self.train.dynamic_batching,
         }
         for f in ("tp", "pp", "cp", "ep", "etp", "micro_batch", "recompute", "zero",
                   "sequence_parallel"):
