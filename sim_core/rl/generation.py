@@ -22,6 +22,12 @@ Why each part, and where the rule comes from:
   batch's hidden states (latency-bound, `nccl.py`) and a fitted per-step overhead
   (scheduler, sampling, launches). Pipeline stages run pp micro-batches: the weights are read
   once per micro-batch, so PP does not shorten the weight read of a step, it splits the cache.
+- **MoE decode.** MLA's down-projection and the router are replicated on every TP rank (vLLM
+  deepseek_v2.py `disable_tp=True`): read whole by each. An EP group wider than the engine
+  (attention data-parallel replicas) gathers all its replicas' tokens before the experts, so
+  the experts touched follow the group's batch. A collective whose group spans nodes costs a
+  fitted latency beyond nccl.py's (catalogs/rl.yaml `decode.internode_collective_s`, fitted
+  on published two-node DeepSeek-R1 TPOT by `calibrate.py`; single-node MoE rows need none).
 - **The length tail.** The step lasts until the longest response ends. Response lengths
   follow a mixture: a fraction p of the responses never emits EOS and runs to the cap (a
   point mass at the maximum: the truncated responses NeMo RL logs as `truncation_rate` and
