@@ -444,13 +444,7 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
         fp8 = fp8 | fp4_rows
     hbm = b.hbm_bw_gbs * 1e9 * _by_arch(b.sm_arch, "elementwise")
     # eager (unfused) elementwise ops move more bytes per useful byte
-    unfused_mult = _by_arch(b.sm_arch, "unfused_elementwise")
-    # a framework whose eager kernels were counted from its code (frameworks.yaml
-    # elementwise_share) moves that share of the generic count, each op one kernel
-    share = frameworks._support_table()["elementwise_share"][
-        frameworks.column(b, "framework").astype(np.int64)]
-    unfused_mult = np.where(np.isfinite(share), share, unfused_mult)
-    hbm_elem = hbm / np.where(b.fused_elementwise, 1.0, unfused_mult)
+    hbm_elem = hbm / np.where(b.fused_elementwise, 1.0, _by_arch(b.sm_arch, "unfused_elementwise"))
     attn_f, attn_b = _attention_rates(b, peak_bf16)
     # the unfused kernel has no flash curve (its constants are NaN): priced from its passes
     unfused = np.asarray(b.attention_kernel) == ATTENTION_KERNEL.index("unfused")

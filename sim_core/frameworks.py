@@ -206,12 +206,6 @@ def _support_table() -> dict[str, np.ndarray]:
         **{k: np.array([bool(s[k]) for s in sup])
            for k in ("pp", "vpp", "cp", "ep", "tp_comm_overlap", "fp8")},
         "fp8_norm_amax": np.array([bool(s.get("fp8_norm_amax")) for s in sup]),
-        # the framework's own count of eager elementwise traffic, as a share of the generic
-        # count with no unfused multiplier (NaN: the generic count x unfused_elementwise)
-        "elementwise_share": np.array([float(s.get("elementwise_share", np.nan)) for s in sup]),
-        # FSDP's backward gradient reduce-scatters and parameter all-gathers run exposed
-        "fsdp_backward_exposed": np.array([bool(s.get("fsdp_backward_exposed")) for s in sup]),
-        "fsdp_unit_per_layer": np.array([bool(s.get("fsdp_unit_per_layer")) for s in sup]),
         "pp_zero_max": np.array([s.get("pp_zero_max", 3) for s in sup], dtype=np.float64),
         "rocm": np.array([bool((p.get("rocm") or {}).get("runs")) for p in profiles().values()]),
         # a profile whose ROCm port was read (rocm.code names the code); others are unchecked

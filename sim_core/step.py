@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import compute, distinct, frameworks, moe, nccl, overlap, terms
+from . import compute, distinct, moe, nccl, overlap, terms
 from .arrays import select
 from .columns import Batch
 from .workload import Workload
@@ -187,25 +187,6 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
                                                     grp["dp"])
     z_exposed = z_bwd_exp + z_fwd_exp + dp_per_mb["forward"] / np.maximum(2 * L_stage, 1)
     slow = slow + z_bwd_extra + z_fwd_extra
-    # FSDP (frameworks.yaml fsdp_backward_exposed): the backward's reduce-scatters and, under
-    # ZeRO-3, its re-gathers (half of the per-micro-batch all-gathers) wait in the open
-    bx = frameworks._support_table()["fsdp_backward_exposed"][
-        frameworks.column(b, "framework").astype(np.int64)] & (b.zero >= 2)
-    if bx.any():
-        ag_bwd = np.where(b.zero == 3, 0.5, 0.0) * dp_per_mb["forward"]
-        z_exposed = np.where(bx, dp_per_mb["backward"] + ag_bwd
-                             + z_fwd_exp * (1.0 - np.where(b.zero == 3, 0.5, 0.0))
-                             + dp_per_mb["forward"] / np.maximum(2 * L_stage, 1), z_exposed)
-        slow = np.where(bx, slow - z_bwd_extra - z_fwd_extra * np.where(b.zero == 3, 0.5, 0.0),
-                        slow)
-        # FSDP1's post-backward hook (torch/distributed/fsdp/_runtime_utils.py, torch 2.0-2.1
-        # `_post_backward_hook`): with reduce_dtype fp32 over bf16 parameters (Composer's
-        # mixed_precision DEFAULT) it casts each unit's unsharded bf16 gradient to fp32
-        # (2 + 4 bytes) and the default reduce-scatter hook pre-divides it in place (4 + 4)
-        # before the reduce-scatter, every micro-batch: 14 bytes per parameter, priced
-        # serially (an upper bound: it runs on the post-backward stream)
-        hbm = b.hbm_bw_gbs * 1e9 * compute._by_arch(b.sm_arch, "elementwise")
-        slow = np.where(bx, slow + 14.0 * wl.params_stage / hbm, slow)
 
     layers_mb = lay_fwd + lay_bwd + lay_rc
     comm_mb = tp_exposed + cp_exposed + ep_exposed + z_exposed

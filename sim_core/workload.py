@@ -448,19 +448,8 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
     # ZeRO-1/2 gather updated params once per step; ZeRO-3/FSDP gathers them for forward and
     # again for backward in every micro-batch (parameters are resharded after forward)
     n_ag = select(z == 3, 2.0 * m, 1.0)
-    # FSDP wraps each transformer block as its own unit (frameworks.yaml fsdp_unit_per_layer):
-    # its per-micro-batch gathers and reduce-scatters are one collective per layer, each
-    # paying its own latency at a layer's message size
-    from . import frameworks
-    per_layer = frameworks._support_table()["fsdp_unit_per_layer"][
-        frameworks.column(b, "framework").astype(np.int64)] & per_mb
-    units = select(per_layer, np.maximum(L, 1.0), 1.0)
-    rs = comms[-1]
-    comms[-1] = Comm("dp", "reduce_scatter", rs.nbytes / units, rs.group, rs.nodes,
-                     rs.calls_per_step * units, "backward")
-    ag_units = select(z == 3, units, 1.0)
-    comms.append(Comm("dp", "all_gather", param_bytes / ag_units, dp_group, dp_nodes,
-                      select((z >= 1) & (dp_group > 1), n_ag * ag_units, 0.0), "forward"))
+    comms.append(Comm("dp", "all_gather", param_bytes, dp_group, dp_nodes,
+                      select((z >= 1) & (dp_group > 1), n_ag, 0.0), "forward"))
     # ---- EP: token dispatch and combine, forward and backward, per MoE layer ----------------
     # (inventory only: step.py prices and overlaps them through moe.py; flex/DeepEP is not an
     # NCCL collective and is not listed)

@@ -114,34 +114,18 @@ def loss(rows: pd.DataFrame, values: dict, robust: bool = False) -> float:
     return float(np.nanmedian(err) if robust else np.nanmean(err))
 
 
-# EXPERIMENT (issue 36): rows that ran llm-foundry's Triton flash kernel, not FA2, do not inform
-# the FA2 level: the Oct-2023 H100 rows (submit_benchmarks.py default attn_impl triton at
-# b2a43a147) and the Jan-2024 13B/30B rows (sweep.py at 5e85bd62d: triton)
-FA2_NOT_INFORMED_BY = {178, 179, 180, 181, 186, 187, 188, 189, 190, 191}
-
-
-def informs(rows: pd.DataFrame, key) -> np.ndarray:
-    if key == (90, "attn_fwd", "fa2"):
-        return ~rows["id"].astype(int).isin(FA2_NOT_INFORMED_BY).to_numpy()
-    return np.ones(len(rows), bool)
-
-
 def fit(rows: pd.DataFrame, rounds: int = 3, params: dict = FITTED) -> dict:
     robust = params is FITTED_MOE
     values = current(params)
+    best = loss(rows, values, robust)
     for _ in range(rounds):
         for key, grid in params.items():
-            on = rows[informs(rows, key)]
-            if not len(on):
-                continue
-            best = loss(on, values, robust)
             for v in grid:
                 trial = {**values, key: v}
-                score = loss(on, trial, robust)
+                score = loss(rows, trial, robust)
                 if score < best - 1e-9:
                     best, values = score, trial
     return values
-
 
 
 def errors(rows: pd.DataFrame, values: dict) -> pd.Series:
