@@ -185,28 +185,77 @@ def load_moe_tpot(path=None) -> pd.DataFrame:
         "data/rl/decode_moe_tpot.csv"))
 
 
-def moe_tpot_check(path=None) -> pd.DataFrame:
-    """Out-of-sample check of an MoE decode step (MLA, 256 routed experts, TP across nodes):
-    published TPOT of DeepSeek-R1 at a fixed concurrency (decode_moe_tpot.csv). The running
-    batch is the concurrency; each request's cache holds its prompt + half its output. Not
-    fitted: the constants are the TensorRT-LLM dense fit's."""
-    t = load_moe_tpot(path)
+def _moe_step_ms(t: pd.DataFrame, xnode_s=None) -> np.ndarray:
+    """Predicted decode step (ms) of each MoE TPOT row at its concurrency; each request's
+    cache holds its prompt + half its output."""
     df = pd.DataFrame({"model": t.model, "gpu": t.gpu, "num_gpus": t.tp, "rollout_tp": t.tp,
                        "prompts_per_step": 1, "prompt_len": t.isl, "response_mean": 1,
                        "response_max": 1, "rollout_precision": t.precision,
                        "rollout_engine": t.engine})
     b = inputs.to_batch(df)
+    k = generation.decode_constants()
+    if xnode_s is not None:
+        k["internode_collective_s"] = xnode_s
     ctx = (t.isl + t.osl / 2).to_numpy(float)
-    pred = generation.step_time(b, t.concurrency.to_numpy(float), ctx,
-                                generation.decode_constants()) * 1e3
+    return generation.step_time(b, t.concurrency.to_numpy(float), ctx, k) * 1e3
+
+
+XNODE_GRID = np.round(np.arange(0.0, 0.0005000001, 0.000005), 7)  # s per cross-node collective
+
+
+def fit_internode(t: pd.DataFrame) -> float:
+    """The latency per cross-node decode collective minimising the mean squared log error of
+    the multi-node rows of `t` (the dense constants held at their fit). The step time is
+    linear in it: slope = the step's cross-node collectives, read off two evaluations."""
+    m = _multi_node(t)
+    base = _moe_step_ms(t[m], 0.0)
+    slope = _moe_step_ms(t[m], 1e-3) - base  # ms per ms of added latency
+    pred = base[None, :] + XNODE_GRID[:, None] * 1e3 * slope[None, :]
+    loss = (np.log(pred / t[m].tpot_ms.to_numpy()[None, :]) ** 2).mean(axis=1)
+    return float(XNODE_GRID[int(np.argmin(loss))])
+
+
+def _multi_node(t: pd.DataFrame) -> np.ndarray:
+    return (t.nodes > 1).to_numpy()
+
+
+def moe_tpot_check(path=None) -> pd.DataFrame:
+    """Check of the MoE decode step on published TPOT at a fixed concurrency
+    (decode_moe_tpot.csv): DeepSeek-R1 (MLA, 256 routed experts, TP16 across two nodes) and
+    DeepSeek-R1 TP8 on one H200 node, Qwen3-30B-A3B (GQA, 128 experts) on one A100. The dense
+    constants are the TensorRT-LLM fit's (out of sample for every row);
+    `internode_collective_s` is fitted on the multi-node rows, so those are in-sample for it
+    (leave_one_engine_out gives their held-out figure) and the single-node rows, which it
+    does not touch, are out of sample."""
+    t = load_moe_tpot(path)
+    pred = _moe_step_ms(t)
     return t.assign(pred_tpot_ms=pred.round(2), err=pred / t.tpot_ms - 1)
 
 
-def write_constants(eff: float, ovh: float) -> None:
+def leave_one_engine_out(path=None) -> pd.DataFrame:
+    """The multi-node rows of each engine predicted with `internode_collective_s` fitted on
+    the other engines' multi-node rows alone (one source holds them all, so the engine is the
+    held-out axis)."""
+    t = load_moe_tpot(path)
+    m = _multi_node(t)
+    out = []
+    for eng in np.unique(t.engine[m]):
+        held = m & (t.engine == eng).to_numpy()
+        c = fit_internode(t[m & ~held])
+        pred = _moe_step_ms(t[held], c)
+        out.append(t[held].assign(xnode_s=c, pred_tpot_ms=pred.round(2),
+                                  err=pred / t[held].tpot_ms - 1))
+    return pd.concat(out)
+
+
+def write_constants(eff: float, ovh: float, xnode: float | None = None) -> None:
     path = resources.files("sim_core").joinpath("catalogs/rl.yaml")
     text = path.read_text()
     text = re.sub(r"hbm_efficiency: [0-9.]+", f"hbm_efficiency: {eff:.4f}", text)
     text = re.sub(r"step_overhead_s: [0-9.]+", f"step_overhead_s: {ovh:.6f}", text)
+    if xnode is not None:
+        text = re.sub(r"internode_collective_s: [0-9.]+", f"internode_collective_s: {xnode:.6f}",
+                      text)
     with open(str(path), "w") as f:
         f.write(text)
     inputs.constants.cache_clear()
@@ -233,19 +282,33 @@ def main(argv=None) -> int:
         print(f"  {r.model:13s} {r.gpu:9s} tp{r.tp} {r.engine:6s} batch {r.batch:5.1f}: "
               f"{r.median_tpot_ms:6.2f} ms measured, {r.pred_tpot_ms:6.2f} predicted ({r.err:+.0%})")
     moe = moe_tpot_check()
-    print(f"out of sample, MoE decode step vs published TPOT (DeepSeek-R1, {len(moe)} rows): "
-          f"median |error| {np.median(np.abs(moe.err)):.1%}")
+    x_fit = fit_internode(load_moe_tpot())
+    x_now = generation.decode_constants().get("internode_collective_s", 0.0)
+    print(f"MoE decode step vs published TPOT ({len(moe)} rows): latency per cross-node "
+          f"collective fitted on the multi-node rows {x_fit * 1e6:.0f} us (catalogs/rl.yaml: "
+          f"{x_now * 1e6:.0f} us)")
     for _, r in moe.iterrows():
         print(f"  {r.model:13s} {r.gpu:9s} tp{r.tp} ({r.nodes} nodes) {r.engine:6s} batch "
-              f"{r.concurrency:3d}: {r.tpot_ms:6.2f} ms measured, {r.pred_tpot_ms:6.2f} "
-              f"predicted ({r.err:+.0%})")
+              f"{r.concurrency:3d} isl {r.isl:5d}: {r.tpot_ms:6.2f} ms measured, "
+              f"{r.pred_tpot_ms:6.2f} predicted ({r.err:+.0%})")
+    for src, part in moe.groupby(moe.url):
+        print(f"  median |error| {np.median(np.abs(part.err)):.1%} on {len(part)} rows of {src}")
+    lo_e = leave_one_engine_out()
+    print(f"  leave one engine out (multi-node rows, fitted on the other engine's): "
+          f"median |error| {np.median(np.abs(lo_e.err)):.1%}")
+    for _, r in lo_e.iterrows():
+        print(f"    {r.engine:6s} batch {r.concurrency:3d}: fit {r.xnode_s * 1e6:.0f} us -> "
+              f"{r.pred_tpot_ms:6.2f} predicted vs {r.tpot_ms:6.2f} ({r.err:+.0%})")
+    held = np.concatenate([lo_e.err.to_numpy(), moe.err[~_multi_node(moe)].to_numpy()])
+    print(f"  MoE out of sample (multi-node rows held out by engine + single-node rows): median |error| "
+          f"{np.median(np.abs(held)):.1%} over {len(held)} rows")
     lo = leave_one_source_out()
     print(f"leave one source out: TensorRT-LLM throughput from a fit on the SGLang/vLLM rows "
           f"(eff {lo['tpot_fit'][0]:.2f}, {lo['tpot_fit'][1] * 1e3:.1f} ms): median |error| "
           f"{lo['trt_from_tpot']:.1%}; SGLang/vLLM TPOT from the TensorRT-LLM fit: "
           f"{lo['tpot_from_trt']:.1%}")
     if a.write:
-        write_constants(r["hbm_efficiency"], r["step_overhead_s"])
+        write_constants(r["hbm_efficiency"], r["step_overhead_s"], x_fit)
         print("wrote catalogs/rl.yaml decode constants")
     return 0
 

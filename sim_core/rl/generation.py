@@ -22,6 +22,12 @@ Why each part, and where the rule comes from:
   batch's hidden states (latency-bound, `nccl.py`) and a fitted per-step overhead
   (scheduler, sampling, launches). Pipeline stages run pp micro-batches: the weights are read
   once per micro-batch, so PP does not shorten the weight read of a step, it splits the cache.
+- **MoE decode.** MLA's down-projection and the router are replicated on every TP rank (vLLM
+  deepseek_v2.py `disable_tp=True`): read whole by each. An EP group wider than the engine
+  (attention data-parallel replicas) gathers all its replicas' tokens before the experts, so
+  the experts touched follow the group's batch. A collective whose group spans nodes costs a
+  fitted latency beyond nccl.py's (catalogs/rl.yaml `decode.internode_collective_s`, fitted
+  on published two-node DeepSeek-R1 TPOT by `calibrate.py`; single-node MoE rows need none).
 - **The length tail.** The step lasts until the longest response ends. Response lengths
   follow a mixture: a fraction p of the responses never emits EOS and runs to the cap (a
   point mass at the maximum: the truncated responses NeMo RL logs as `truncation_rate` and
@@ -190,9 +196,16 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     wb = c(weight_bytes(b))
     routed = c(b.routed_params)
     E = np.maximum(c(b.experts), 1.0)
-    touched = np.where(c(b.experts) > 0, 1 - (1 - c(b.top_k) / E) ** batch, 0.0)
-    # per GPU; PP reads its stage's weights once per micro-batch (pp of them per step)
-    w_read = (c(b.dense_params) / tp + routed * touched * pp / c(expert_shards(b))) * wb
+    # an EP group wider than the engine gathers the tokens of all its attention-data-parallel
+    # replicas before the experts (vLLM DP + EP, SGLang --enable-dp-attention, TensorRT-LLM
+    # enable_attention_dp): the experts a GPU reads are those the group's tokens touch
+    dp_ep = np.maximum(c(expert_shards(b)) / (tp * pp), 1.0)
+    touched = np.where(c(b.experts) > 0, 1 - (1 - c(b.top_k) / E) ** (batch * dp_ep), 0.0)
+    # per GPU; PP reads its stage's weights once per micro-batch (pp of them per step); the
+    # replicated weights (MLA down-projections, router) are read whole by every TP rank
+    repl = c(b.replicated_params)
+    w_read = ((c(b.dense_params) - repl) / tp + repl
+              + routed * touched * pp / c(expert_shards(b))) * wb
     kv_read = batch * ctx * c(b.layers) * c(b.kv_elems) * c(b.kv_cache_bytes) / (
         pp * c(kv_split(b)))
     bw = c(b.hbm_bw_gbs) * 1e9 * k["hbm_efficiency"]
@@ -215,11 +228,16 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     # with EP the MoE layers dispatch and combine the routed copies by all-to-all over the EP
     # group instead of all-reducing their output over TP
     ar_calls = np.where(ep > 1, 2 * c(b.layers) - moe, 2 * c(b.layers))
+    # a collective of a decode step whose group spans nodes costs a further latency beyond
+    # nccl.py's (catalogs/rl.yaml decode.internode_collective_s, fitted on published multi-node
+    # DeepSeek-R1 TPOT; single-node decode rows need none)
+    xnode = k.get("internode_collective_s", 0.0)
+    ar = ar + np.where(nodes > 1, xnode, 0.0)
     t_tp = np.where(tp > 1, ar_calls * ar, 0.0)
     a2a_bytes = batch / pp * c(b.top_k) * c(b.hidden) * 2
     ep_nodes = np.broadcast_to(np.ceil(ep / c(b.gpus_per_node)), np.shape(a2a_bytes))
     a2a = nccl.collective_time("all_to_all", a2a_bytes, np.broadcast_to(ep, np.shape(a2a_bytes)),
-                               ep_nodes, net)["time_s"]
+                               ep_nodes, net)["time_s"] + np.where(ep_nodes > 1, xnode, 0.0)
     t_tp = t_tp + np.where(ep > 1, 2 * moe * a2a, 0.0)
     # the GEMMs (weights read or FLOPs, whichever is longer) and the attention kernels (the
     # cache read) run one after the other in every layer: their times add
@@ -245,6 +263,8 @@ def prefill_time(b: Batch, prompt_tokens, prompt_len) -> np.ndarray:
     nbytes = np.minimum(prompt_tokens, chunk) * b.hidden * 2
     ar = nccl.collective_time("all_reduce", nbytes, b.rollout_tp,
                               np.ceil(b.rollout_tp / b.gpus_per_node), _net(b))["time_s"]
+    nodes = np.ceil(b.rollout_tp / b.gpus_per_node)
+    ar = ar + np.where(nodes > 1, decode_constants().get("internode_collective_s", 0.0), 0.0)
     return t + np.where(b.rollout_tp > 1, chunks * 2 * b.layers * ar, 0.0)
 
 

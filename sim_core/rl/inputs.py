@@ -125,12 +125,17 @@ def model_arrays(models: pd.Series) -> dict:
         # attention FLOPs per query token per key per layer: QK^T and PV (absorbed MLA: over the
         # latent of each head)
         attn_dim = m.heads * ((m.kv_lora_rank + m.qk_rope_head_dim) if mla else hd)
+        # weights every TP rank holds whole: MLA's down-projections (vLLM deepseek_v2.py
+        # DeepSeekV2FusedQkvAProjLinear, `disable_tp=True`: q_lora_rank + kv_lora_rank + rope
+        # columns) and the router (GateLinear / ReplicatedLinear gate, hidden x experts)
+        replicated = (m.layers * m.hidden * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+                      if mla else 0) + moe_layers * m.hidden * m.experts
         rows.append(dict(layers=m.layers, hidden=m.hidden, heads=m.heads, kv_heads=m.kv_heads,
                          head_dim=hd, ffn=m.ffn, vocab=m.vocab, experts=m.experts,
                          top_k=m.top_k, expert_ffn=m.expert_ffn, params=total,
                          active_params=active, routed_params=routed, moe_layers=moe_layers,
                          dense_params=total - routed, kv_elems=kv_elems, mla=float(mla),
-                         attn_dim=attn_dim))
+                         attn_dim=attn_dim, replicated_params=replicated))
     table = pd.DataFrame(rows)
     return {c: table[c].to_numpy(dtype=np.float64)[codes] for c in table.columns}
 
