@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import finetune, fp4, frameworks
+from . import distinct, finetune, fp4, frameworks
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 
@@ -138,8 +138,22 @@ def moe_rules(b: Batch, etp) -> list[tuple[str, np.ndarray]]:
     ]
 
 
+# columns the rules peek at without the batch's accessors (attention_rules and
+# frameworks.rules read `rocm` and `attention_kernel` through dict.get, so that a space's count
+# does not record them): part of the key whenever the rules are evaluated once per distinct input
+PEEKED = ("attention_kernel", "rocm")
+
+
 def check(b: Batch) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (valid mask, reason array of str; '' where valid)."""
+    """Returns (valid mask, reason array of str; '' where valid). Evaluated once per distinct
+    tuple of the columns the rules read (sim_core.distinct), the same bits as `check_rows`."""
+    out = distinct.on_distinct("rules.check", b, lambda sb: dict(
+        zip(("valid", "reason"), check_rows(sb))), seed=PEEKED)
+    return out["valid"], out["reason"]
+
+
+def check_rows(b: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """`check` row by row: every rule on every row."""
     n = len(b)
     reason = np.full(n, "", dtype=object)
     valid = np.ones(n, dtype=bool)

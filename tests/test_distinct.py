@@ -61,14 +61,29 @@ def test_rows_finds_each_distinct_tuple_once():
     assert len(first) < 5000 / 4
 
 
-def test_rows_falls_back_to_an_exact_sort_on_a_hash_collision(monkeypatch):
-    # a multiplier of 0 sends every row to one hash: the check must catch it
-    monkeypatch.setattr(distinct, "_MIX", np.uint64(0))
+@pytest.mark.parametrize("pack_limit, dense_keys", [(1 << 4, 0), (1 << 62, 0), (1 << 62, 1 << 40)])
+def test_rows_exact_when_the_packed_key_is_renumbered_or_hashed(monkeypatch, pack_limit,
+                                                                dense_keys):
+    # a small packing bound renumbers the key between columns; dense_keys 0 groups the packed
+    # key through pandas' hash table (large keys), a huge one through the table indexed by it
+    monkeypatch.setattr(distinct, "PACK_LIMIT", pack_limit)
+    monkeypatch.setattr(distinct, "DENSE_KEYS", dense_keys)
     rng = np.random.default_rng(2)
-    cols = _columns(3000, rng)
+    cols = _columns(3000, rng) + [rng.integers(0, 3, 3000) * 1000.0,  # integers, numbered
+                                  rng.choice([0.5, 2.5], 3000)]  # fractions: by their bits
     first, inverse = distinct.rows(cols)
     _check_rows(cols, first, inverse)
     assert len(first) > 1
+
+
+def test_codes_tell_apart_what_differs_in_bits():
+    # -0.0 and 0.0 compare equal but are different inputs; NaN never equals itself
+    for col in ([0.0, -0.0, 0.0], [np.nan, 1.0, np.nan], [1.0, 1.5, 1.0], [3, 300, 3]):
+        a = np.array(col * 100)
+        codes, k = distinct._codes(a)
+        assert k == 2 and codes[0] == codes[2] != codes[1], col
+    codes, k = distinct._codes(np.array([256.0, 512.0, 1024.0] * 10))  # numbered as present
+    assert k == 3 and sorted(set(codes.tolist())) == [0, 1, 2]
 
 
 def test_rows_of_constant_and_empty_columns():
