@@ -107,8 +107,11 @@ def _codes(a: np.ndarray) -> tuple[np.ndarray, int]:
         return memo[id(a)][1:]
     out = _small_ints(a)
     if out is None:
-        codes, uniq = pd.factorize(_bits(a))
-        out = codes, len(uniq)
+        x = _bits(a)
+        out = _few_values(x)
+        if out is None:
+            codes, uniq = pd.factorize(x)
+            out = codes, len(uniq)
     if memo is not None:
         memo[id(a)] = (a, *out)
     return out
@@ -131,12 +134,33 @@ def _small_ints(a: np.ndarray):
                                     and not (lo == 0 and np.signbit(a).any())):
         return None  # fractions (or -0.0): factorised by bits instead
     if k > 64:  # numbered by the values present (256, 512, 1024 -> 0..2): a smaller key
+        few = _few_values(codes)
+        if few is not None:
+            return few
         used = np.flatnonzero(np.bincount(codes, minlength=k))
         if len(used) < k:
             lut = np.zeros(k, dtype=dt)
             lut[used] = np.arange(len(used), dtype=dt)
             codes, k = lut.take(codes), len(used)
     return codes, k
+
+
+def _few_values(x: np.ndarray, most: int = 8):
+    """(codes, K) of an array taking at most `most` distinct values, compared as stored (bit
+    patterns or integers): a few comparisons instead of a hash table (a GPU's figures, a
+    fabric's, a message size), else None."""
+    # a row holding the j-th value found lies in the first j "rest" sets: its code is their count
+    rest = x != x[0]
+    codes = rest.view(np.uint8).copy()
+    for j in range(1, most + 1):
+        i = int(rest.argmax())
+        if not rest[i]:
+            return codes, j
+        if j == most:
+            return None
+        rest &= x != x[i]
+        codes += rest.view(np.uint8)
+    return None
 
 
 def _group(key: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
