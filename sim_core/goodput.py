@@ -28,11 +28,13 @@ Daly, "A higher order estimate of the optimum checkpoint interval for restart du
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 from importlib import resources
 
 import numpy as np
 
-from . import catalog_yaml, finetune, frameworks
+from . import catalog_yaml, distinct, finetune, frameworks
+from .columns import Batch
 
 GB = 1e9
 CATALOG_GPUS_PER_NODE = 8  # the published rates are per 8-GPU server
@@ -126,9 +128,29 @@ def checkpoint_bytes(b, wl) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return total, shard, ck["async"]
 
 
+# the workload arrays the checkpoint model reads, as columns of the batch it is factorised on
+_WL_FIELDS = ("params_total", "params_stage", "expert_fraction", "dp")
+
+
 def estimate(b, wl, step_time_s) -> dict:
     """Failures, checkpoint and restart figures, the interval and the goodput per
-    configuration (arrays; see the module doc for the model)."""
+    configuration (arrays; see the module doc for the model). What does not depend on the step
+    time (`fixed`) is evaluated once per distinct input (sim_core.distinct); the interval and
+    the goodput, which do, per row."""
+    if wl.params_trainable is None and distinct.enabled():
+        # the workload's arrays ride along as columns, so that the key holds them too
+        aug = Batch(b)
+        aug.update({f"_wl_{k}": getattr(wl, k) for k in _WL_FIELDS})
+        f = distinct.on_distinct("goodput.fixed", aug, lambda sb: fixed(sb, SimpleNamespace(
+            params_trainable=None, **{k: sb[f"_wl_{k}"] for k in _WL_FIELDS})))
+    else:
+        f = fixed(b, wl)
+    return with_step(f, step_time_s)
+
+
+def fixed(b, wl) -> dict:
+    """The failure rate, checkpoint sizes and times, restart and Daly's interval in seconds:
+    everything `estimate` needs but the step time."""
     cat = catalog()
     n = b.num_gpus
     gpn = _col(b, "gpus_per_node", 8.0)
@@ -155,10 +177,20 @@ def estimate(b, wl, step_time_s) -> dict:
     restart_s = np.where(restart_min > 0, restart_min * 60.0, cat["restart_s"]) + load_s
     # an async save still being written when a failure hits is lost: one write time more
     lost = restart_s + np.where(is_async, write_s, 0.0)
+    return {"mtbf": mtbf, "rate": rate, "total": total, "shard": shard, "write_s": write_s,
+            "delta": delta, "restart_s": restart_s, "lost": lost, "is_async": is_async,
+            "user_steps": _col(b, "ckpt_interval_steps", 0.0),
+            "daly_s": daly_interval(delta, mtbf)}
+
+
+def with_step(f: dict, step_time_s) -> dict:
+    """`estimate`'s outputs from `fixed`'s parts and the step time."""
+    mtbf, rate, write_s, delta = f["mtbf"], f["rate"], f["write_s"], f["delta"]
+    is_async, lost, user_steps = f["is_async"], f["lost"], f["user_steps"]
+    total, shard, restart_s = f["total"], f["shard"], f["restart_s"]
     # interval: whole steps; an async save must finish before the next one starts
-    user_steps = _col(b, "ckpt_interval_steps", 0.0)
     step = np.maximum(np.asarray(step_time_s, dtype=np.float64), 1e-9)
-    best = np.maximum(np.round(daly_interval(delta, mtbf) / step), 1.0)
+    best = np.maximum(np.round(f["daly_s"] / step), 1.0)
     best = np.maximum(best, np.where(is_async, np.ceil(write_s / step), 1.0))
     steps = np.where(user_steps > 0, user_steps, best)
     tau = steps * step
