@@ -187,3 +187,23 @@ def test_select_is_np_where_bit_for_bit():
             want, got = np.where(mask, x, y), select(mask, x, y)
             assert got.dtype == np.float64 and got.shape == (n,)
             assert np.array_equal(want.view(np.uint64), got.view(np.uint64)), (x, y)
+
+
+def test_where_is_np_where_in_dtype_and_bits():
+    from sim_core.arrays import where
+
+    rng = np.random.default_rng(6)
+    n = 3000
+    a, b = rng.random(n), rng.random(n)
+    a[::7], b[::11], a[::13] = np.nan, -0.0, np.inf
+    ints, f32, flags = rng.integers(0, 9, n), rng.random(n).astype(np.float32), rng.random(n) < .3
+    mask = rng.random(n) < 0.5
+    cases = [(a, b), (a, 0.0), (0.0, b), (a, -0.0), (3.0, b), (a, 2), (1, b), (2.0, 5.0), (2, 5),
+             (ints, 0.5), (ints, 0), (f32, 1.0), (a, f32), (flags, 0.0), (flags, False),
+             (np.float64(2.0), b), (a, np.array(4.0))]
+    for x, y in cases:
+        for m in (mask, mask.astype(np.int64), np.zeros(n, bool)):
+            want, got = np.where(m, x, y), where(m, x, y)
+            assert got.dtype == want.dtype and got.shape == want.shape, (x, y)
+            assert np.array_equal(np.ascontiguousarray(want).view(np.uint8),
+                                  np.ascontiguousarray(got).view(np.uint8)), (x, y)
