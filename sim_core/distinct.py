@@ -217,10 +217,12 @@ def take(b: Batch, idx: np.ndarray) -> Batch:
     n, k = len(b), len(idx)
     out = Batch()
     for name, v in b.items():
-        if np.ndim(v) == 1 and len(v) == n:
-            # a constant column (most of a batch: the model's shape, defaults) is filled
-            v = (np.full(k, v[0], dtype=v.dtype) if v.dtype.kind in "fiub" and _constant(v)
-                 else v[idx])
+        if isinstance(v, np.ndarray) and v.ndim == 1 and v.shape[0] == n:
+            # a constant column (most of a batch: the model's shape, defaults): its first k
+            # elements are those rows' values (a view; the simulator never writes into inputs)
+            v = v[:k] if v.dtype.kind in "fiub" and _constant(v) else v[idx]
+        elif np.ndim(v) == 1 and len(v) == n:
+            v = np.asarray(v)[idx]
         out[name] = v
     return out
 
