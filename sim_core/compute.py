@@ -19,6 +19,7 @@ from importlib import resources
 import numpy as np
 
 from . import catalog_yaml, distinct, fp4, frameworks, moe, workload
+from .arrays import where
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 from .workload import ACT_BYTES, Workload
@@ -407,8 +408,8 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     rc = b.recompute
     # recompute: full replays the layer forward; selective (op-level SAC) replays every other
     # GEMM and the memory-bound ops whose outputs it did not keep; plus the MoE modules'
-    out["layer_recompute"] = np.where(rc == 2, lay_fwd, np.where(rc == 1, core["_selective"],
-                                                                 0.0)) + core["_moe_recompute"]
+    out["layer_recompute"] = where(rc == 2, lay_fwd, where(rc == 1, core["_selective"],
+                                                           0.0)) + core["_moe_recompute"]
     return {k: np.broadcast_to(np.asarray(v, dtype=np.float64), b.tp.shape)
             for k, v in out.items()}
 

@@ -31,7 +31,9 @@ def _safe(b: Batch, valid: np.ndarray) -> Batch:
     # num_gpus must match the stand-in world size
     s["num_gpus"] = select(valid, b.num_gpus, 1.0)
     s["global_batch"] = select(valid, b.global_batch, 1.0)
-    s["sequence_parallel"] = where(valid, b.sequence_parallel, False)
+    sp = np.asarray(b.sequence_parallel)
+    # (for a bool column the same as np.where(valid, sp, False), without a branch per row)
+    s["sequence_parallel"] = sp & valid if sp.dtype == bool else np.where(valid, sp, False)
     return s
 
 
@@ -86,7 +88,7 @@ def _simulate(b: Batch, profile, with_fabric: bool = False) -> dict:
         if k in ("valid", "invalid_reason"):
             continue
         if k == "fits":
-            out[k] = where(valid, v, False)
+            out[k] = v & valid if v.dtype == bool else np.where(valid, v, False)
         else:
             out[k] = np.asarray(v, dtype=np.float64) * keep
     return out
