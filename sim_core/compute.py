@@ -399,9 +399,15 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     else:
         core = _stage_core(b, wl)
     out = {k: v for k, v in core.items() if not k.startswith("_")}
-    # the FP8 recipe's amax all-reduces span tp x dp x cp: added on every row
-    sync = fp8_scale_sync_s(b, fp4.apply_to_recipe(fp8_recipe_arrays(b), b, fp4_rows),
-                            fp8 | fp4_rows, wl.layers_per_stage)
+    # the FP8 recipe's amax all-reduces span tp x dp x cp: once per distinct input of their
+    # own (the stage's layer count riding along as a column), added on every row
+    aug = Batch(b)
+    aug["_layers_per_stage"] = np.broadcast_to(wl.layers_per_stage, b.tp.shape)
+    sync = distinct.on_distinct("compute.fp8_scale_sync", aug, lambda sb: {
+        "sync": fp8_scale_sync_s(sb, fp4.apply_to_recipe(fp8_recipe_arrays(sb), sb,
+                                                         fp4.active(sb)),
+                                 ((sb.precision == 1) & (sb.has_fp8 > 0)) | fp4.active(sb),
+                                 sb["_layers_per_stage"])})["sync"]
     lay_fwd = out["layer_fwd"] + sync
     out["layer_fwd"] = lay_fwd
     out["layer_bwd"] = out["layer_bwd"] + sync
