@@ -173,7 +173,7 @@ def _group(key: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         keys = np.flatnonzero(present)
         lut = np.empty(k, dtype=np.int64)
         lut[keys] = np.arange(len(keys), dtype=np.int64)
-        inverse = lut[key]
+        inverse = lut.take(key)
     else:
         inverse, keys = pd.factorize(key)
         inverse = inverse.astype(np.int64, copy=False)
@@ -281,5 +281,5 @@ def broadcast(v, inverse: np.ndarray, k: int):
         v = np.asarray(v)
         if k == 1 or (v.dtype.kind in "fiub" and _constant(v)):  # one value: fill, not gather
             return np.full(len(inverse), v[0], dtype=v.dtype)
-        return v[inverse]
+        return v.take(inverse)
     return v

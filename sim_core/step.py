@@ -77,7 +77,7 @@ def comm_times(b: Batch, wl: Workload, profile=None, skip=()) -> list[tuple]:
             rows_net = {k: v[net_first[fabric[first]]] for k, v in net.items()}
             res = nccl.collective_time(np.full(first.shape, COLL_CODE[cm.op]), cm.nbytes[first],
                                        group[first], nodes[first], rows_net, profile=profile)
-            time_s = res["time_s"][inv]
+            time_s = res["time_s"].take(inv)
         else:
             code = np.full(cm.group.shape, COLL_CODE[cm.op])
             time_s = nccl.collective_time(code, cm.nbytes, group, nodes, net,
