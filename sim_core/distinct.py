@@ -59,16 +59,26 @@ def _bits(a: np.ndarray) -> np.ndarray:
 def _constant(a: np.ndarray) -> bool:
     """Every element has the same bits as the first (remembered within a `scope`)."""
     memo = _scope.get("constant")
-    if memo is not None and id(a) in memo and memo[id(a)][0] is a:
-        return memo[id(a)][1]
+    if memo is not None:
+        hit = memo.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
     if a.dtype == bool:
         same = bool(a.all() or not a.any())
     else:
         x = _bits(a)
-        same = bool((x == x[0]).all())
+        # (the first rows tell most varying columns apart without reading the whole column)
+        same = bool((x[:64] == x[0]).all()) and bool((x == x[0]).all())
     if memo is not None:
         memo[id(a)] = (a, same)  # the reference keeps the id from being reused
     return same
+
+
+def _known_constant(a: np.ndarray) -> bool:
+    """`_constant(a)` where a `scope` has already found it out, else False."""
+    memo = _scope.get("constant")
+    hit = memo.get(id(a)) if memo is not None else None
+    return hit is not None and hit[0] is a and hit[1]
 
 
 _scope: dict = {}
@@ -218,9 +228,10 @@ def take(b: Batch, idx: np.ndarray) -> Batch:
     out = Batch()
     for name, v in b.items():
         if isinstance(v, np.ndarray) and v.ndim == 1 and v.shape[0] == n:
-            # a constant column (most of a batch: the model's shape, defaults): its first k
-            # elements are those rows' values (a view; the simulator never writes into inputs)
-            v = v[:k] if v.dtype.kind in "fiub" and _constant(v) else v[idx]
+            # a column known to be constant (most of a batch: the model's shape, defaults): its
+            # first k elements are those rows' values (a view; the simulator never writes into
+            # inputs); any other is gathered (cheaper than reading all n rows to find out)
+            v = v[:k] if _known_constant(v) else v.take(idx)
         elif np.ndim(v) == 1 and len(v) == n:
             v = np.asarray(v)[idx]
         out[name] = v
