@@ -177,16 +177,15 @@ def _group(key: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(one row of each distinct key, each row's group number) for an exact int64 key in
     [0, k)."""
     n = key.size
-    if k <= max(DENSE_KEYS, 4 * n):  # a table indexed by the key
-        present = np.zeros(k, dtype=bool)
-        present[key] = True
-        keys = np.flatnonzero(present)
+    if k <= max(DENSE_KEYS, 4 * n):  # a table indexed by the key: the last row holding each
+        pos = np.full(k, -1, dtype=np.int64)
+        pos[key] = np.arange(n, dtype=np.int64)
+        keys = np.flatnonzero(pos >= 0)
         lut = np.empty(k, dtype=np.int64)
         lut[keys] = np.arange(len(keys), dtype=np.int64)
-        inverse = lut.take(key)
-    else:
-        inverse, keys = pd.factorize(key)
-        inverse = inverse.astype(np.int64, copy=False)
+        return pos[keys], lut.take(key)
+    inverse, keys = pd.factorize(key)
+    inverse = inverse.astype(np.int64, copy=False)
     first = np.empty(len(keys), dtype=np.int64)
     first[inverse] = np.arange(n, dtype=np.int64)  # (the last row of each group)
     return first, inverse
