@@ -5,6 +5,7 @@ predictions: both sides are computed from today's physics."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from sim_core import distinct, nccl
 from sim_core.columns import Batch
 from sim_core.simulate import simulate_frame
 from sim_core.specs import ALL_COLUMNS
+from sim_core.specs import ATTENTION_KERNEL as ATTENTION_KERNEL_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACES = sorted(p for p in (ROOT / "search_spaces").glob("*.yaml")
@@ -133,6 +135,37 @@ def test_collective_time_factorised_equals_direct():
         assert _same(ref[k], got[k]), k
 
 
+# ---- the rules in two parts == every rule on every row ------------------------------------
+def test_rules_checked_in_parts_equal_every_rule_on_every_row():
+    from sim_core import rules
+    from sim_core.columns import frame_to_batch
+
+    rng = np.random.default_rng(7)
+    n = 4000
+    pick = lambda vals: rng.choice(np.asarray(vals, dtype=object), n)  # noqa: E731
+    frame = pd.DataFrame({
+        "model": pick(["llama3-8b", "mixtral-8x7b", "gpt3-175b"]), "seq_len": pick([4096, 6000]),
+        "global_batch": pick([256, 1000]), "num_gpus": pick([64, 96, 256]),
+        # NVIDIA and AMD parts (the rules peek at `rocm`), every attention kernel
+        "gpu": pick(["h100-sxm", "a100-80gb", "mi300x", "b200"]),
+        "framework": pick(["megatron-core", "torchtitan", "deepspeed", "nanotron"]),
+        "tp": pick([1, 2, 3, 8]), "pp": pick([1, 2, 4]), "cp": pick([1, 2]), "vpp": pick([1, 2]),
+        "ep": pick([1, 2, 8]), "micro_batch": pick([1, 2]), "zero": pick([0, 1, 2, 3]),
+        "recompute": pick(["none", "selective", "full"]), "sequence_parallel": pick([False, True]),
+        "precision": pick(["bf16", "fp8"]), "tp_comm_overlap": pick([False, True]),
+        "attention_kernel": pick(list(ATTENTION_KERNEL_NAMES)),
+    })
+    b = frame_to_batch(frame)
+    want_ok, want_why = rules.check_rows(b)
+    for mode in (contextlib.nullcontext, distinct.direct):
+        with mode():
+            ok, why = rules.check(b)
+        assert np.array_equal(ok, want_ok) and list(why) == list(want_why)
+    # the batch breaks structural and setting rules alike, and leaves some rows valid
+    assert 0 < want_ok.sum() < n and len(set(want_why)) > 12
+    assert any("has no" in w for w in want_why) and any("%" in w for w in want_why)
+
+
 # ---- the simulator: factorised == direct ---------------------------------------------------
 def _space_frame(path: Path, n: int, seed: int) -> pd.DataFrame:
     from sweep.config.files import load_space
@@ -207,3 +240,25 @@ def test_where_is_np_where_in_dtype_and_bits():
             assert got.dtype == want.dtype and got.shape == want.shape, (x, y)
             assert np.array_equal(np.ascontiguousarray(want).view(np.uint8),
                                   np.ascontiguousarray(got).view(np.uint8)), (x, y)
+
+
+def test_rules_group_by_the_columns_they_peek_at():
+    # `rocm` is read through dict.get (so that a space's count does not record it): a batch
+    # whose other rules read no GPU column must still keep AMD and NVIDIA rows apart
+    from sim_core import rules
+    from sim_core.columns import frame_to_batch
+
+    n = 2000
+    # the AMD rows in the middle: whichever row represents a group, it is an NVIDIA one
+    gpu = np.array(["h100-sxm"] * (n // 4) + ["mi300x"] * (n // 2) + ["h100-sxm"] * (n // 4),
+                   dtype=object)
+    frame = pd.DataFrame({
+        "model": "llama3-8b", "seq_len": 4096, "global_batch": 256, "num_gpus": 64,
+        "precision": "bf16", "tp": 2, "pp": 1, "gpu": gpu,
+        "framework": np.array(["megatron-core", "nanotron"] * (n // 2), dtype=object)})
+    b = frame_to_batch(frame)
+    distinct._keys.pop("rules.settings", None)  # as in a fresh process
+    ok, why = rules.check(b)
+    want_ok, want_why = rules.check_rows(b)
+    assert np.array_equal(ok, want_ok) and list(why) == list(want_why)
+    assert 0 < ok.sum() < n  # nanotron on the AMD part is refused, on the NVIDIA one not
