@@ -64,25 +64,30 @@ def comm_times(b: Batch, wl: Workload, profile=None, skip=()) -> list[tuple]:
     for cm in wl.comms:
         if cm.dim in skip:
             continue
-        if not np.any(cm.calls_per_step > 0):  # issued by no configuration of the batch
+        issued = cm.calls_per_step > 0
+        if not np.any(issued):  # issued by no configuration of the batch
             out.append((cm, np.zeros(np.shape(cm.calls_per_step))))
             continue
-        group = np.maximum(cm.group, 1.0).astype(np.int64)
-        nodes = np.maximum(cm.nodes, 1.0).astype(np.int64)
         if factor:
+            # grouped by the inventory's own arrays (shared by several collectives, and the
+            # group sizes often a batch column: their codes are found once)
             same = (id(cm.nbytes), id(cm.group), id(cm.nodes))
             if same not in seen:
-                seen[same] = distinct.rows([cm.nbytes, group, nodes, fabric])
+                seen[same] = distinct.rows([cm.nbytes, cm.group, cm.nodes, fabric])
             first, inv = seen[same]
+            group = np.maximum(cm.group[first], 1.0).astype(np.int64)
+            nodes = np.maximum(cm.nodes[first], 1.0).astype(np.int64)
             rows_net = {k: v[net_first[fabric[first]]] for k, v in net.items()}
             res = nccl.collective_time(np.full(first.shape, COLL_CODE[cm.op]), cm.nbytes[first],
-                                       group[first], nodes[first], rows_net, profile=profile)
+                                       group, nodes, rows_net, profile=profile)
             time_s = res["time_s"].take(inv)
         else:
+            group = np.maximum(cm.group, 1.0).astype(np.int64)
+            nodes = np.maximum(cm.nodes, 1.0).astype(np.int64)
             code = np.full(cm.group.shape, COLL_CODE[cm.op])
             time_s = nccl.collective_time(code, cm.nbytes, group, nodes, net,
                                           profile=profile)["time_s"]
-        per_call = select(cm.calls_per_step > 0, time_s, 0.0)
+        per_call = select(issued, time_s, 0.0)
         out.append((cm, per_call))
     return out
 
