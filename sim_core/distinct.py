@@ -4,10 +4,10 @@ the simulator on those, broadcast the results back (issue 37).
 A search batch has hundreds of thousands of rows but each part of the model sees few distinct
 inputs: the GEMMs of a layer depend on the model, the sequence, tp, cp and the micro-batch, not
 on pp, dp or ZeRO; a collective's time on its kind, bytes, group, nodes spanned and fabric.
-`rows(columns)` finds the distinct tuples exactly (a 64-bit hash of each row's bits, factorised
-by pandas' hash table, then every column checked against its group's representative; a hash
-collision falls back to an exact lexicographic sort), and `on_distinct` evaluates a function of
-a Batch on one representative row per distinct tuple of the columns it reads.
+`rows(columns)` finds the distinct tuples exactly (each column's codes, remembered per array
+within a `scope`, packed into one int64 key and grouped through a table indexed by it: no hash,
+so no collision to check), and `on_distinct` evaluates a function of a Batch on one
+representative row per distinct tuple of the columns it reads.
 
 Rows are compared by their bits, so two rows share a group only if every input is bit-identical:
 a part evaluated on the representative gives each row of its group exactly what the direct
@@ -27,7 +27,6 @@ from .columns import Batch
 _state = {"on": True}
 # below this many rows factorising costs more than it saves
 MIN_ROWS = 256
-_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd multiplier (2^64 / golden ratio)
 
 
 def enabled() -> bool:
