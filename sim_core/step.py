@@ -125,9 +125,10 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     # the EP dispatcher's transfers are priced and overlapped by moe.py, not here
     for cm, per_call in comm_times(b, wl, profile, skip=("ep",)):
         total = per_call * cm.calls_per_step
-        bigger = (cm.calls_per_step > 0) & (cm.nbytes > msg[cm.dim])
-        msg[cm.dim] = select(bigger, cm.nbytes, msg[cm.dim])
-        grp[cm.dim] = select(bigger, cm.group, grp[cm.dim])
+        if overlap.reads_features():  # (only a learned overlap model reads them)
+            bigger = (cm.calls_per_step > 0) & (cm.nbytes > msg[cm.dim])
+            msg[cm.dim] = select(bigger, cm.nbytes, msg[cm.dim])
+            grp[cm.dim] = select(bigger, cm.group, grp[cm.dim])
         if cm.dim == "dp":
             z3 = b.zero >= 2
             if cm.overlap in dp_parts:
