@@ -25,12 +25,39 @@ def select(mask, a, b) -> np.ndarray:
         return np.array(np.broadcast_to(b, (n,)))
     if mask.all():
         return np.array(np.broadcast_to(a, (n,)))
-    ones = np.negative(mask.view(np.uint8).astype(np.uint64))  # all bits set where mask
-    ab = np.broadcast_to(a, (n,)).view(np.uint64) if a.ndim else np.full(n, a).view(np.uint64)
+    ones = np.negative(mask.view(np.uint8), dtype=np.uint64)  # all bits set where mask
     if b.ndim == 0 and b == 0.0 and not np.signbit(b):  # b is +0.0: all bits clear
-        return (ab & ones).view(np.float64)
-    bb = np.broadcast_to(b, (n,)).view(np.uint64) if b.ndim else np.full(n, b).view(np.uint64)
-    return (bb ^ ((ab ^ bb) & ones)).view(np.float64)
+        ones &= a.view(np.uint64)
+        return ones.view(np.float64)
+    if a.ndim == 0 and a == 0.0 and not np.signbit(a):  # a is +0.0: b where the mask is clear
+        ones = np.invert(ones, out=ones)
+        ones &= np.broadcast_to(b, (n,)).view(np.uint64)
+        return ones.view(np.float64)
+    av, bv = a.view(np.uint64), b.view(np.uint64)
+    x = np.bitwise_xor(av, bv) if a.ndim or b.ndim else np.full(n, av ^ bv, dtype=np.uint64)
+    x &= ones
+    x ^= bv
+    return x.view(np.float64)
+
+
+def where(mask, a, b):
+    """np.where(mask, a, b), the same dtype and bits: `select`'s bit operations where the result
+    is float64 (a 1-d bool mask; a and b float64 arrays of its length or Python numbers), else
+    numpy's own. numpy's `where` branches per element (slow on scattered masks)."""
+    if (isinstance(mask, np.ndarray) and mask.dtype == bool and mask.ndim == 1
+            and _float64_operand(a, mask.shape) and _float64_operand(b, mask.shape)
+            and (isinstance(a, np.ndarray) or isinstance(b, np.ndarray)
+                 or isinstance(a, float) or isinstance(b, float))):
+        return select(mask, a, b)
+    return np.where(mask, a, b)
+
+
+def _float64_operand(x, shape) -> bool:
+    """A float64 array of the given shape, or a Python int or float (not bool): np.where's
+    result with it is float64 whenever the other operand is float64 or a Python float."""
+    if isinstance(x, np.ndarray):
+        return x.dtype == np.float64 and x.shape in (shape, ())
+    return type(x) in (int, float)
 
 
 # glibc malloc: arrays up to MMAP_THRESHOLD come from the heap, and up to TRIM_THRESHOLD of

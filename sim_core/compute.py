@@ -19,6 +19,7 @@ from importlib import resources
 import numpy as np
 
 from . import catalog_yaml, distinct, fp4, frameworks, moe, workload
+from .arrays import where
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 from .workload import ACT_BYTES, Workload
@@ -398,17 +399,23 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     else:
         core = _stage_core(b, wl)
     out = {k: v for k, v in core.items() if not k.startswith("_")}
-    # the FP8 recipe's amax all-reduces span tp x dp x cp: added on every row
-    sync = fp8_scale_sync_s(b, fp4.apply_to_recipe(fp8_recipe_arrays(b), b, fp4_rows),
-                            fp8 | fp4_rows, wl.layers_per_stage)
+    # the FP8 recipe's amax all-reduces span tp x dp x cp: once per distinct input of their
+    # own (the stage's layer count riding along as a column), added on every row
+    aug = Batch(b)
+    aug["_layers_per_stage"] = np.broadcast_to(wl.layers_per_stage, b.tp.shape)
+    sync = distinct.on_distinct("compute.fp8_scale_sync", aug, lambda sb: {
+        "sync": fp8_scale_sync_s(sb, fp4.apply_to_recipe(fp8_recipe_arrays(sb), sb,
+                                                         fp4.active(sb)),
+                                 ((sb.precision == 1) & (sb.has_fp8 > 0)) | fp4.active(sb),
+                                 sb["_layers_per_stage"])})["sync"]
     lay_fwd = out["layer_fwd"] + sync
     out["layer_fwd"] = lay_fwd
     out["layer_bwd"] = out["layer_bwd"] + sync
     rc = b.recompute
     # recompute: full replays the layer forward; selective (op-level SAC) replays every other
     # GEMM and the memory-bound ops whose outputs it did not keep; plus the MoE modules'
-    out["layer_recompute"] = np.where(rc == 2, lay_fwd, np.where(rc == 1, core["_selective"],
-                                                                 0.0)) + core["_moe_recompute"]
+    out["layer_recompute"] = where(rc == 2, lay_fwd, where(rc == 1, core["_selective"],
+                                                           0.0)) + core["_moe_recompute"]
     return {k: np.broadcast_to(np.asarray(v, dtype=np.float64), b.tp.shape)
             for k, v in out.items()}
 

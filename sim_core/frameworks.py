@@ -162,12 +162,13 @@ def memory_arrays(framework_code: np.ndarray, zero: np.ndarray) -> dict[str, np.
     t = _memory_table()
     code = np.asarray(framework_code, dtype=np.int64)
     z = np.clip(np.asarray(zero), 0, 3).astype(np.int64)
-    return {"grad_shard_zero": t["grad_shard_zero"][code],
-            "ddp_bucket_bytes": t["ddp_bucket_bytes"][code],
-            "optimizer_shard_zero": t["optimizer_shard_zero"][code],
-            "optimizer_bytes": t["optimizer_bytes"][code],
-            "lp_grad_bytes": t["lp_grad_bytes"][code, z],
-            "bucket_elems": t["bucket_elems"][code, z]}
+    cz = code * 4 + z  # (framework, ZeRO stage) in the row-major tables of 4 stages
+    return {"grad_shard_zero": t["grad_shard_zero"].take(code),
+            "ddp_bucket_bytes": t["ddp_bucket_bytes"].take(code),
+            "optimizer_shard_zero": t["optimizer_shard_zero"].take(code),
+            "optimizer_bytes": t["optimizer_bytes"].take(code),
+            "lp_grad_bytes": np.ravel(t["lp_grad_bytes"]).take(cz),
+            "bucket_elems": np.ravel(t["bucket_elems"]).take(cz)}
 
 
 @functools.lru_cache(maxsize=1)

@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
+from types import SimpleNamespace
 
 import numpy as np
 
-from . import catalog_yaml, finetune, frameworks
+from . import catalog_yaml, distinct, finetune, frameworks
+from .arrays import where
+from .columns import Batch
 
 GB = 1e9
 CATALOG_GPUS_PER_NODE = 8  # the published rates are per 8-GPU server
@@ -74,7 +77,7 @@ def daly_interval(delta, mtbf):
     delta, mtbf = np.asarray(delta, dtype=np.float64), np.asarray(mtbf, dtype=np.float64)
     x = delta / (2.0 * mtbf)
     tau = np.sqrt(2.0 * delta * mtbf) * (1.0 + np.sqrt(x) / 3.0 + x / 9.0) - delta
-    return np.where(delta < 2.0 * mtbf, tau, mtbf)
+    return where(delta < 2.0 * mtbf, tau, mtbf)
 
 
 def goodput_fraction(tau, delta, restart, mtbf):
@@ -85,7 +88,7 @@ def goodput_fraction(tau, delta, restart, mtbf):
     restart, mtbf = np.asarray(restart, dtype=np.float64), np.asarray(mtbf, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         wall = mtbf * np.exp(restart / mtbf) * np.expm1((tau + delta) / mtbf) / tau
-        wall = np.where(np.isinf(mtbf), (tau + delta) / tau, wall)
+        wall = where(np.isinf(mtbf), (tau + delta) / tau, wall)
     return 1.0 / wall
 
 
@@ -107,12 +110,12 @@ def checkpoint_bytes(b, wl) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     total = (ck["weights_bytes"] + ck["optimizer_bytes"]) * wl.params_total
     if wl.params_trainable is not None:  # LoRA / QLoRA: the adapters are the checkpoint
         fz = finetune.frozen(b)
-        total = np.where(fz, (ck["weights_bytes"] + ck["optimizer_bytes"])
+        total = where(fz, (ck["weights_bytes"] + ck["optimizer_bytes"])
                          * finetune.adapter_params_total(b, wl.dims), total)
     # the busiest rank's parameters, as memory.py shards them: dense ones over dp x cp, expert
     # ones over the expert data-parallel group
     ds = wl.dp * b.cp
-    edp = np.maximum(wl.dp * b.cp * b.tp / (b.ep * np.where(b.etp > 0, b.etp, b.tp)), 1.0)
+    edp = np.maximum(wl.dp * b.cp * b.tp / (b.ep * where(b.etp > 0, b.etp, b.tp)), 1.0)
     P = wl.params_stage if wl.params_trainable is None else wl.params_trainable
     P_exp = P * wl.expert_fraction
     P_shard = (P - P_exp) / ds + P_exp / edp
@@ -120,15 +123,35 @@ def checkpoint_bytes(b, wl) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     # every rank writes its 1/dp share; otherwise data-parallel rank 0 writes the replicated
     # weights and each rank its optimizer shard (or all of it when unsharded)
     spread = (ck["weights_bytes"] + ck["optimizer_bytes"]) * P_shard
-    weights = ck["weights_bytes"] * np.where(b.zero >= 3, P_shard, P)
-    opt = ck["optimizer_bytes"] * np.where(b.zero >= mem["optimizer_shard_zero"], P_shard, P)
-    shard = np.where(ck["dedup"], spread, weights + opt)
+    weights = ck["weights_bytes"] * where(b.zero >= 3, P_shard, P)
+    opt = ck["optimizer_bytes"] * where(b.zero >= mem["optimizer_shard_zero"], P_shard, P)
+    shard = where(ck["dedup"], spread, weights + opt)
     return total, shard, ck["async"]
+
+
+# the workload arrays the checkpoint model reads, as columns of the batch it is factorised on
+_WL_FIELDS = ("params_total", "params_stage", "expert_fraction", "dp")
 
 
 def estimate(b, wl, step_time_s) -> dict:
     """Failures, checkpoint and restart figures, the interval and the goodput per
-    configuration (arrays; see the module doc for the model)."""
+    configuration (arrays; see the module doc for the model). What does not depend on the step
+    time (`fixed`) is evaluated once per distinct input (sim_core.distinct); the interval and
+    the goodput, which do, per row."""
+    if wl.params_trainable is None and distinct.enabled():
+        # the workload's arrays ride along as columns, so that the key holds them too
+        aug = Batch(b)
+        aug.update({f"_wl_{k}": getattr(wl, k) for k in _WL_FIELDS})
+        f = distinct.on_distinct("goodput.fixed", aug, lambda sb: fixed(sb, SimpleNamespace(
+            params_trainable=None, **{k: sb[f"_wl_{k}"] for k in _WL_FIELDS})))
+    else:
+        f = fixed(b, wl)
+    return with_step(f, step_time_s)
+
+
+def fixed(b, wl) -> dict:
+    """The failure rate, checkpoint sizes and times, restart and Daly's interval in seconds:
+    everything `estimate` needs but the step time."""
     cat = catalog()
     n = b.num_gpus
     gpn = _col(b, "gpus_per_node", 8.0)
@@ -137,30 +160,40 @@ def estimate(b, wl, step_time_s) -> dict:
     # failures per second of the job
     user_mtbf = _col(b, "mtbf_node_hours", 0.0)
     per_gpu_s = node_interruptions_per_day(arch) / CATALOG_GPUS_PER_NODE / 86400.0
-    rate = np.where(user_mtbf > 0, nodes / (np.where(user_mtbf > 0, user_mtbf, 1.0) * 3600.0),
+    rate = where(user_mtbf > 0, nodes / (where(user_mtbf > 0, user_mtbf, 1.0) * 3600.0),
                     n * per_gpu_s)
     mtbf = 1.0 / rate
     # checkpoint size and times
     total, shard, fw_async = checkpoint_bytes(b, wl)
     storage = _col(b, "storage_gbs", 0.0)
-    storage = np.where(storage > 0, storage, cat["storage_gbs_per_node"] * nodes) * GB
+    storage = where(storage > 0, storage, cat["storage_gbs_per_node"] * nodes) * GB
     # the busiest writer gets its 1/n share of the bandwidth (balanced writers: total / bw)
     write_s = np.maximum(total, shard * n) / storage
     load_s = write_s  # read back at the same bandwidth
     stage_s = shard / (_by_arch(cat["staging_gbs"], arch) * GB)
     ask = _col(b, "ckpt_async", -1.0)
-    is_async = np.where(ask >= 0, ask > 0, fw_async)
-    delta = np.where(is_async, stage_s, write_s)
+    is_async = where(ask >= 0, ask > 0, fw_async)
+    delta = where(is_async, stage_s, write_s)
     restart_min = _col(b, "restart_min", 0.0)
-    restart_s = np.where(restart_min > 0, restart_min * 60.0, cat["restart_s"]) + load_s
+    restart_s = where(restart_min > 0, restart_min * 60.0, cat["restart_s"]) + load_s
     # an async save still being written when a failure hits is lost: one write time more
-    lost = restart_s + np.where(is_async, write_s, 0.0)
+    lost = restart_s + where(is_async, write_s, 0.0)
+    return {"mtbf": mtbf, "rate": rate, "total": total, "shard": shard, "write_s": write_s,
+            "delta": delta, "restart_s": restart_s, "lost": lost, "is_async": is_async,
+            "user_steps": _col(b, "ckpt_interval_steps", 0.0),
+            "daly_s": daly_interval(delta, mtbf)}
+
+
+def with_step(f: dict, step_time_s) -> dict:
+    """`estimate`'s outputs from `fixed`'s parts and the step time."""
+    mtbf, rate, write_s, delta = f["mtbf"], f["rate"], f["write_s"], f["delta"]
+    is_async, lost, user_steps = f["is_async"], f["lost"], f["user_steps"]
+    total, shard, restart_s = f["total"], f["shard"], f["restart_s"]
     # interval: whole steps; an async save must finish before the next one starts
-    user_steps = _col(b, "ckpt_interval_steps", 0.0)
     step = np.maximum(np.asarray(step_time_s, dtype=np.float64), 1e-9)
-    best = np.maximum(np.round(daly_interval(delta, mtbf) / step), 1.0)
-    best = np.maximum(best, np.where(is_async, np.ceil(write_s / step), 1.0))
-    steps = np.where(user_steps > 0, user_steps, best)
+    best = np.maximum(np.round(f["daly_s"] / step), 1.0)
+    best = np.maximum(best, where(is_async, np.ceil(write_s / step), 1.0))
+    steps = where(user_steps > 0, user_steps, best)
     tau = steps * step
     good = goodput_fraction(tau, delta, lost, mtbf)
     return {

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import distinct, finetune, fp4, frameworks, moe, workload
+from .arrays import where
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 from .workload import ACT_BYTES, Workload
@@ -72,15 +73,15 @@ FOREACH_TEMP_BYTES = 4.0
 def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict:
     """Bytes one micro-batch leaves stored per transformer layer, for each recompute mode."""
     h = dims["h"]
-    rep = np.where(sp, t, 1.0)  # replicated-under-TP tensors are sharded only with SP
+    rep = where(sp, t, 1.0)  # replicated-under-TP tensors are sharded only with SP
     moe_frac = dims["n_moe_layers"] / b.layers
     # FP8 (Transformer Engine) saves the FP8-cast input of each GEMM for its weight gradient:
     # 1 byte instead of 2 for the QKV, out-proj, FC1 and FC2 inputs
-    g_in = np.where((b.precision == 1) & (b.has_fp8 > 0), 1.0, ACT_BYTES)
+    g_in = where((b.precision == 1) & (b.has_fp8 > 0), 1.0, ACT_BYTES)
     # FP4 (sim_core/fp4.py): the columnwise FP4 copy with its block scales (0.53-0.56 B)
     fp4_rows = fp4.active(b)
     if fp4_rows.any():
-        g_in = np.where(fp4_rows, fp4.arrays(b)["saved_bytes"], g_in)
+        g_in = where(fp4_rows, fp4.arrays(b)["saved_bytes"], g_in)
     # attention block: norm input, QKV input, Q/K/V, attention output (= out-proj input),
     # softmax statistics (fp32 log-sum-exp per head)
     qkv = dims["q_dim"] + 2 * dims["kv_dim"]
@@ -90,16 +91,16 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
     # 1-byte mask and the dropped probabilities (Korthikanti et al. 2022's 5as/h term;
     # compute.unfused_attention_times): T x s scores per head, cp == 1 (rules)
     unfused = np.asarray(b.attention_kernel) == ATTENTION_KERNEL.index("unfused")
-    scores = np.where(unfused, T * b.seq_len * dims["a"] / t, 0.0)  # score elements per GPU
-    score_bytes = np.where(np.asarray(b.get("attention_dropout", 0.0 * T)) > 0, 5.0, 2.0)
+    scores = where(unfused, T * b.seq_len * dims["a"] / t, 0.0)  # score elements per GPU
+    score_bytes = where(np.asarray(b.get("attention_dropout", 0.0 * T)) > 0, 5.0, 2.0)
     attn = attn + score_bytes * scores
     # MLP block: norm input, FC1 input, FC1 output(s) and the activation output (FC2 input).
     # An eager GLU, act(gate) * up (torchtitan without compile, nanotron's GLUActivation, Hugging
     # Face modules), also keeps act(gate) for the multiply: one more ffn-wide tensor than a fused
     # SwiGLU kernel, which saves its input and recomputes act(gate) in backward
     glu = b.activation == 1
-    fc1_gemm = np.where(glu, 2.0, 1.0)  # FC1 output width in ffn units (gate and up for a GLU)
-    fc1_out = fc1_gemm + np.where(glu & ~b.fused_glu, 1.0, 0.0)
+    fc1_gemm = where(glu, 2.0, 1.0)  # FC1 output width in ffn units (gate and up for a GLU)
+    fc1_out = fc1_gemm + where(glu & ~b.fused_glu, 1.0, 0.0)
     dense_mlp = ((ACT_BYTES + g_in) * T * h / rep + ACT_BYTES * T * b.ffn * fc1_out / t
                  + g_in * T * b.ffn / t)
     # MoE: each token is routed to top_k experts (+ shared): dispatched copies of the hidden
@@ -114,9 +115,9 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
     # MoE recompute modules (recompute none; Megatron --recompute-modules moe_act / moe): moe_act
     # drops the routed experts' activation output, moe keeps only the MoE layer's input (next
     # to the pre-MLP norm's input)
-    moe_rc = np.where(b.recompute == 0, b.moe_recompute, 0)
-    moe_kept = np.where(moe_rc == moe.MOE_LAYER, 2 * ACT_BYTES * T * h / rep,
-                        np.where(moe_rc == moe.MOE_ACT,
+    moe_rc = where(b.recompute == 0, b.moe_recompute, 0)
+    moe_kept = where(moe_rc == moe.MOE_LAYER, 2 * ACT_BYTES * T * h / rep,
+                        where(moe_rc == moe.MOE_ACT,
                                  moe_mlp - g_in * T * b.top_k * load * b.expert_ffn / t, moe_mlp))
     mlp = (1 - moe_frac) * dense_mlp + moe_frac * moe_kept
     none = attn + mlp
@@ -185,7 +186,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
     sp = b.sequence_parallel & (t > 1)
     z = b.zero
     ds = wl.dp * b.cp  # data-parallel sharding group (CP ranks hold the same weights)
-    edp = np.maximum(wl.dp * b.cp * t / (b.ep * np.where(b.etp > 0, b.etp, t)), 1.0)
+    edp = np.maximum(wl.dp * b.cp * t / (b.ep * where(b.etp > 0, b.etp, t)), 1.0)
     P = wl.params_stage
     P_exp = P * wl.expert_fraction
     P_dense = P - P_exp
@@ -198,66 +199,66 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # ZeRO-3/FSDP is counted the same way (DeepSpeed keeps a bf16 shard). PyTorch FSDP2 holds
     # only the fp32 shard (16 B in all), yet its measured runs sit above that: TorchSim's
     # optimizer-phase rows (Table 4) imply ~25 B per sharded parameter, so the 2 B stay as margin.
-    weights = np.where(fsdp, 2.0 * P_shard, 2.0 * P)
+    weights = where(fsdp, 2.0 * P_shard, 2.0 * P)
     # FP8 (Transformer Engine) caches an FP8 copy of each layer weight for the step
     fp8 = (b.precision == 1) & (b.has_fp8 > 0)
     # (with fp8_param_gather the FP8 copy is the primary weight: no bf16 copy of layer weights)
     fp8_primary = fp8 & b.fp8_param_gather
-    weights = weights + np.where(fp8 & ~fsdp & ~fp8_primary, 1.0 * (P - wl.params_embed),
-                                 np.where(fp8_primary & ~fsdp, -1.0 * (P - wl.params_embed), 0.0))
+    weights = weights + where(fp8 & ~fsdp & ~fp8_primary, 1.0 * (P - wl.params_embed),
+                                 where(fp8_primary & ~fsdp, -1.0 * (P - wl.params_embed), 0.0))
     # FP4 (sim_core/fp4.py) caches its FP4 weight copies (with scales) beside the bf16 weights
     fp4_rows = fp4.active(b)
     if fp4_rows.any():
-        weights = weights + np.where(fp4_rows & ~fsdp, fp4.arrays(b)["weight_cache_bytes"]
+        weights = weights + where(fp4_rows & ~fsdp, fp4.arrays(b)["weight_cache_bytes"]
                                      * (P - wl.params_embed), 0.0)
     # the framework's gradient layout (catalogs/frameworks.yaml): the main-grad buffer (fp32 or
     # bf16) is sharded from the framework's stage on (nanotron's fp32 accumulator never is), and
     # torch DDP keeps bf16 gradient buckets beside it when dp > 1
     fw = frameworks.memory_arrays(frameworks.column(b, "framework"), z)
-    g_bytes = np.where(b.grad_reduce_fp32, 4.0, 2.0)  # fp32 or bf16 main-grad buffer
-    grads = np.where(z >= fw["grad_shard_zero"], g_bytes * P_shard, g_bytes * P)
-    grads = grads + np.where(ds > 1, fw["ddp_bucket_bytes"] * P, 0.0) + fw["lp_grad_bytes"] * P
+    g_bytes = where(b.grad_reduce_fp32, 4.0, 2.0)  # fp32 or bf16 main-grad buffer
+    grads = where(z >= fw["grad_shard_zero"], g_bytes * P_shard, g_bytes * P)
+    grads = grads + where(ds > 1, fw["ddp_bucket_bytes"] * P, 0.0) + fw["lp_grad_bytes"] * P
     master_adam = fw["optimizer_bytes"]  # 12: fp32 master + Adam m, v (frameworks.yaml)
     P_opt_shard = P_shard  # what the optimizer step updates on this GPU (sharded)
-    optimizer = np.where(z >= fw["optimizer_shard_zero"], master_adam * P_shard, master_adam * P)
+    optimizer = where(z >= fw["optimizer_shard_zero"], master_adam * P_shard, master_adam * P)
     if wl.params_trainable is not None:
         # LoRA / QLoRA (sim_core/finetune.py): frozen base weights (bf16, or NF4 for QLoRA's
         # linears; FP8 caches as above), and the adapters' weights, gradients and Adam state
         fz = finetune.frozen(b)
         A = wl.params_trainable
         A_shard = A / ds
-        base = np.where(fsdp, finetune.base_weight_bytes(b, wl, P_shard, wl.params_embed / ds),
+        base = where(fsdp, finetune.base_weight_bytes(b, wl, P_shard, wl.params_embed / ds),
                         finetune.base_weight_bytes(b, wl, P, wl.params_embed))
-        weights = np.where(fz, weights - np.where(fsdp, 2.0 * P_shard, 2.0 * P) + base
-                           + 2.0 * np.where(fsdp, A_shard, A), weights)
-        a_grads = np.where(z >= fw["grad_shard_zero"], g_bytes * A_shard, g_bytes * A)
-        a_grads = a_grads + np.where(ds > 1, fw["ddp_bucket_bytes"] * A, 0.0) \
+        weights = where(fz, weights - where(fsdp, 2.0 * P_shard, 2.0 * P) + base
+                           + 2.0 * where(fsdp, A_shard, A), weights)
+        a_grads = where(z >= fw["grad_shard_zero"], g_bytes * A_shard, g_bytes * A)
+        a_grads = a_grads + where(ds > 1, fw["ddp_bucket_bytes"] * A, 0.0) \
             + fw["lp_grad_bytes"] * A
-        grads = np.where(fz, a_grads, grads)
-        optimizer = np.where(fz, np.where(z >= fw["optimizer_shard_zero"], master_adam * A_shard,
+        grads = where(fz, a_grads, grads)
+        optimizer = where(fz, where(z >= fw["optimizer_shard_zero"], master_adam * A_shard,
                                           master_adam * A), optimizer)
-        P_opt_shard = np.where(fz, A_shard, P_shard)
+        P_opt_shard = where(fz, A_shard, P_shard)
 
     # ---- activations -----------------------------------------------------------------------
     # the per-layer activations, the dispatcher's buffers: once per distinct input
     per_layer = distinct.on_distinct("memory.activation_bytes_per_layer", b, _per_layer)
     rc = b.recompute
-    stored = np.where(rc == 2, per_layer["full"],
-                      np.where(rc == 1, per_layer["selective"], per_layer["none"]))
+    stored = where(rc == 2, per_layer["full"],
+                      where(rc == 1, per_layer["selective"], per_layer["none"]))
     if wl.params_trainable is not None:
         # frozen linears keep no input for a weight gradient; adapters keep their own
         # (finetune.frozen_activation_bytes; a full recompute keeps only the layer input)
-        stored = stored + np.where(rc == 0, per_layer["lora_delta"], 0.0)
+        stored = stored + where(rc == 0, per_layer["lora_delta"], 0.0)
     fixed_extra, state_scale, act_scale, logit_scale = _overhead_parts(b)
     stored = stored * act_scale
     L_stage = wl.layers_per_stage
     # micro-batches in flight on the first stage: 1F1B keeps p; interleaving adds (p-1)/v
     # chunks (Korthikanti et al.: factor 1 + (p-1)/(p*v)); never more than the step has
-    in_flight = np.where(p > 1, np.minimum(p + (p - 1) / v, m * 1.0), 1.0)
-    in_flight = np.where((p > 1) & (v == 1), np.minimum(p, m), in_flight)
+    in_flight = where(p > 1, np.minimum(p + (p - 1) / v, m * 1.0), 1.0)
+    in_flight = where((p > 1) & (v == 1), np.minimum(p, m), in_flight)
     # all-forward-all-backward (GPipe, nanotron's AFAB) finishes every forward first
     afab = frameworks.column(b, "pp_schedule") == 1
-    in_flight = np.where((p > 1) & afab, m * 1.0, in_flight)
+    in_flight = where((p > 1) & afab, m * 1.0, in_flight)
     act_first = stored * L_stage * in_flight
     # during backward one layer's full set of activations is live again (recomputed or not),
     # plus its gradients (same order of size)
@@ -265,11 +266,11 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # the unfused kernel's scores: a buffer of T x s x heads (Megatron's global memory buffer)
     working = working + per_layer["scores_buffer"]
     # SP / TP: the all-gathered input of a column-parallel GEMM is materialised
-    working = working + np.where(sp, ACT_BYTES * T * dims["h"], 0.0)
+    working = working + where(sp, ACT_BYTES * T * dims["h"], 0.0)
     working = working * act_scale
     # MoE: the dispatcher's send/receive (or gathered) token buffers of the layer in flight
     moe_frac = dims["n_moe_layers"] / b.layers
-    working = working + np.where(moe_frac > 0, per_layer["moe_transient"], 0.0)
+    working = working + where(moe_frac > 0, per_layer["moe_transient"], 0.0)
     # the dispatcher's communication buffers, held for the whole run (DeepEP NVL/RDMA buffers)
     dispatcher = per_layer["moe_buffers"]
     # the rank holding the LM head (the last stage; with pp == 1 the only one): one micro-batch
@@ -279,34 +280,34 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # what the forward pass of one layer leaves cached in the allocator when the loss starts:
     # its intermediates and, under SP, the all-gathered input (unless TP overlap streams it in
     # chunks, as AsyncTP and TE's userbuffers do); all blocks too small to hold a loss tensor
-    gathered = np.where(sp & ~b.tp_comm_overlap, ACT_BYTES * T * dims["h"], 0.0)
+    gathered = where(sp & ~b.tp_comm_overlap, ACT_BYTES * T * dims["h"], 0.0)
     cached_fwd = per_layer["none"] + gathered
     # the LM head's input (the final norm's output, all-gathered under SP) is kept for its
     # weight gradient, next to the norm's own input
-    head_input = ACT_BYTES * T * dims["h"] * (1.0 + 1.0 / np.where(sp, t, 1.0))
-    act_head = np.where(p > 1, stored * L_stage, act_first) + head_input
+    head_input = ACT_BYTES * T * dims["h"] * (1.0 + 1.0 / where(sp, t, 1.0))
+    act_head = where(p > 1, stored * L_stage, act_first) + head_input
 
     # ---- working buffers -------------------------------------------------------------------
     # FSDP/ZeRO-3: the unit being computed is all-gathered (bf16) with its bf16 grads and an
     # fp32 reduce-scatter buffer (8 B/param), and the next one is prefetched (2 B/param)
-    unit_buf = lambda unit: np.where(fsdp, 8.0 * unit + 2.0 * wl.params_layer, 0.0)  # noqa: E731
+    unit_buf = lambda unit: where(fsdp, 8.0 * unit + 2.0 * wl.params_layer, 0.0)  # noqa: E731
     if wl.params_trainable is not None:  # frozen units: gathered, no gradient buffers
-        unit_buf = lambda unit: np.where(fsdp, np.where(  # noqa: E731
+        unit_buf = lambda unit: where(fsdp, where(  # noqa: E731
             finetune.frozen(b), 2.0 * unit, 8.0 * unit) + 2.0 * wl.params_layer, 0.0)
     layer_buf = unit_buf(wl.params_layer)
     head_buf = unit_buf(wl.params_embed)
     # pipeline: send/recv buffers for activations in both directions; plus the framework's fixed
     # bf16 communication buckets (DeepSpeed ZeRO-2's reduce bucket)
-    pp_buf = np.where(p > 1, 2 * ACT_BYTES * T * dims["h"] / np.where(sp, t, 1.0), 0.0)
+    pp_buf = where(p > 1, 2 * ACT_BYTES * T * dims["h"] / where(sp, t, 1.0), 0.0)
     pp_buf = pp_buf + dispatcher + ACT_BYTES * fw["bucket_elems"]
 
     # ---- peak: the phases do not coincide ----------------------------------------------------
     if _overhead is not None:
         weights, grads, optimizer = (x * state_scale for x in (weights, grads, optimizer))
     states = weights + grads + optimizer
-    head_w = np.where(fsdp, 2.0 * wl.params_embed, 0.0)
+    head_w = where(fsdp, 2.0 * wl.params_embed, 0.0)
     # optimizer step: the states plus foreach AdamW's temporary (the same in both counters)
-    opt = states + np.where(fsdp, FOREACH_TEMP_BYTES * P_opt_shard, 0.0)
+    opt = states + where(fsdp, FOREACH_TEMP_BYTES * P_opt_shard, 0.0)
 
     def peak_of(reserved: bool):
         """Peak over the phases, in bytes allocated or bytes reserved (see the module doc).
@@ -322,7 +323,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
         # worst rank: each candidate's own peak (the first stage, with the most micro-batches
         # in flight, exists as a separate rank only with pp > 1)
         head_peak = act_head * frag + np.maximum(loss_phase, layer_phase)
-        first_peak = np.where(p > 1, act_first * frag + layer_phase, 0.0)
+        first_peak = where(p > 1, act_first * frag + layer_phase, 0.0)
         head_worse = head_peak >= first_peak
         fwd_bwd = states + np.maximum(head_peak, first_peak) + pp_buf
         parts = {"head_worse": head_worse, "loss_wins": head_worse & (loss_phase >= layer_phase),
@@ -336,15 +337,15 @@ def estimate(b: Batch, wl: Workload) -> dict:
     peak = reserved + RUNTIME_GIB * GIB
     fits = peak / GIB <= b.hbm_gib
     loss_wins = pr["loss_wins"]
-    activations = np.where(pr["head_worse"], act_head, act_first)
+    activations = where(pr["head_worse"], act_head, act_first)
     return {
         "mem_weights": weights / GIB,
         "mem_grads": grads / GIB,
         "mem_optimizer": optimizer / GIB,
         "mem_activations": activations * FRAGMENTATION / GIB,
-        "mem_logits": np.where(loss_wins, pr["loss_part"], 0.0) / GIB,
-        "mem_working": np.where(loss_wins, 0.0, working * FRAGMENTATION) / GIB,
-        "mem_buffers": (np.where(loss_wins, head_w, layer_buf) + pp_buf - dispatcher) / GIB,
+        "mem_logits": where(loss_wins, pr["loss_part"], 0.0) / GIB,
+        "mem_working": where(loss_wins, 0.0, working * FRAGMENTATION) / GIB,
+        "mem_buffers": (where(loss_wins, head_w, layer_buf) + pp_buf - dispatcher) / GIB,
         "mem_dispatcher": dispatcher / GIB,
         "mem_optimizer_temp": np.maximum(opt - pr["fwd_bwd"], 0.0) / GIB,
         # the CUDA context and NCCL buffers, plus a run calibration's fixed overhead

@@ -32,6 +32,12 @@ def set_model(model) -> None:
     _model = model
 
 
+def reads_features() -> bool:
+    """Whether `slowdown` reads the features of each overlap (a learned model is installed);
+    the prior needs only the kernel class and the architecture."""
+    return _model is not None
+
+
 def slowdown(sm_arch: np.ndarray, kernel_class: str, features: dict | None = None) -> np.ndarray:
     """Factor (>= 1) by which overlapped compute of `kernel_class` is slowed.
 

@@ -60,5 +60,6 @@ def oom_risk(peak_gib, hbm_gib, framework_code) -> np.ndarray:
         mu, sigma = np.zeros_like(mu), np.full_like(sigma, max(_calibrated_sigma, 1e-6))
     code = np.asarray(framework_code, dtype=np.int64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = (np.log(np.asarray(hbm_gib) / np.asarray(peak_gib)) - mu[code]) / sigma[code]
+        z = ((np.log(np.asarray(hbm_gib) / np.asarray(peak_gib)) - mu.take(code))
+             / sigma.take(code))
     return 1.0 - ndtr(z)

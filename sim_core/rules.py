@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import finetune, fp4, frameworks
+from . import distinct, finetune, fp4, frameworks
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 
@@ -19,8 +19,13 @@ def _divides(a, b):
 
 def rules(b: Batch) -> list[tuple[str, np.ndarray]]:
     """(reason, violated mask) in the order they are checked."""
+    return [*structural_rules(b), *setting_rules(b)]
+
+
+def setting_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
+    """The rules after structural_rules, in order: ZeRO, MoE, framework, fine-tuning, FP8/FP4
+    and attention settings."""
     return [
-        *structural_rules(b),
         ("zero must be 0, 1, 2 or 3", ~np.isin(b.zero, (0, 1, 2, 3))),
         *moe_rules(b, np.where(b.etp > 0, b.etp, b.tp)),
         *frameworks.rules(b),
@@ -138,12 +143,42 @@ def moe_rules(b: Batch, etp) -> list[tuple[str, np.ndarray]]:
     ]
 
 
+# columns the rules peek at without the batch's accessors (attention_rules and
+# frameworks.rules read `rocm` and `attention_kernel` through dict.get, so that a space's count
+# does not record them): part of the key whenever the rules are evaluated once per distinct input
+PEEKED = ("attention_kernel", "rocm")
+
+
 def check(b: Batch) -> tuple[np.ndarray, np.ndarray]:
-    """Returns (valid mask, reason array of str; '' where valid)."""
-    n = len(b)
+    """Returns (valid mask, reason array of str; '' where valid): the same as `check_rows`,
+    evaluated in two parts, each once per distinct tuple of the columns it reads
+    (sim_core.distinct): the structural rules (the parallel sizes and the model's shape), then
+    the settings' rules (ZeRO, framework, precision, ...), whose first broken rule is the
+    reason where no structural rule is broken."""
+    valid, reason = _part("rules.structural", b, structural_rules)
+    ok, why = _part("rules.settings", b, setting_rules)
+    later = valid & ~ok  # structurally sound, a setting refused: that setting's reason
+    if later.any():
+        reason[later] = why[later]
+    return valid & ok, reason
+
+
+def _part(name: str, b: Batch, part) -> tuple[np.ndarray, np.ndarray]:
+    out = distinct.on_distinct(name, b, lambda sb: dict(
+        zip(("valid", "reason"), _first_broken(part(sb), len(sb)))), seed=PEEKED)
+    return out["valid"], out["reason"]
+
+
+def check_rows(b: Batch) -> tuple[np.ndarray, np.ndarray]:
+    """`check` row by row: every rule on every row."""
+    return _first_broken(rules(b), len(b))
+
+
+def _first_broken(checks, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(valid mask, the first broken rule's text per row, '' where none)."""
     reason = np.full(n, "", dtype=object)
     valid = np.ones(n, dtype=bool)
-    for text, bad in rules(b):
+    for text, bad in checks:
         new = bad & valid
         reason[new] = text
         valid &= ~bad

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from . import distinct, finetune, frameworks, goodput, memory, risk, rules, step, workload
-from .arrays import keep_freed_memory, select
+from .arrays import keep_freed_memory, select, where
 from .columns import Batch, frame_to_batch
 
 # the simulator's temporaries reuse freed heap instead of faulting fresh pages (arrays.py)
@@ -31,7 +31,9 @@ def _safe(b: Batch, valid: np.ndarray) -> Batch:
     # num_gpus must match the stand-in world size
     s["num_gpus"] = select(valid, b.num_gpus, 1.0)
     s["global_batch"] = select(valid, b.global_batch, 1.0)
-    s["sequence_parallel"] = np.where(valid, b.sequence_parallel, False)
+    sp = np.asarray(b.sequence_parallel)
+    # (for a bool column the same as np.where(valid, sp, False), without a branch per row)
+    s["sequence_parallel"] = sp & valid if sp.dtype == bool else np.where(valid, sp, False)
     return s
 
 
@@ -58,7 +60,7 @@ def _simulate(b: Batch, profile, with_fabric: bool = False) -> dict:
         peak = s.peak_bf16 * 1e12
         # MFU against the bf16 dense peak (also for FP8 runs, as NVIDIA and torchtitan report)
         mfu = wl.model_flops_per_step / (step_t * n * peak)
-        recompute_share = np.where(s.recompute == 2, 1.0 / 3.0, 0.0)  # full: +1 fwd of 3 passes
+        recompute_share = where(s.recompute == 2, 1.0 / 3.0, 0.0)  # full: +1 fwd of 3 passes
         hfu = mfu * (1 + recompute_share)
     out = {
         "valid": valid,
@@ -81,12 +83,12 @@ def _simulate(b: Batch, profile, with_fabric: bool = False) -> dict:
     }
     # blank the invalid rows: x * 1 is x exactly (x * NaN is NaN), and a product is cheaper
     # than a select on a scattered mask
-    keep = np.where(valid, 1.0, np.nan)
+    keep = where(valid, 1.0, np.nan)
     for k, v in out.items():
         if k in ("valid", "invalid_reason"):
             continue
         if k == "fits":
-            out[k] = np.where(valid, v, False)
+            out[k] = v & valid if v.dtype == bool else np.where(valid, v, False)
         else:
             out[k] = np.asarray(v, dtype=np.float64) * keep
     return out

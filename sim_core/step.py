@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import compute, distinct, moe, nccl, overlap, terms
-from .arrays import select
+from .arrays import select, where
 from .columns import Batch
 from .workload import Workload
 
@@ -64,25 +64,30 @@ def comm_times(b: Batch, wl: Workload, profile=None, skip=()) -> list[tuple]:
     for cm in wl.comms:
         if cm.dim in skip:
             continue
-        if not np.any(cm.calls_per_step > 0):  # issued by no configuration of the batch
+        issued = cm.calls_per_step > 0
+        if not np.any(issued):  # issued by no configuration of the batch
             out.append((cm, np.zeros(np.shape(cm.calls_per_step))))
             continue
-        group = np.maximum(cm.group, 1.0).astype(np.int64)
-        nodes = np.maximum(cm.nodes, 1.0).astype(np.int64)
         if factor:
+            # grouped by the inventory's own arrays (shared by several collectives, and the
+            # group sizes often a batch column: their codes are found once)
             same = (id(cm.nbytes), id(cm.group), id(cm.nodes))
             if same not in seen:
-                seen[same] = distinct.rows([cm.nbytes, group, nodes, fabric])
+                seen[same] = distinct.rows([cm.nbytes, cm.group, cm.nodes, fabric])
             first, inv = seen[same]
+            group = np.maximum(cm.group[first], 1.0).astype(np.int64)
+            nodes = np.maximum(cm.nodes[first], 1.0).astype(np.int64)
             rows_net = {k: v[net_first[fabric[first]]] for k, v in net.items()}
             res = nccl.collective_time(np.full(first.shape, COLL_CODE[cm.op]), cm.nbytes[first],
-                                       group[first], nodes[first], rows_net, profile=profile)
-            time_s = res["time_s"][inv]
+                                       group, nodes, rows_net, profile=profile)
+            time_s = res["time_s"].take(inv)
         else:
+            group = np.maximum(cm.group, 1.0).astype(np.int64)
+            nodes = np.maximum(cm.nodes, 1.0).astype(np.int64)
             code = np.full(cm.group.shape, COLL_CODE[cm.op])
             time_s = nccl.collective_time(code, cm.nbytes, group, nodes, net,
                                           profile=profile)["time_s"]
-        per_call = select(cm.calls_per_step > 0, time_s, 0.0)
+        per_call = select(issued, time_s, 0.0)
         out.append((cm, per_call))
     return out
 
@@ -97,7 +102,7 @@ def fabric(b: Batch, wl: Workload, bubble_comm) -> dict:
         net = (cm.nodes > 1) & (cm.calls_per_step > 0) & (cm.group > 1)
         key = "tp_cp_ep" if cm.dim in ("tp", "cp", "ep") else cm.dim
         span[key] = span[key] | net
-        calls = calls + np.where(net, cm.calls_per_step, 0.0)
+        calls = calls + where(net, cm.calls_per_step, 0.0)
     return {"span_tp_cp_ep": span["tp_cp_ep"], "span_pp": span["pp"] & (b.pp > 1),
             "span_dp": span["dp"], "net_calls": calls, "bubble_comm": bubble_comm}
 
@@ -120,9 +125,10 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     # the EP dispatcher's transfers are priced and overlapped by moe.py, not here
     for cm, per_call in comm_times(b, wl, profile, skip=("ep",)):
         total = per_call * cm.calls_per_step
-        bigger = (cm.calls_per_step > 0) & (cm.nbytes > msg[cm.dim])
-        msg[cm.dim] = select(bigger, cm.nbytes, msg[cm.dim])
-        grp[cm.dim] = select(bigger, cm.group, grp[cm.dim])
+        if overlap.reads_features():  # (only a learned overlap model reads them)
+            bigger = (cm.calls_per_step > 0) & (cm.nbytes > msg[cm.dim])
+            msg[cm.dim] = select(bigger, cm.nbytes, msg[cm.dim])
+            grp[cm.dim] = select(bigger, cm.group, grp[cm.dim])
         if cm.dim == "dp":
             z3 = b.zero >= 2
             if cm.overlap in dp_parts:
@@ -201,9 +207,9 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
 
     # PP point-to-point: blocking in 1F1B's steady state; interleaving with overlapped p2p
     # leaves only the warm-up and cool-down transfers exposed
-    p2p_each = np.where(p > 1, per_mb["pp"] / np.maximum(2 * v, 1), 0.0)  # one transfer
-    pp_exposed = np.where(v > 1, 2 * p2p_each * 2 * (p - 1), 2 * p2p_each * (m + p - 1))
-    pp_exposed = np.where(p > 1, pp_exposed, 0.0)
+    p2p_each = where(p > 1, per_mb["pp"] / np.maximum(2 * v, 1), 0.0)  # one transfer
+    pp_exposed = where(v > 1, 2 * p2p_each * 2 * (p - 1), 2 * p2p_each * (m + p - 1))
+    pp_exposed = where(p > 1, pp_exposed, 0.0)
 
     # ---- data parallel after the flush -------------------------------------------------------
     # grads: reduce-scatter / all-reduce overlaps the last micro-batch's backward (bucketed),
@@ -213,22 +219,22 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     g_exp, g_extra = overlap.overlap_with(grad_c * (1 - last_bucket), lay_bwd, arch, "gemm",
                                           "dp", "reduce_scatter", msg["dp"], grp["dp"])
     g_exp = g_exp + grad_c * last_bucket
-    g_exp = np.where(b.overlap_grad_reduce, g_exp, grad_c)
+    g_exp = where(b.overlap_grad_reduce, g_exp, grad_c)
     p_exp, p_extra = overlap.overlap_with(param_c * (1 - last_bucket), lay_fwd, arch, "gemm",
                                           "dp", "all_gather", msg["dp"], grp["dp"])
     p_exp = p_exp + param_c * last_bucket
-    p_exp = np.where(b.overlap_param_gather, p_exp, param_c)
-    slow = slow * m + np.where(b.overlap_grad_reduce, g_extra, 0.0) + np.where(
+    p_exp = where(b.overlap_param_gather, p_exp, param_c)
+    slow = slow * m + where(b.overlap_grad_reduce, g_extra, 0.0) + where(
         b.overlap_param_gather, p_extra, 0.0)
     dp_exposed = g_exp + p_exp + z_exposed * m
 
     # ---- optimizer ---------------------------------------------------------------------------
     ds = wl.dp * b.cp
     P_train = wl.params_stage if wl.params_trainable is None else wl.params_trainable
-    P_opt = np.where(b.zero >= 1, P_train / ds, P_train)  # LoRA: the adapters (finetune.py)
+    P_opt = where(b.zero >= 1, P_train / ds, P_train)  # LoRA: the adapters (finetune.py)
     t_opt = compute.optimizer_time(b, P_opt)
 
-    compute_t = m * (lay_fwd + lay_bwd) + m * np.where(single, first_extra + last_extra,
+    compute_t = m * (lay_fwd + lay_bwd) + m * where(single, first_extra + last_extra,
                                                        np.maximum(first_extra, last_extra))
     breakdown = {
         "time_compute": compute_t,
@@ -249,7 +255,7 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     # (the default model's terms are neutral: it skips them and keeps its speed)
     if with_fabric or learned is not None or terms.active():
         # the bubble's seconds of exposed TP/CP/EP communication: scaled with the communication
-        fab = fabric(b, wl, np.where(p > 1, (p - 1) / v * (tp_exposed + cp_exposed
+        fab = fabric(b, wl, where(p > 1, (p - 1) / v * (tp_exposed + cp_exposed
                                                            + ep_exposed), 0.0))
     else:
         fab = terms.no_fabric(m)
@@ -269,7 +275,7 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     iv = terms.interval()
     if iv is not None:
         flagged = np.asarray(extra.get("residual_extrapolated", 0.0), bool)
-        sigma = np.where(flagged, iv[1], iv[0])
+        sigma = where(flagged, iv[1], iv[0])
         extra["step_time_lo_s"] = step * np.exp(-terms.Z90 * sigma)
         extra["step_time_hi_s"] = step * np.exp(terms.Z90 * sigma)
     return {"step_time_s": step, **breakdown, **extra}
