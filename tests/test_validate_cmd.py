@@ -91,24 +91,24 @@ def test_unparseable_shape_fields_take_the_catalog_value_or_skip_with_the_reason
     from sim_core.accuracy import validation
 
     raw = pd.read_csv(validation.dataset_path(), dtype=str, keep_default_na=False)
-    mine = raw[raw["id"].isin(["22", "192", "55"])].copy()
+    mine = raw[raw["id"].isin(["22", "175", "55"])].copy()
     mine.loc[mine["id"] == "22", "vocab"] = "~50k (GPT-2 BPE) (padded)"
-    mine.loc[mine["id"] == "192", "vocab"] = "~50k ... (padded)"
+    mine.loc[mine["id"] == "175", "vocab"] = "~50k ... (padded)"
     mine.loc[mine["id"] == "55", ["model", "hidden"]] = ["my-model", "about 4k"]
     path = tmp_path / "mine.csv"
     mine.to_csv(path, index=False)
     data = validation.load_published(path).set_index("id")
     assert data.loc["55", "skip"] == ("hidden 'about 4k' is not a number and model 'my-model' "
                                       "is not in the catalog to take it from")
-    assert data.loc["22", "vocab"] == 51200 and data.loc["192", "vocab"] == 50368
+    assert data.loc["22", "vocab"] == 51200 and data.loc["175", "vocab"] == 50368
     table = validation.validate(validation.load_published(path)).set_index("id")
     assert "vocab=51200 from catalog gpt3-175b (stated '~50k (GPT-2 BPE) (padded)')" in \
         table.loc["22", "imputed"]
-    assert "vocab=50368 from catalog mpt-70b" in table.loc["192", "imputed"]
+    assert "vocab=50368 from catalog mpt-70b" in table.loc["175", "imputed"]
     assert table["step_error"].notna().all() and (table["no_error_because"] == "").all()
     # the same rows as shipped give the same prediction: the catalog's vocab is what they state
     shipped = validation.validate().set_index("id")
-    for i in ("22", "192"):
+    for i in ("22", "175"):
         assert abs(table.loc[i, "predicted_step_s"] / shipped.loc[i, "predicted_step_s"] - 1) < 1e-9
 
 
