@@ -134,6 +134,7 @@ def test_cluster_figures():
     ("nemotron-4-340b", 340.0, 0.02), ("nemotron-8b", 8.5, 0.05), ("nemotron-22b", 22.0, 0.05),
     ("mixtral-8x7b", 46.7, 0.02), ("mixtral-8x22b", 141.0, 0.02),
     ("qwen3-30b-a3b", 30.5, 0.02), ("qwen3-235b-a22b", 235.0, 0.02),
+    ("qwen3-4b", 4.0, 0.03), ("qwen3-8b", 8.2, 0.02), ("qwen3-14b", 14.8, 0.02),
     ("deepseek-v3", 671.0, 0.02), ("gpt-oss-120b", 116.8, 0.02),
     ("gpt-oss-20b", 20.9, 0.02), ("kimi-k2", 1040.0, 0.02), ("deepseek-v2", 236.0, 0.02),
     ("deepseek-v2-lite", 15.7, 0.02),
