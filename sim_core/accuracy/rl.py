@@ -116,6 +116,15 @@ def _imputed_lengths(t: pd.DataFrame, imputed: list[list[str]]):
     return prompt, mean, mx
 
 
+def _use_ref(t: pd.DataFrame, algo: pd.Series) -> np.ndarray:
+    """GRPO and PPO run a reference log-prob pass, DAPO none; a stated `use_ref` wins."""
+    default = algo.isin(["grpo", "ppo"]).to_numpy()
+    if "use_ref" not in t.columns:
+        return default
+    stated = t["use_ref"]
+    return np.where(stated.notna(), stated.astype(object).eq(True), default)
+
+
 def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     """The table's rows as RL configurations, per row the fields imputed, and per row why it
     cannot be predicted ('' where it can)."""
@@ -167,7 +176,9 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
         "prompts_per_step": prompts, "responses_per_prompt": t.responses_per_prompt,
         "prompt_len": prompt, "response_mean": np.minimum(mean, mx), "response_max": mx,
         "mini_batches": (seqs / gbs).where(gbs.notna(), 1).round().clip(lower=1),
-        "use_ref": algo.isin(["grpo", "ppo"]),
+        # a reference pass unless the table says there is none (verl runs one only with a KL
+        # term: `use_kl_loss` or `use_kl_in_reward`; optional column `use_ref`)
+        "use_ref": _use_ref(t, algo),
         "train_tp": t.train_tp, "train_pp": t.train_pp, "train_cp": t.train_cp,
         "train_ep": t.train_ep, "train_recompute": "full",
         # FSDP / DeepSpeed ZeRO-3: weights, grads and optimizer sharded over every rank

@@ -29,7 +29,7 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  "prompts_per_step", "responses_per_prompt", "rollout_batch_seqs",
                  "train_gbs_seqs", "optimizer_cpu_offload", "logprob_batch_size")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "enforce_eager",
-                "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching")
+                "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref")
 
 PLACEMENTS = {
     "colocated": ("colocated", "colocate", "co-located", "co-locate", "hybrid", "hybrid_engine",
@@ -234,6 +234,10 @@ SAME_SHAPE = {
     # Qwen2.5-Math-7B: 28 layers, hidden 3584, 28/4 heads, ffn 18944, vocab 152064, as
     # Qwen2.5-7B (both config.json on the Hugging Face hub)
     "qwen2.5-math-7b": "qwen2.5-7b",
+    # Qwen2-7B(-Instruct): the same shape (config.json: 28 layers, hidden 3584, 28/4 heads,
+    # intermediate 18944, vocab 152064, untied; printed in eric-haibin-lin/verl-data
+    # gsm8k/qwen2-7b-fsdp2.log, the verl team's log of that checkpoint)
+    "qwen2-7b": "qwen2.5-7b",
     # Llama 3.3-70B has Llama 3.1-70B's architecture (Meta's model card)
     "llama3.3-70b": "llama3.1-70b",
     # DeepSeek-R1 and the V3 updates share DeepSeek-V3's architecture (their config.json)
