@@ -38,7 +38,8 @@ PLACEMENTS = {
               "decoupled", "non-colocated", "noncolocated", "non_colocated", "dedicated",
               "separate_async"),
 }
-ALGORITHMS = {"grpo": ("grpo",), "dapo": ("dapo",), "ppo": ("ppo",)}
+# verl names PPO by its advantage estimator: `algorithm.adv_estimator=gae` (a critic)
+ALGORITHMS = {"grpo": ("grpo",), "dapo": ("dapo",), "ppo": ("ppo", "gae")}
 # critic-free GRPO relatives: the same phases as GRPO (no value model), priced as GRPO
 GRPO_LIKE = ("gspo", "dr_grpo", "dr.grpo", "drgrpo", "rloo", "reinforce++",
              "reinforce_plus_plus", "reinforce++-baseline", "remax", "cispo", "gpg", "opo")
@@ -360,6 +361,7 @@ def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]
                     notes[i].append(f"{col} {x!r} not understood, left blank")
     t["checkpoint"] = [checkpoint_name(x) for x in t.model.tolist()] if "model" in t.columns \
         else ""
+    gpu_cells = t["gpu"].tolist() if "gpu" in t.columns else [np.nan] * n
     for col, fn in (("model", resolve_model), ("gpu", resolve_gpu)):
         if col not in t.columns:
             t[col] = np.nan
@@ -373,10 +375,16 @@ def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]
             ids.append(gid)
         t[col] = ids
 
-    # the GPU count: stated, or rollout + training GPUs of a split run
+    # the GPU count: stated, or rollout + training GPUs of a split run, or the count in the
+    # GPU cell as setups are written ("8×H100", "8*H800")
     for c in ("num_gpus", "rollout_gpus", "train_gpus", "step_time_s"):
         if c not in t.columns:
             t[c] = np.nan
+    for i, cell in enumerate(gpu_cells):
+        m = re.match(r"^\s*(\d+)\s*[x×*]\s*\S", str(cell), re.I) if not pd.isna(cell) else None
+        if m and pd.isna(t.num_gpus.iloc[i]) and pd.isna(t.rollout_gpus.iloc[i]):
+            t.loc[t.index[i], "num_gpus"] = float(m.group(1))
+            notes[i].append(f"num_gpus = {m.group(1)} from the gpu cell {str(cell).strip()!r}")
     both = t.num_gpus.isna() & t.rollout_gpus.notna() & t.train_gpus.notna()
     for i in np.flatnonzero(both.to_numpy()):
         notes[i].append("num_gpus = rollout_gpus + train_gpus")
