@@ -252,6 +252,10 @@ PARALLEL_COLUMNS = {
     "tp_comm_overlap": False,
     "moe_a2a_overlap": False,
     "grad_reduce_fp32": True,  # fp32 main-grad buffer and reduction (Megatron-LM script default)
+    # Megatron-Core's precision-aware optimizer with bf16 Adam moments (--use-precision-aware-
+    # optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; optimizer_config.py core_v0.15.3):
+    # exp_avg and exp_avg_sq take 2 B each instead of 4 (fp32 master weights kept), 12 -> 8 B
+    "adam_bf16_states": False,
     "attention_kernel": "fa3",
     # norms, rotary, activation functions fused into few kernels (Transformer Engine,
     # torch.compile); False = eager PyTorch, one kernel per elementary op

@@ -332,6 +332,11 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         disp, a2a = _moe_recipe(moe_id, str(r["source"]) + " " + str(r["framework"]), gpu)
         run.update(moe_permute_fusion=True, moe_router_fusion=True, moe_dispatcher=disp,
                    moe_a2a_overlap=a2a)
+        # Megatron-Bridge's DeepSeek-V3 recipe: precision-aware optimizer with bf16 exp_avg and
+        # exp_avg_sq (v0.1.0rc4 src/megatron/bridge/recipes/deepseek/deepseek_v3.py L240-244,
+        # NeMo 25.09; v0.2.0 L272-276; v0.6.0 perf_recipes/deepseek/common.py L41-46)
+        if re.search(r"deepseek", moe_id, re.I) and re.search(r"bridge", fw, re.I):
+            run["adam_bf16_states"] = True
     if zero == 3 and pp > 1:
         run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
     stated, skip = _stated_fields(r)
