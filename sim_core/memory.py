@@ -220,8 +220,7 @@ def estimate(b: Batch, wl: Workload) -> dict:
     grads = grads + where(ds > 1, fw["ddp_bucket_bytes"] * P, 0.0) + fw["lp_grad_bytes"] * P
     master_adam = fw["optimizer_bytes"]  # 12: fp32 master + Adam m, v (frameworks.yaml)
     # bf16 Adam moments (specs adam_bf16_states): 2 + 2 B instead of 4 + 4 beside fp32 master
-    master_adam = np.where(b.adam_bf16_states & (master_adam >= 12), master_adam - 4.0,
-                           master_adam)
+    master_adam = where(b.adam_bf16_states & (master_adam >= 12), master_adam - 4.0, master_adam)
     P_opt_shard = P_shard  # what the optimizer step updates on this GPU (sharded)
     optimizer = where(z >= fw["optimizer_shard_zero"], master_adam * P_shard, master_adam * P)
     if wl.params_trainable is not None:

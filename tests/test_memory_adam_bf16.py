@@ -22,3 +22,23 @@ def test_bf16_adam_states_take_two_thirds_of_the_optimizer_bytes():
         fp32["mem_optimizer"] - bf16["mem_optimizer"], rel=1e-6)
     assert bf16["step_time_s"] == pytest.approx(fp32["step_time_s"], rel=1e-12)
 
+
+
+def test_run_files_take_it_and_the_megatron_export_writes_what_was_priced():
+    from sweep.advice import export
+    from sweep.config.files import fixed_columns, parse_run
+    from sweep.errors import ConfigError
+
+    base = {"model": "mixtral-8x7b", "seq_len": 4096, "global_batch": 256,
+            "cluster": {"gpu": "h100-sxm", "num_gpus": 64}}
+    assert fixed_columns(parse_run({**base, "parallel": {"adam_bf16_states": True}}))[
+        "adam_bf16_states"] is True
+    with pytest.raises(ConfigError, match="parallel.adam_bf16_states: expected true or false"):
+        parse_run({**base, "parallel": {"adam_bf16_states": "bf16"}})
+    row = {**RUN, "adam_bf16_states": True, "dp": 8, "seq_len": 4096, "global_batch": 256}
+    row = simulate_frame(pd.DataFrame([row])).iloc[0].to_dict() | row
+    ns = export.megatron_parser().parse_args(export.megatron_args(row))
+    assert ns.use_precision_aware_optimizer and ns.exp_avg_dtype == ns.exp_avg_sq_dtype == "bf16"
+    ns = export.megatron_parser().parse_args(export.megatron_args({**row,
+                                                                   "adam_bf16_states": False}))
+    assert not ns.use_precision_aware_optimizer

@@ -65,7 +65,9 @@ IMPUTATION = {
                     "sets it; rows not in that table get the fastest predicted of alltoall/flex "
                     "and overlap on/off; shared-expert overlap on where the model has shared "
                     "experts and the dispatcher is alltoall without 1F1B overlap (the DeepSeek "
-                    "provider's default); routing force-balanced (expert_skew 0)",
+                    "provider's default); routing force-balanced (expert_skew 0); Megatron-Bridge "
+                    "DeepSeek-V3 rows keep bf16 Adam moments (its recipe's precision-aware "
+                    "optimizer: adam_bf16_states)",
     "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
                        "compared with peak_reserved_gib; TorchSim tracks live tensors, so its "
                        "tables compare with peak_allocated_gib",
@@ -406,6 +408,7 @@ STATED_FIELDS = ("power_limit_w", "attention_kernel", "attention_dropout", "fp8_
                  "loss_impl", "fused_elementwise", "fused_glu", "tp_comm_overlap",
                  "overlap_grad_reduce",
                  "overlap_param_gather", "grad_reduce_fp32", "fp8_param_gather", "fp8_weight_cache",
+                 "adam_bf16_states",
                  "cp_comm",
                  "pp_schedule", "gpus_per_node", "nics_per_node", "nic_bw_gbs",
                  "moe_dispatcher", "moe_a2a_overlap", "moe_permute_fusion",

@@ -216,6 +216,11 @@ def megatron_args(row) -> list[str]:
         opt("--use-megatron-fsdp")
         opt("--data-parallel-sharding-strategy",
             "optim_grads" if zero == 2 else "optim_grads_params")
+    if d.get("adam_bf16_states"):
+        # priced with bf16 Adam moments (memory.estimate: 8 B per parameter, not 12)
+        opt("--use-precision-aware-optimizer")
+        opt("--exp-avg-dtype", "bf16")
+        opt("--exp-avg-sq-dtype", "bf16")
     if d.get("overlap_grad_reduce"):
         opt("--overlap-grad-reduce")
     if d.get("overlap_param_gather") and zero >= 1:

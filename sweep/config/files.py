@@ -73,7 +73,7 @@ EXPECT: dict[str, tuple[str, str]] = {
     **{k: _BOOL for k in ("sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                           "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap", "fsdp",
                           "tied_embeddings", "grad_reduce_fp32", "fused_elementwise", "fused_glu",
-                          "fp8_param_gather", "fp8_weight_cache", "moe_dropless",
+                          "fp8_param_gather", "fp8_weight_cache", "adam_bf16_states", "moe_dropless",
                           "moe_permute_fusion", "moe_router_fusion", "moe_delay_wgrad",
                           "moe_shared_expert_overlap")},
     "capacity_factor": ("a number >= 1", "numbers >= 1"),
@@ -176,6 +176,7 @@ class ParallelConfig(_Strict):
     loss_impl: Literal[LOSS_IMPL] | None = None  # type: ignore[valid-type]
     fp8_param_gather: StrictBool | None = None
     fp8_weight_cache: StrictBool | None = None  # False: Megatron disable_parameter_transpose_cache
+    adam_bf16_states: StrictBool | None = None  # Megatron-Core precision-aware optimizer, bf16 m, v
     fp8_recipe: Literal[FP8_RECIPE] | None = None  # type: ignore[valid-type]
     attention_dropout: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = None
     moe_dropless: StrictBool | None = None
