@@ -58,8 +58,10 @@ def _sim_loss_bytes(tf: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The loss bytes per logit the pre-training step already prices (forward, backward), for
     the loss implementation the training frame resolves to (framework profile default)."""
     resolved = frameworks.resolve_frame(tf.reset_index(drop=True))
-    impl = resolved["loss_impl"].astype(str).to_numpy()
-    idx = np.array([specs.LOSS_IMPL.index(i) for i in impl], dtype=np.int64)
+    impl = resolved["loss_impl"].astype(str)
+    idx = pd.Categorical(impl, categories=specs.LOSS_IMPL).codes.astype(np.int64)
+    if (idx < 0).any():
+        raise ValueError(f"loss_impl {impl[idx < 0].iloc[0]!r} is not in {specs.LOSS_IMPL}")
     return workload.LOSS_TRAFFIC_FWD[idx], workload.LOSS_TRAFFIC_BWD[idx]
 
 
