@@ -23,11 +23,12 @@ from pathlib import Path
 
 from . import catalog_yaml
 from . import gpu_names as _gpu_names
+from . import model_names as _model_names
 from .specs import ACTIVATION, ClusterSpec, GPUSpec, InstanceSpec, ModelSpec
 
 __all__ = [
     "CatalogError", "get_model", "get_gpu", "get_cluster", "default_cluster_for_gpu",
-    "model_names", "gpu_names", "cluster_names", "model_from_dict", "cluster_from_dict",
+    "model_names", "resolve_model", "gpu_names", "cluster_names", "model_from_dict", "cluster_from_dict",
     "gpu_table", "peak_tflops", "param_count", "active_param_count", "CATALOG_DIR",
     "get_instance", "instance_names", "instance_cluster", "unavailable_instances", "transports",
 ]
@@ -260,6 +261,13 @@ def get_model(name: str) -> ModelSpec:
 
 def model_names() -> list[str]:
     return list(_models())
+
+
+def resolve_model(name) -> tuple[str | None, str]:
+    """(catalog id or None, how it was read) for a model as a table names it: a published
+    spelling ("Llama 3.1 8B"), a checkpoint ("Qwen/Qwen2.5-7B-Instruct") or a checkpoint with a
+    catalog model's architecture (model_names.yaml); see sim_core/model_names.py."""
+    return _model_names.resolve(name, _models())
 
 
 def model_from_dict(d: dict, name: str = "inline") -> ModelSpec:

@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .. import catalog
+from .. import catalog, model_names
 
 # token counts: "8k" is 8 x 1024 as the frameworks write their caps ($((1024 * 8)))
 LENGTH_COLUMNS = ("max_prompt_len", "max_response_or_total_len", "mean_seq_len",
@@ -228,37 +228,10 @@ def parse_engine(cell):
     return np.nan
 
 
-# hub spellings -> catalog ids: organisation prefix, case, "llama-3.1" -> "llama3.1",
-# fine-tuning suffixes; and checkpoints with the shape of a catalog model (each said so)
-_SUFFIX = re.compile(r"-(instruct|base|chat|it|hf|sft|zero|preview|thinking|fp8|bf16|\d{4})$")
-SAME_SHAPE = {
-    # Qwen2.5-Math-7B: 28 layers, hidden 3584, 28/4 heads, ffn 18944, vocab 152064, as
-    # Qwen2.5-7B (both config.json on the Hugging Face hub)
-    "qwen2.5-math-7b": "qwen2.5-7b",
-    # Qwen2-7B(-Instruct): the same shape (config.json: 28 layers, hidden 3584, 28/4 heads,
-    # intermediate 18944, vocab 152064, untied; printed in eric-haibin-lin/verl-data
-    # gsm8k/qwen2-7b-fsdp2.log, the verl team's log of that checkpoint)
-    "qwen2-7b": "qwen2.5-7b",
-    # Llama 3.3-70B has Llama 3.1-70B's architecture (Meta's model card)
-    "llama3.3-70b": "llama3.1-70b",
-    # DeepSeek-R1 and the V3 updates share DeepSeek-V3's architecture (their config.json)
-    "deepseek-r1": "deepseek-v3", "deepseek-v3-0324": "deepseek-v3",
-    "deepseek-r1-0528": "deepseek-v3", "deepseek-v3.1": "deepseek-v3",
-    "deepseek-671b": "deepseek-v3", "deepseek-v3-671b": "deepseek-v3",
-}
-
-
+# hub spellings -> catalog ids: one resolver for every table (sim_core/model_names.py)
 def checkpoint_name(cell) -> str:
-    """A hub model id as one lower-case spelling: organisation, fine-tuning suffixes and
-    separators dropped ("Qwen/Qwen2.5-Math-7B-Instruct" -> "qwen2.5-math-7b")."""
-    if pd.isna(cell):
-        return ""
-    s = str(cell).strip().lower().split("/")[-1].strip().replace(" ", "-").replace("_", "-")
-    s = re.sub(r"^meta-", "", s)
-    s = re.sub(r"llama-(\d)", r"llama\1", s)
-    for _ in range(3):
-        s = _SUFFIX.sub("", s)
-    return s
+    """A hub model id as one lower-case spelling ('' for a blank cell)."""
+    return "" if pd.isna(cell) else model_names.checkpoint_name(cell)
 
 
 def resolve_model(cell):
@@ -266,13 +239,12 @@ def resolve_model(cell):
     if pd.isna(cell) or str(cell).strip() == "":
         return None, "model: not stated"
     raw = str(cell).strip()
-    names = set(catalog.model_names())
-    s = checkpoint_name(raw)
-    if s in names:
-        return s, ("" if s == raw else f"model {raw!r} read as {s}")
-    if s in SAME_SHAPE:
-        return SAME_SHAPE[s], f"model {raw!r} priced as {SAME_SHAPE[s]} (same architecture)"
-    return None, f"unknown model {raw!r} (not in the catalog: `sweep catalog models`)"
+    mid, how = catalog.resolve_model(raw)
+    if mid is None:
+        return None, f"unknown model {raw!r} (not in the catalog: `sweep catalog models`)"
+    if how == "same architecture":
+        return mid, f"model {raw!r} priced as {mid} (same architecture)"
+    return mid, ("" if mid == raw else f"model {raw!r} read as {mid}")
 
 
 def resolve_gpu(cell):

@@ -142,17 +142,8 @@ def _activation(name: str, framework: str = "", stated: str = "") -> str:
 
 def _catalog_model(name: str) -> str:
     """Catalog id for a row's model name (e.g. 'GPT3-5B' -> gpt3-5b, 'GPT-3 175B' ->
-    gpt3-175b, 'Llama 3.1 8B' -> llama3.1-8b), or ''."""
-    base = re.sub(r"\(.*?\)", "", name.strip().lower()).strip()
-    guesses = [re.sub(r"[\s_]+", "-", base)]
-    # 'gpt-3 175b' / 'llama 3.1 8b': the family and its version written apart
-    guesses.append(re.sub(r"^([a-z]+)[\s_-]+(\d[\d.]*)[\s_-]+", r"\1\2-", base))
-    for guess in guesses:
-        try:
-            return catalog.get_model(re.sub(r"[\s_]+", "-", guess)).name
-        except catalog.CatalogError:
-            continue
-    return ""
+    gpt3-175b, 'Llama 3.1 8B' -> llama3.1-8b), or '' (catalog.resolve_model)."""
+    return catalog.resolve_model(name)[0] or ""
 
 
 # shape fields of a dense row: (column, ModelSpec field); kv_heads and ffn have stated defaults
