@@ -112,16 +112,19 @@ def test_published_excerpts_are_read_without_help():
 def test_no_published_row_is_skipped_for_a_blank_length():
     t = rl.load()
     cmp = rl.compare(t)
-    # the only rows not priced are on a GPU the catalog lacks (vime issue 358: Ascend A3)
+    # every row is priced: the vime issue 358 rows' "Ascend A3" is now a catalog part (one 910C
+    # die, gpus.yaml ascend-a3), so no row is left out
     skipped = (cmp.skipped != "").to_numpy()
-    assert cmp.skipped[skipped].str.startswith("unknown gpu 'Ascend A3'").all()
-    assert cmp.pred_step_s[~skipped].notna().all()
+    assert not skipped.any()
+    assert cmp.pred_step_s.notna().all()
+    vime = (cmp.source == "vime issue 358").to_numpy()
+    assert vime.sum() == 4 and (cmp.gpu[vime] == "Ascend A3").all()
     no_mean = t.mean_seq_len.isna().to_numpy()
     assert (no_mean & ~skipped).sum() >= 4
     assert cmp.imputed[no_mean & ~skipped].str.contains("response mean=").all()
     # a source that measured both placements is ranked
     s = rl.summary(cmp)
-    assert s["rows"] == len(t) - skipped.sum() and s["skipped"] == skipped.sum() == 4
+    assert s["rows"] == len(t) and s["skipped"] == 0
     assert any(r["source"] == "verl one_step_off.md" for r in s["ranking"])
 
 
