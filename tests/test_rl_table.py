@@ -203,3 +203,34 @@ def test_verl_runs_as_their_scripts_and_logs_spell_them():
     # the stated mean prompt is used, not the published prior
     assert df.prompt_len.tolist() == pytest.approx([93.63, 103.63, 103.62])
     assert not cmp.imputed.str.contains("prompt mean=").any()
+
+
+def test_sync_vs_async_pairs_are_found_on_the_published_rows():
+    """rl.mode_ranking pairs a synchronous row with its asynchronous twin (same source, model,
+    GPU count and batch), whatever the placements: vime issue 358 (split / split, two batch
+    sizes), verl one_step_off.md (colocated / split) and the AReaL v0.3 blog (colocated /
+    split)."""
+    cmp = rl.compare(rl.load())
+    pairs = {(r["source"], r["model"], r["batch"]): r for r in rl.mode_ranking(cmp)}
+    vime = pairs[("vime issue 358", "Qwen/Qwen3-4B", "32x1024")]
+    assert vime["measured_speedup"] == pytest.approx(31.5 / 20.8)
+    assert pairs[("vime issue 358", "Qwen/Qwen3-4B", "256x2048")]["measured_speedup"] == \
+        pytest.approx(178.3 / 104.0)
+    assert vime["placement"] == "split / split" and vime["mode"] == "async"
+    areal = [r for (src, _, _), r in pairs.items() if src == "AReaL v0.3 blog"]
+    assert len(areal) == 2 and all(r["placement"] == "colocated / split" for r in areal)
+    assert sorted(round(r["measured_speedup"], 2) for r in areal) == [2.27, 2.77]
+    # a pair is two rows of one batch: the one-step-off rows of another batch (8k cap) pair too
+    assert any(k[0] == "verl one_step_off.md" and k[2] == "6144x20480" for k in pairs)
+    assert all(r["predicted_speedup"] > 0 for r in pairs.values())
+
+
+def test_ascend_a3_is_one_die():
+    """The vime rows' 'Ascend A3' is the catalog's ascend-a3: one 910C die (64 GB HBM, 16
+    devices to an A3 node), priced with the stand-ins its catalog entry names."""
+    from sim_core import catalog
+    g = catalog.get_gpu("Ascend A3")
+    assert g.name == "ascend-a3" and g.vendor == "huawei"
+    assert 60 < g.hbm_gib < 64 and g.peak_tflops["bf16"] == pytest.approx(752 / 2)
+    assert catalog.default_cluster_for_gpu("ascend-a3").gpus_per_node == 16
+    assert catalog.get_gpu("Ascend910_9392").name == "ascend-a3"

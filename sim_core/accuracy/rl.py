@@ -252,16 +252,19 @@ def ranking(cmp: pd.DataFrame) -> list[dict]:
 
 def mode_ranking(cmp: pd.DataFrame) -> list[dict]:
     """Sync against asynchronous (one step off, fully async, ...) where the same source
-    measured both for one model, GPU count, placement and batch (sequences per step and
-    response cap): is the faster one predicted faster, and by how much (sync / async step)?"""
+    measured both for one model, GPU count and batch (sequences per step and response cap),
+    whatever the placements (an asynchronous run is split by construction; its synchronous
+    twin may be colocated): is the faster one predicted faster, and by how much (sync /
+    async step)?"""
     out = []
     ok = cmp[cmp.pred_step_s.notna() & cmp.step_time_s.notna()]
-    for key, g in ok.groupby(["source", "model", "num_gpus", "placement", "batch_key"]):
+    for key, g in ok.groupby(["source", "model", "num_gpus", "batch_key"]):
         if not (g.policy_mode.eq("sync").any() and g.policy_mode.ne("sync").any()):
             continue
         sync, asyn = g[g.policy_mode.eq("sync")].iloc[0], g[g.policy_mode.ne("sync")].iloc[0]
         out.append({"source": key[0], "model": key[1], "num_gpus": key[2],
-                    "placement": key[3], "batch": key[4], "mode": asyn.policy_mode,
+                    "placement": f"{sync.placement} / {asyn.placement}", "batch": key[3],
+                    "mode": asyn.policy_mode,
                     "measured_speedup": float(sync.step_time_s / asyn.step_time_s),
                     "predicted_speedup": float(sync.pred_step_s / asyn.pred_step_s)})
     return out

@@ -239,6 +239,10 @@ SAME_SHAPE = {
     # intermediate 18944, vocab 152064, untied; printed in eric-haibin-lin/verl-data
     # gsm8k/qwen2-7b-fsdp2.log, the verl team's log of that checkpoint)
     "qwen2-7b": "qwen2.5-7b",
+    # DeepSeek-R1-Distill-Qwen-7B is fine-tuned from Qwen2.5-Math-7B (DeepSeek-R1 README,
+    # distilled models table) and keeps its config.json shape (28 layers, hidden 3584, 28/4
+    # heads, intermediate 18944, vocab 152064, untied)
+    "deepseek-r1-distill-qwen-7b": "qwen2.5-7b",
     # Llama 3.3-70B has Llama 3.1-70B's architecture (Meta's model card)
     "llama3.3-70b": "llama3.1-70b",
     # DeepSeek-R1 and the V3 updates share DeepSeek-V3's architecture (their config.json)
