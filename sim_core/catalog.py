@@ -40,7 +40,7 @@ DTYPES = ("fp32", "tf32", "bf16", "fp8")
 # Block-scaled formats, listed only for the parts whose datasheet gives them (OCP MX formats on
 # CDNA4 and Blackwell, NVIDIA's NVFP4 on Blackwell). Absent = the part has no such peak (0).
 OPTIONAL_DTYPES = ("mxfp8", "mxfp6", "mxfp4", "nvfp4")
-VENDORS = ("nvidia", "amd")
+VENDORS = ("nvidia", "amd", "huawei")
 
 
 class CatalogError(ValueError):

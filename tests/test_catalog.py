@@ -65,16 +65,19 @@ def test_every_gpu_is_valid_and_sourced(name):
     # tf32 0 only on CDNA4 (no TF32 in hardware: emulated through BF16) and CDNA2 (gfx90a:
     # FP32 matrix, no TF32 datatype)
     assert g.peak_tflops["bf16"] > g.peak_tflops["tf32"] > g.peak_tflops["fp32"] > 0 or \
-        (g.sm_arch in (910, 950) and g.peak_tflops["tf32"] == 0)
+        (g.sm_arch in (910, 950, 2201) and g.peak_tflops["tf32"] == 0)
     assert all(g.peak_tflops[d] >= g.peak_tflops["fp8"] for d in catalog.OPTIONAL_DTYPES
                if d in g.peak_tflops)
-    assert g.sm_arch in (80, 90, 100, 910, 942, 950)
-    assert (g.vendor == "amd") == (g.sm_arch > 900)
+    # 2201: Huawei's DaVinci dav-c220 (CANN NpuArch; the Ascend 910C die, ascend-a3)
+    assert g.sm_arch in (80, 90, 100, 910, 942, 950, 2201)
+    assert (g.vendor == "amd") == (900 < g.sm_arch < 1000)
+    assert (g.vendor == "huawei") == (g.sm_arch == 2201)
     # AMD nodes are full Infinity Fabric meshes from CDNA3 on; MI250X's GCDs are not (rings)
-    assert (g.mesh_links > 0) == (g.sm_arch > 940)
+    assert (g.mesh_links > 0) == (940 < g.sm_arch < 1000)
     # a price of 0 only where the entry says no public price was found (give --price)
     assert g.price_per_hour > 0 or "no public on-demand price" in g.source.lower()
-    assert g.tdp_w > 0
+    # a power of 0 only where the entry says no public figure was found (ascend-a3)
+    assert g.tdp_w > 0 or "no public power figure" in g.source.lower()
     assert catalog.default_cluster_for_gpu(name).gpu == name
 
 

@@ -48,6 +48,11 @@ SEEN = [
     ("H100 95GB HBM2e SXM (lower TDP)", "h100-96gb", "published_runs.csv"),
     ("GB200 (DGX-GB200 NVL72)", "gb200", "published_runs.csv"),
     ("H100 80GB (DGX-H100)", "h100-sxm", "published_runs.csv"),
+    # Huawei Ascend 910C dies (issue 40)
+    ("Ascend A3", "ascend-a3", "github.com/vllm-project/vime/issues/358 (hardware line)"),
+    ("Atlas 800 A3", "ascend-a3", "vllm-ascend tutorials, 'Atlas 800 A3 (64G x 16)'"),
+    ("Ascend910_9392", "ascend-a3", "CANN SoC name printed by acl.get_soc_name() on a 910C, "
+     "quoted in public build scripts (SOC_VERSION=Ascend910_9392)"),
 ]
 
 

@@ -112,16 +112,19 @@ def test_published_excerpts_are_read_without_help():
 def test_no_published_row_is_skipped_for_a_blank_length():
     t = rl.load()
     cmp = rl.compare(t)
-    # the only rows not priced are on a GPU the catalog lacks (vime issue 358: Ascend A3)
+    # every row is priced: the vime issue 358 rows' "Ascend A3" is now a catalog part (one 910C
+    # die, gpus.yaml ascend-a3), so no row is left out
     skipped = (cmp.skipped != "").to_numpy()
-    assert cmp.skipped[skipped].str.startswith("unknown gpu 'Ascend A3'").all()
-    assert cmp.pred_step_s[~skipped].notna().all()
+    assert not skipped.any()
+    assert cmp.pred_step_s.notna().all()
+    vime = (cmp.source == "vime issue 358").to_numpy()
+    assert vime.sum() == 4 and (cmp.gpu[vime] == "Ascend A3").all()
     no_mean = t.mean_seq_len.isna().to_numpy()
     assert (no_mean & ~skipped).sum() >= 4
     assert cmp.imputed[no_mean & ~skipped].str.contains("response mean=").all()
     # a source that measured both placements is ranked
     s = rl.summary(cmp)
-    assert s["rows"] == len(t) - skipped.sum() and s["skipped"] == skipped.sum() == 4
+    assert s["rows"] == len(t) and s["skipped"] == 0
     assert any(r["source"] == "verl one_step_off.md" for r in s["ranking"])
 
 
@@ -200,3 +203,34 @@ def test_verl_runs_as_their_scripts_and_logs_spell_them():
     # the stated mean prompt is used, not the published prior
     assert df.prompt_len.tolist() == pytest.approx([93.63, 103.63, 103.62])
     assert not cmp.imputed.str.contains("prompt mean=").any()
+
+
+def test_sync_vs_async_pairs_are_found_on_the_published_rows():
+    """rl.mode_ranking pairs a synchronous row with its asynchronous twin (same source, model,
+    GPU count and batch), whatever the placements: vime issue 358 (split / split, two batch
+    sizes), verl one_step_off.md (colocated / split) and the AReaL v0.3 blog (colocated /
+    split)."""
+    cmp = rl.compare(rl.load())
+    pairs = {(r["source"], r["model"], r["batch"]): r for r in rl.mode_ranking(cmp)}
+    vime = pairs[("vime issue 358", "Qwen/Qwen3-4B", "32x1024")]
+    assert vime["measured_speedup"] == pytest.approx(31.5 / 20.8)
+    assert pairs[("vime issue 358", "Qwen/Qwen3-4B", "256x2048")]["measured_speedup"] == \
+        pytest.approx(178.3 / 104.0)
+    assert vime["placement"] == "split / split" and vime["mode"] == "async"
+    areal = [r for (src, _, _), r in pairs.items() if src == "AReaL v0.3 blog"]
+    assert len(areal) == 2 and all(r["placement"] == "colocated / split" for r in areal)
+    assert sorted(round(r["measured_speedup"], 2) for r in areal) == [2.27, 2.77]
+    # a pair is two rows of one batch: the one-step-off rows of another batch (8k cap) pair too
+    assert any(k[0] == "verl one_step_off.md" and k[2] == "6144x20480" for k in pairs)
+    assert all(r["predicted_speedup"] > 0 for r in pairs.values())
+
+
+def test_ascend_a3_is_one_die():
+    """The vime rows' 'Ascend A3' is the catalog's ascend-a3: one 910C die (64 GB HBM, 16
+    devices to an A3 node), priced with the stand-ins its catalog entry names."""
+    from sim_core import catalog
+    g = catalog.get_gpu("Ascend A3")
+    assert g.name == "ascend-a3" and g.vendor == "huawei"
+    assert 60 < g.hbm_gib < 64 and g.peak_tflops["bf16"] == pytest.approx(752 / 2)
+    assert catalog.default_cluster_for_gpu("ascend-a3").gpus_per_node == 16
+    assert catalog.get_gpu("Ascend910_9392").name == "ascend-a3"

@@ -229,6 +229,9 @@ def compare(t: pd.DataFrame) -> pd.DataFrame:
     out["invalid_reason"] = pred.invalid_reason.fillna("")
     out["imputed"] = imputed
     out["skipped"] = reason
+    # the batch a step serves (sequences x response cap): what a sync / async pair must share
+    out["batch_key"] = [f"{int(s)}x{int(r)}" if s == s and r == r else "" for s, r in
+                        zip(df.prompts_per_step * df.responses_per_prompt, df.response_max)]
     return out
 
 
@@ -247,6 +250,26 @@ def ranking(cmp: pd.DataFrame) -> list[dict]:
     return out
 
 
+def mode_ranking(cmp: pd.DataFrame) -> list[dict]:
+    """Sync against asynchronous (one step off, fully async, ...) where the same source
+    measured both for one model, GPU count and batch (sequences per step and response cap),
+    whatever the placements (an asynchronous run is split by construction; its synchronous
+    twin may be colocated): is the faster one predicted faster, and by how much (sync /
+    async step)?"""
+    out = []
+    ok = cmp[cmp.pred_step_s.notna() & cmp.step_time_s.notna()]
+    for key, g in ok.groupby(["source", "model", "num_gpus", "batch_key"]):
+        if not (g.policy_mode.eq("sync").any() and g.policy_mode.ne("sync").any()):
+            continue
+        sync, asyn = g[g.policy_mode.eq("sync")].iloc[0], g[g.policy_mode.ne("sync")].iloc[0]
+        out.append({"source": key[0], "model": key[1], "num_gpus": key[2],
+                    "placement": f"{sync.placement} / {asyn.placement}", "batch": key[3],
+                    "mode": asyn.policy_mode,
+                    "measured_speedup": float(sync.step_time_s / asyn.step_time_s),
+                    "predicted_speedup": float(sync.pred_step_s / asyn.pred_step_s)})
+    return out
+
+
 def summary(cmp: pd.DataFrame) -> dict:
     ok = cmp.step_err.notna()
     by_src = {s: float(np.median(np.abs(g.step_err))) for s, g in cmp[ok].groupby("source")}
@@ -257,4 +280,4 @@ def summary(cmp: pd.DataFrame) -> dict:
         cmp.step_err[ok]))) if ok.any() else float("nan"), "by_source": by_src,
         "median_abs_gen_share_pts": float(np.median(np.abs(share))) if len(share) else None,
         "gen_share_rows": int(len(share)), "skipped": int((cmp.skipped != "").sum()),
-        "ranking": ranking(cmp)}
+        "ranking": ranking(cmp), "mode_ranking": mode_ranking(cmp)}

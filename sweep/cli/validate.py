@@ -130,4 +130,12 @@ def run_rl(args) -> int:
               f"measured {r['measured_faster']} faster, predicted {r['predicted_faster']}")
     if not s["ranking"]:
         print("  colocated vs split: no source measured both")
+    for r in s["mode_ranking"]:
+        right = (r["measured_speedup"] > 1) == (r["predicted_speedup"] > 1)
+        print(f"  sync vs {r['mode']}, {r['model']} on {r['num_gpus']} GPUs {r['placement']}, "
+              f"batch {r['batch']} ({r['source']}): sync/async step measured "
+              f"{r['measured_speedup']:.2f}x, predicted {r['predicted_speedup']:.2f}x "
+              f"({'ranked right' if right else 'ranked WRONG'})")
+    if not s["mode_ranking"]:
+        print("  sync vs async: no source measured both on one batch")
     return 0
