@@ -160,10 +160,10 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     fwd = fwd + np.where(zero >= 3, sim["time_dp"].to_numpy() * gather_share, 0.0) / \
         np.maximum(b.logprob_batch_size, 1.0)
     ext = nemo_rl.extras(b, tf, sim, pcie_bytes_per_s(b), pack_budget(df, b))
-    lp_pass = fwd * b.mini_batches + ext["logprob_loss_s"]
+    lp_pass = fwd * b.mini_batches + ext["logprob_loss_s"] + ext["logprob_bins_s"]
     n_fwd = 1 + b.use_ref + (b.algorithm == 2)  # old log-prob, ref, PPO critic values
     updates = b.mini_batches * b.ppo_epochs
-    update = ((step + ext["update_pad_s"]) * updates + ext["update_loss_s"] * b.ppo_epochs) \
+    update = ((step + ext["update_pad_s"] + ext["update_bins_s"]) * updates + ext["update_loss_s"] * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
     ref = (lp_pass + ext["ref_swap_s"]) * b.use_ref
     return {
