@@ -75,3 +75,64 @@ def test_bins_lengthen_the_nemo_rl_phases_only():
     ext = nemo_rl.extras(b, tf, sim, training.pcie_bytes_per_s(b), np.array([4096.0]))
     assert ext["update_bins_s"][0] == pytest.approx(up[0] * pipe)
     assert ext["logprob_bins_s"][0] == pytest.approx(lp[0] * pipe / 3 * 4)
+
+
+# verl's DeepSeek-V3 recipe shape, small: verl Megatron, colocated, offloaded parameters
+VERL = dict(model="qwen2.5-7b", gpu="h100-sxm", num_gpus=16, rollout_tp=2,
+            prompts_per_step=64, responses_per_prompt=8, prompt_len=200, response_mean=1000,
+            response_max=4096, gpu_memory_utilization=0.6, train_tp=2, train_pp=2,
+            train_recompute="full", mini_batches=2, rl_framework="verl")
+
+
+def test_verl_megatron_moves_parameters_in_every_phase():
+    # megatron_workers.py v0.7.0: compute_log_prob and update_actor load the actor's bf16
+    # parameter buffers from pinned memory and offload them through pageable memory;
+    # compute_ref_log_prob moves the reference module both ways pinned
+    rows = [VERL, {**VERL, "offload_params": True},
+            {**VERL, "offload_params": True, "ref_offload": True}]
+    r = simulate_rl(pd.DataFrame(rows))
+    df = pd.DataFrame([VERL])
+    b = inputs.to_batch(df)
+    sim = simulate_frame(training.training_frame(df, b).reset_index(drop=True))
+    w = sim["params_per_gpu"][0] * 2
+    pcie = training.pcie_bytes_per_s(b)[0]
+    slow = inputs.constants()["pageable_slowdown"]
+    actor = w / pcie * (1 + slow)
+    assert 0.05 < w / pcie < 0.1  # 7.6B / tp2 / pp2 in bf16 over ~51 GB/s
+    assert r.old_log_prob_time_s[1] - r.old_log_prob_time_s[0] == pytest.approx(actor)
+    assert r.update_time_s[1] - r.update_time_s[0] == pytest.approx(actor)
+    assert r.ref_time_s[1] == pytest.approx(r.ref_time_s[0])
+    assert r.ref_time_s[2] - r.ref_time_s[1] == pytest.approx(2 * w / pcie)
+    assert r.log_prob_time_s[2] - r.log_prob_time_s[0] == pytest.approx(actor + 2 * w / pcie)
+
+
+def test_verl_megatron_moves_only_for_verl_megatron_with_a_reference():
+    base = {**VERL, "offload_params": True, "ref_offload": True}
+    r = simulate_rl(pd.DataFrame([base, {**base, "rl_framework": "nemo_rl"},
+                                  {**base, "train_zero": 3}, {**base, "use_ref": False}]))
+    plain = simulate_rl(pd.DataFrame([{**VERL, "rl_framework": "nemo_rl"},
+                                      {**VERL, "train_zero": 3}, VERL]))
+    assert r.old_log_prob_time_s[0] > plain.old_log_prob_time_s[2]
+    # NeMo RL (its own reference swap) and FSDP trainers: nothing from verl_megatron
+    assert r.update_time_s[1] == pytest.approx(plain.update_time_s[0])
+    assert r.update_time_s[2] == pytest.approx(plain.update_time_s[1])
+    # no KL term (DAPO): no reference pass, nothing to move
+    assert r.ref_time_s[3] == 0
+
+
+def test_run_file_ref_offload_reaches_the_model_and_the_verl_recipe(tmp_path):
+    import yaml
+
+    import sweep
+    from sweep.advice.rl import verl_overrides
+
+    path = "search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml"
+    src = yaml.safe_load(open(path))
+    src["train"]["ref_offload"] = True
+    f = tmp_path / "ref_offload.yaml"
+    f.write_text(yaml.safe_dump(src))
+    one, two = sweep.simulate(path), sweep.simulate(str(f))
+    assert two.ref_time_s.iloc[0] > one.ref_time_s.iloc[0]
+    assert two.update_time_s.iloc[0] == pytest.approx(one.update_time_s.iloc[0])
+    assert verl_overrides(two.iloc[0])["actor_rollout_ref.ref.megatron.param_offload"] is True
+    assert verl_overrides(one.iloc[0])["actor_rollout_ref.ref.megatron.param_offload"] is False

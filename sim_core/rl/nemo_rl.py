@@ -95,7 +95,7 @@ def megatron_bin_padding(b, tf: pd.DataFrame, sim: pd.DataFrame,
     cp = tf["cp"].to_numpy(float) if "cp" in tf else np.ones(n)
     zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(n)
     dp = np.maximum(sim["dp"].to_numpy(float), 1.0)
-    on = (b.sequence_packing > 0) & (b.dynamic_batching <= 0) & (zero < 3)
+    on = (b.sequence_packing > 0) & (b.dynamic_batching <= 0) & ~(zero >= 3)
     multiple = np.where(cp > 1, 2.0 * cp * tp, tp)
     # mean padded length: a sequence gains (multiple - 1) / 2 tokens on average
     seq = b.prompt_len + b.response_mean + (multiple - 1.0) / 2.0

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import generation, nemo_rl
+from . import generation, nemo_rl, verl_megatron
 from .inputs import constants
 
 
@@ -165,12 +165,15 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     updates = b.mini_batches * b.ppo_epochs
     update = ((step + ext["update_pad_s"] + ext["update_bins_s"]) * updates + ext["update_loss_s"] * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
-    ref = (lp_pass + ext["ref_swap_s"]) * b.use_ref
+    # verl's Megatron workers load and offload the parameters in each phase (verl_megatron.py)
+    vm = verl_megatron.phase_moves(b, tf, sim, pcie_bytes_per_s(b))
+    update = update + vm["update_s"]
+    ref = (lp_pass + ext["ref_swap_s"]) * b.use_ref + vm["ref_s"]
     return {
-        "old_log_prob_time_s": lp_pass,
+        "old_log_prob_time_s": lp_pass + vm["log_prob_s"],
         "ref_time_s": ref,
         "ref_swap_time_s": ext["ref_swap_s"] * b.use_ref,
-        "log_prob_time_s": lp_pass * (n_fwd - b.use_ref) + ref,
+        "log_prob_time_s": lp_pass * (n_fwd - b.use_ref) + ref + vm["log_prob_s"],
         "update_time_s": update,
         "train_step_time_s": step,
         "train_valid": sim["valid"].to_numpy() & mem["valid"].to_numpy(),
