@@ -136,3 +136,22 @@ def test_run_file_ref_offload_reaches_the_model_and_the_verl_recipe(tmp_path):
     assert two.update_time_s.iloc[0] == pytest.approx(one.update_time_s.iloc[0])
     assert verl_overrides(two.iloc[0])["actor_rollout_ref.ref.megatron.param_offload"] is True
     assert verl_overrides(one.iloc[0])["actor_rollout_ref.ref.megatron.param_offload"] is False
+
+
+def test_host_adam_bounds_the_cpu_optimizer_step():
+    # Megatron HybridDeviceOptimizer: torch.optim.AdamW on the host, 80 B per parameter of
+    # memory traffic at the node's DRAM bandwidth shared by its 8 GPU processes; the PCIe
+    # copies overlap with it (the longer counts)
+    rows = [{**VERL, "num_gpus": 16}, {**VERL, "num_gpus": 16, "optimizer_cpu_offload": 1.0}]
+    df = pd.DataFrame(rows)
+    b = inputs.to_batch(df)
+    sim = simulate_frame(training.training_frame(df, b).reset_index(drop=True))
+    tr = training.passes(df, b)
+    k = inputs.constants()
+    params = sim["mem_optimizer"][1] * 2 ** 30 / 12  # the optimizer shard's parameters
+    adam = params * k["host_adam_bytes_per_param"] / (k["host_dram_gbs"] * 1e9 / 8)
+    pcie = params * 4 / training.pcie_bytes_per_s(b)[1]
+    assert adam > pcie  # host memory, not PCIe, sets the pace: 80 B at 77 GB/s vs 4 B at 51
+    assert tr["optimizer_host_time_s"][1] == pytest.approx(adam * 2)  # 2 optimizer steps
+    assert tr["optimizer_host_time_s"][0] == 0
+    assert tr["update_time_s"][1] - tr["update_time_s"][0] > 0.9 * adam * 2

@@ -138,10 +138,17 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     # master + Adam m, v; sim_core/memory.py) leave the training peak, and every optimizer step
     # moves that shard's fp32 gradients to the host and its bf16 parameters back over PCIe
     # (`overlap_cpu_optimizer_d2h_h2d`: the two directions overlap, the longer counts). The
-    # host's Adam arithmetic itself is not priced.
+    # host runs PyTorch's CPU AdamW over that shard (catalogs/rl.yaml host_adam_bytes_per_param,
+    # at the node's host memory bandwidth shared by its GPUs' processes); Megatron's
+    # HybridDeviceOptimizer steps each group as its gradients arrive, so the copies and the
+    # host arithmetic overlap: the longest counts.
     f = np.clip(b.optimizer_cpu_offload, 0.0, 1.0)
     opt_b = sim["mem_optimizer"].to_numpy() * 2.0 ** 30 * f
-    host_step = np.maximum(opt_b / 12 * 4, opt_b / 12 * 2) / pcie_bytes_per_s(b)
+    k = constants()
+    host_bw = k["host_dram_gbs"] * 1e9 / np.maximum(b.gpus_per_node, 1.0)
+    host_adam = opt_b / 12 * k["host_adam_bytes_per_param"] / host_bw
+    host_step = np.maximum(np.maximum(opt_b / 12 * 4, opt_b / 12 * 2) / pcie_bytes_per_s(b),
+                           host_adam)
     step = step + host_step
     comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
     fwd = sim["time_compute"].to_numpy() / 3 + comm / 2 + sim["time_bubble"].to_numpy() / 3
