@@ -28,7 +28,7 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  "train_tp", "train_cp", "train_ep", "train_pp", "train_etp",
                  "prompts_per_step", "responses_per_prompt", "rollout_batch_seqs",
                  "train_gbs_seqs", "optimizer_cpu_offload", "logprob_batch_size")
-BOOL_COLUMNS = ("offload_params", "offload_optimizer", "enforce_eager",
+BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_eager",
                 "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref")
 
 PLACEMENTS = {

@@ -68,6 +68,9 @@ RL_COLUMNS = {
     "use_ref": True,            # a reference-policy forward for the KL term
     "offload_params": False,    # colocated: training weights to host during generation
     "offload_optimizer": False,  # colocated: optimizer state to host during generation
+    # the reference model's parameters kept on the host, loaded for each reference pass (verl
+    # `ref.megatron.param_offload` / `ref.fsdp_config.param_offload`; verl_megatron.py)
+    "ref_offload": False,
     "enforce_eager": False,     # the rollout engine without CUDA graphs (vLLM enforce_eager)
     # fraction of the optimizer states kept on the host through the update, the optimizer
     # step run there (Megatron optimizer_cpu_offload + optimizer_offload_fraction)

@@ -65,11 +65,61 @@ def _sim_loss_bytes(tf: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return workload.LOSS_TRAFFIC_FWD[idx], workload.LOSS_TRAFFIC_BWD[idx]
 
 
+def megatron_bin_padding(b, tf: pd.DataFrame, sim: pd.DataFrame,
+                         pack_budget: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Extra tokens the busiest data-parallel rank runs through the layers in NeMo RL's packed
+    Megatron passes, as a fraction of the tokens the step priced per rank (update per
+    optimizer step, log-prob pass over the whole batch). Zero where it does not apply.
+
+    NeMo RL v0.3.0 `distributed/batched_data_dict.py shard_by_batch_size` packs each chunk
+    (the optimizer step's `train_global_batch_size` sequences for the update, the whole batch
+    for log-probs: `lm_policy.py get_logprobs` passes `batch_size=None`) into bins of
+    `max_tokens_per_microbatch` (train_mb_tokens; logprob_mb_tokens = max_total_sequence_length
+    x logprob_batch_size) with first-fit-decreasing, after padding every sequence to a
+    multiple of `sequence_length_pad_multiple` (tp, or 2 x cp x tp with CP), then deals the
+    bins round-robin (`shard_idx = bin_idx % shards`): the busiest rank holds ceil(bins / dp)
+    of them and the others wait for it at the gradient reduce. With pipeline parallelism,
+    `megatron_policy_worker.py` `train` and `get_logprobs` pad every packed micro-batch to
+    the rank's longest bin (`pad_full_seq_to` = max of `micro_batch_lengths`, "to maintain a
+    static PP buffer"; `models/megatron/common.py _pack_sequences_for_megatron` pads the
+    last sequence up to it): each bin then runs at the capacity (first-fit-decreasing fills
+    its first bin to within a sequence of it). Bins are counted at their lower bound,
+    tokens / capacity, which first-fit-decreasing meets within a bin or two when sequences are
+    shorter than the capacity; the step's own rounding to whole micro-batches counts toward
+    the padding (never below what it priced). Megatron with sequence packing only: DTensor
+    pads each training bin to the capacity anyway (`update_pad_s`), dynamic batching and
+    unpacked micro-batches are formed otherwise."""
+    n = len(tf)
+    tp = tf["tp"].to_numpy(float) if "tp" in tf else np.ones(n)
+    pp = tf["pp"].to_numpy(float) if "pp" in tf else np.ones(n)
+    cp = tf["cp"].to_numpy(float) if "cp" in tf else np.ones(n)
+    zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(n)
+    dp = np.maximum(sim["dp"].to_numpy(float), 1.0)
+    on = (b.sequence_packing > 0) & (b.dynamic_batching <= 0) & ~(zero >= 3)
+    multiple = np.where(cp > 1, 2.0 * cp * tp, tp)
+    # mean padded length: a sequence gains (multiple - 1) / 2 tokens on average
+    seq = b.prompt_len + b.response_mean + (multiple - 1.0) / 2.0
+    # the tokens the step priced on one rank per optimizer step (training_frame's micro-batches)
+    priced = tf["global_batch"].to_numpy(float) * tf["seq_len"].to_numpy(float) / dp
+
+    def busiest(seqs, cap):
+        tokens = seqs * seq
+        bins = np.maximum(np.ceil(tokens / cap - 1e-9), 1.0)
+        per_bin = np.where(pp > 1, cap, tokens / bins)
+        return np.ceil(bins / dp - 1e-9) * per_bin
+
+    cap = np.maximum(pack_budget, 1.0)
+    up = busiest(np.ceil(b.sequences / b.mini_batches), cap) / priced - 1.0
+    lp = busiest(b.sequences, cap * np.maximum(b.logprob_batch_size, 1.0)) \
+        / (priced * b.mini_batches) - 1.0
+    return (np.where(on, np.maximum(up, 0.0), 0.0), np.where(on, np.maximum(lp, 0.0), 0.0))
+
+
 def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray,
            pack_budget: np.ndarray) -> dict:
     """Seconds NeMo RL adds: `ref_swap_s` (to the reference log-prob pass, per RL step),
-    `logprob_loss_s` (per log-prob pass), `update_loss_s` (per update epoch), `update_pad_s`
-    (per optimizer step). Zero for rows that are not `rl_framework: nemo_rl`."""
+    `logprob_loss_s` and `logprob_bins_s` (per log-prob pass), `update_loss_s` (per update
+    epoch), `update_pad_s` and `update_bins_s` (per optimizer step). Zero for rows that are not `rl_framework: nemo_rl`."""
     on = (b.rl_framework == RL_FRAMEWORK.index("nemo_rl")).astype(float)
     tp = tf["tp"].to_numpy(float) if "tp" in tf else np.ones(len(tf))
     cp = tf["cp"].to_numpy(float) if "cp" in tf else np.ones(len(tf))
@@ -106,7 +156,12 @@ def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray,
     filled = tf["micro_batch"].to_numpy(float) * tf["seq_len"].to_numpy(float)
     budget = np.maximum(pack_budget, filled)
     pad = np.where(fsdp & packed, budget / np.maximum(filled, 1.0) - 1.0, 0.0)
+    # 4. Megatron's packed bins: dealt round-robin over DP, padded to the longest with PP
+    up_bins, lp_bins = megatron_bin_padding(b, tf, sim, pack_budget)
+    pipe = sim["time_compute"].to_numpy(float) + sim["time_bubble"].to_numpy(float)
     return {
+        "update_bins_s": on * up_bins * pipe,
+        "logprob_bins_s": on * lp_bins * pipe / 3.0 * b.mini_batches,
         "update_pad_s": on * pad * sim["time_compute"].to_numpy(float),
         "ref_swap_s": on * ref_swap,
         "logprob_loss_s": on * np.maximum(lp_bytes, 0.0) * logits / hbm,

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import generation, nemo_rl
+from . import generation, nemo_rl, verl_megatron
 from .inputs import constants
 
 
@@ -138,10 +138,17 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     # master + Adam m, v; sim_core/memory.py) leave the training peak, and every optimizer step
     # moves that shard's fp32 gradients to the host and its bf16 parameters back over PCIe
     # (`overlap_cpu_optimizer_d2h_h2d`: the two directions overlap, the longer counts). The
-    # host's Adam arithmetic itself is not priced.
+    # host runs PyTorch's CPU AdamW over that shard (catalogs/rl.yaml host_adam_bytes_per_param,
+    # at the node's host memory bandwidth shared by its GPUs' processes); Megatron's
+    # HybridDeviceOptimizer steps each group as its gradients arrive, so the copies and the
+    # host arithmetic overlap: the longest counts.
     f = np.clip(b.optimizer_cpu_offload, 0.0, 1.0)
     opt_b = sim["mem_optimizer"].to_numpy() * 2.0 ** 30 * f
-    host_step = np.maximum(opt_b / 12 * 4, opt_b / 12 * 2) / pcie_bytes_per_s(b)
+    k = constants()
+    host_bw = k["host_dram_gbs"] * 1e9 / np.maximum(b.gpus_per_node, 1.0)
+    host_adam = opt_b / 12 * k["host_adam_bytes_per_param"] / host_bw
+    host_step = np.maximum(np.maximum(opt_b / 12 * 4, opt_b / 12 * 2) / pcie_bytes_per_s(b),
+                           host_adam)
     step = step + host_step
     comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
     fwd = sim["time_compute"].to_numpy() / 3 + comm / 2 + sim["time_bubble"].to_numpy() / 3
@@ -160,17 +167,20 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     fwd = fwd + np.where(zero >= 3, sim["time_dp"].to_numpy() * gather_share, 0.0) / \
         np.maximum(b.logprob_batch_size, 1.0)
     ext = nemo_rl.extras(b, tf, sim, pcie_bytes_per_s(b), pack_budget(df, b))
-    lp_pass = fwd * b.mini_batches + ext["logprob_loss_s"]
+    lp_pass = fwd * b.mini_batches + ext["logprob_loss_s"] + ext["logprob_bins_s"]
     n_fwd = 1 + b.use_ref + (b.algorithm == 2)  # old log-prob, ref, PPO critic values
     updates = b.mini_batches * b.ppo_epochs
-    update = ((step + ext["update_pad_s"]) * updates + ext["update_loss_s"] * b.ppo_epochs) \
+    update = ((step + ext["update_pad_s"] + ext["update_bins_s"]) * updates + ext["update_loss_s"] * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
-    ref = (lp_pass + ext["ref_swap_s"]) * b.use_ref
+    # verl's Megatron workers load and offload the parameters in each phase (verl_megatron.py)
+    vm = verl_megatron.phase_moves(b, tf, sim, pcie_bytes_per_s(b))
+    update = update + vm["update_s"]
+    ref = (lp_pass + ext["ref_swap_s"]) * b.use_ref + vm["ref_s"]
     return {
-        "old_log_prob_time_s": lp_pass,
+        "old_log_prob_time_s": lp_pass + vm["log_prob_s"],
         "ref_time_s": ref,
         "ref_swap_time_s": ext["ref_swap_s"] * b.use_ref,
-        "log_prob_time_s": lp_pass * (n_fwd - b.use_ref) + ref,
+        "log_prob_time_s": lp_pass * (n_fwd - b.use_ref) + ref + vm["log_prob_s"],
         "update_time_s": update,
         "train_step_time_s": step,
         "train_valid": sim["valid"].to_numpy() & mem["valid"].to_numpy(),

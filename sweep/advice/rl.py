@@ -63,6 +63,7 @@ def verl_overrides(row) -> dict:
             _i(row["train_etp"]) if _i(row.get("train_etp", 0) or 0) > 0 else None,
         "actor_rollout_ref.actor.megatron.optimizer_offload": bool(row["offload_optimizer"]),
         "actor_rollout_ref.actor.megatron.param_offload": bool(row["offload_params"]),
+        "actor_rollout_ref.ref.megatron.param_offload": bool(row.get("ref_offload", False)),
         "actor_rollout_ref.actor.ppo_mini_batch_size": max(seqs // _i(row["mini_batches"]), 1),
         "actor_rollout_ref.actor.ppo_epochs": _i(row["ppo_epochs"]),
         "actor_rollout_ref.actor.use_dynamic_bsz": True,

@@ -71,6 +71,8 @@ class Train(_S):
     use_ref: bool = True
     offload_params: bool = False
     offload_optimizer: bool = False
+    # the reference model on the host between its passes (verl ref param_offload)
+    ref_offload: bool = False
     # fraction of the optimizer states on the host through the update (Megatron
     # optimizer_cpu_offload + optimizer_offload_fraction)
     optimizer_cpu_offload: float = Field(0.0, ge=0, le=1)
@@ -181,6 +183,7 @@ class RLConfig(_S):
             "mini_batches": self.train.mini_batches, "ppo_epochs": self.train.ppo_epochs,
             "use_ref": self.train.use_ref, "offload_params": self.train.offload_params,
             "offload_optimizer": self.train.offload_optimizer,
+            "ref_offload": self.train.ref_offload,
             "enforce_eager": r.enforce_eager,
             "optimizer_cpu_offload": self.train.optimizer_cpu_offload,
             "train_framework": self.train.framework,

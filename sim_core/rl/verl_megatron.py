@@ -1,0 +1,57 @@
+"""What verl's Megatron workers run around their training phases beyond the pre-training step.
+
+`training.py` prices the log-prob passes and the update through the pre-training simulator;
+`phases.py` prices the one round trip of the offloaded training states around generation
+(colocated). verl's Megatron worker (volcengine/verl v0.7.0 `verl/workers/megatron_workers.py`)
+moves the offloaded parameters once more in every training phase, inside the phase's timer:
+
+- `compute_log_prob` (old log-probs): `load_megatron_model_to_gpu(actor_module,
+  load_grad=False)` before the pass, `offload_megatron_model_to_cpu(actor_module)` after it,
+  when `actor.megatron.param_offload`;
+- `update_actor`: the same load (its gradient buffer is only re-allocated and zeroed, no copy)
+  and offload around `update_policy` (the optimizer's round trip, `optimizer_offload`, is the
+  one phases.py already prices);
+- `compute_ref_log_prob`: the reference model's load and offload when
+  `ref.megatron.param_offload` (`ref_offload`).
+
+How the bytes move (`verl/utils/megatron_utils.py` v0.7.0): the actor's DDP parameter buffers
+(bf16, the model-parallel rank's parameters: "bf16 parameter data chunked in model parallel
+group") come back with `param_data.copy_(param_data.cpu_data, non_blocking=True)` from pinned
+host memory, and leave with `param_data.data.cpu().pin_memory()`: a copy into pageable memory
+(catalogs/rl.yaml `pageable_slowdown`), then a host-to-host copy into pinned memory that is not
+priced (host memory bandwidth is in no catalog). The reference module is not DDP-wrapped: its
+parameters go with `param.data.to("cpu", non_blocking=True)` (pinned: PyTorch pins the
+destination of a non-blocking device-to-host `to`) and come back with `.to(device,
+non_blocking=True)`, both at the pinned PCIe rate. Each load and offload also runs
+`gc.collect()` and `empty_cache()`, not priced.
+
+Only for `rl_framework: verl` with a Megatron trainer (ZeRO below 3); verl's FSDP workers are
+priced elsewhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .inputs import RL_FRAMEWORK, constants
+
+
+def phase_moves(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray) -> dict:
+    """Seconds per RL step the per-phase parameter moves add: `log_prob_s` (old log-prob
+    pass), `update_s` (the update) and `ref_s` (reference pass). Zero where they do not
+    apply."""
+    n = len(tf)
+    zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(n)
+    on = (b.rl_framework == RL_FRAMEWORK.index("verl")) & ~(zero >= 3)  # NaN: not FSDP
+    weights = sim["params_per_gpu"].to_numpy(float) * 2.0  # bf16 parameter buffers
+    slow = float(constants().get("pageable_slowdown", 1.0))
+    # load from pinned memory, offload through pageable memory
+    actor_trip = weights / pcie_bytes_per_s * (1.0 + slow)
+    ref_trip = 2.0 * weights / pcie_bytes_per_s
+    actor = np.where(on & (b.offload_params > 0), actor_trip, 0.0)
+    return {
+        "log_prob_s": actor,
+        "update_s": actor,
+        "ref_s": np.where(on & (b.ref_offload > 0) & (b.use_ref > 0), ref_trip, 0.0),
+    }
