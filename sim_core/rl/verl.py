@@ -1,0 +1,189 @@
+"""What verl's FSDP workers run in the training phases, priced from verl's code.
+
+`training.py` prices every log-prob pass and update as the pre-training step over sequences
+of the mean length packed up to `train_seq_len` tokens: what NeMo RL's packing and verl's
+`use_dynamic_bsz` with `use_remove_padding` run. verl's FSDP workers (`verl/workers/
+fsdp_workers.py`, `actor/dp_actor.py`, `critic/dp_critic.py`, volcengine/verl tags v0.4.0 and
+v0.5.0, the versions of the 2025 logs; unchanged in these respects at v0.7.0) run other
+micro-batches when a script says so, and move weights between host and GPU in every phase.
+On for `rl_framework: verl` rows trained with FSDP (`zero >= 3`); each rule below is read
+from that code, nothing is fitted on the validation rows.
+
+1. **Micro-batches as the worker forms them.** `use_dynamic_bsz` (the `sequence_packing`
+   column) splits each GPU's sequences with `seqlen_balancing.rearrange_micro_batches`:
+   `ceil(effective tokens / max_token_len)` micro-batches (effective = the attention mask's
+   sum, whatever the padding). Without it, `batch.split(micro_batch_size_per_gpu)`:
+   `micro_batch_seqs` sequences per micro-batch (`ppo_micro_batch_size_per_gpu`; the log-prob
+   passes `log_prob_micro_batch_size_per_gpu`, `logprob_micro_batch_seqs`).
+2. **Padding.** With `use_remove_padding` the model runs the unpadded tokens (`unpad_input`,
+   varlen attention); without it, the `[batch, prompt_max + response_max]` tensor: prompts are
+   left-padded to `max_prompt_length` (`RLHFDataset` -> `tokenize_and_postprocess_data`) and
+   responses to `response_length` (vLLM rollout `pad_2d_list_to_length`), so every layer's
+   GEMMs and the LM head run over `prompt_max + response_max` tokens per sequence.
+3. **The critic is its own model** (`dp_critic.py`): its own `use_remove_padding` (default
+   **False**: `critic.model.use_remove_padding`, ppo_trainer.yaml v0.4.0, critic/dp_critic.yaml
+   v0.7.0), its own token budget (`critic.ppo_max_token_len_per_gpu` 32768, also
+   `forward_max_token_len_per_gpu`) and micro-batch (`critic_micro_batch_seqs`); the values
+   pass (`compute_values`) and `update_critic` are priced on that frame, not the actor's.
+4. **The reference model streams its weights from the host in every forward.**
+   `fsdp_workers.py _build_model_optimizer`: "We force reference policy to use CPUOffload"
+   (`CPUOffload(offload_params=True)` for FSDP1, `CPUOffloadPolicy(pin_memory=True)` for FSDP2),
+   with bf16 weights (`torch_dtype = bfloat16` for a non-actor role). FSDP copies each unit's
+   shard to the GPU before its all-gather in every forward (`FlatParamHandle.pre_unshard` ->
+   `flat_param_to(device)`; the shard is pinned: `init_flat_param_attributes` pins
+   `_local_shard`, torch/distributed/fsdp/_flat_param.py): per reference micro-batch, the
+   per-GPU bf16 shard over PCIe.
+5. **`param_offload` / `optimizer_offload` move states in every phase.** `compute_log_prob`,
+   `compute_values` load the model (`load_fsdp_model_to_gpu`) and offload it after;
+   `update_actor` / `update_critic` load and offload the model and the optimizer states
+   (`load_fsdp_optimizer` / `offload_fsdp_optimizer`); the rollout's sharding manager loads and
+   offloads the actor's weights around generation (`phases.py` prices that one). The copies
+   are `.to(device, non_blocking=True)`: a non-blocking device-to-host copy lands in pinned
+   memory, so both ways run at PCIe rate. The states are fp32 (`torch_dtype = float32` for the
+   actor and the critic: 4 B/param of weights, 8 B/param of Adam moments) sharded over the
+   FSDP ranks. The optimizer is never moved around generation, so `phases.py`'s pageable
+   optimizer round trip (NeMo RL's) is not charged to these rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..simulate import simulate_frame
+from .inputs import RL_FRAMEWORK
+
+# bytes per parameter of the fp32 FSDP shards verl keeps (fsdp_workers.py: actor and critic
+# loaded in fp32, MixedPrecision computes in bf16) and of the Adam moments (exp_avg,
+# exp_avg_sq, fp32)
+WEIGHT_BYTES = 4.0
+ADAM_BYTES = 8.0
+# the reference model's weights (bf16, fsdp_workers.py: non-actor roles load in bfloat16)
+REF_WEIGHT_BYTES = 2.0
+
+
+def active(b, tf: pd.DataFrame) -> np.ndarray:
+    """Rows priced by verl's FSDP workers: `rl_framework: verl` trained with FSDP / FSDP2."""
+    zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(len(tf))
+    return (b.rl_framework == RL_FRAMEWORK.index("verl")) & (zero >= 3)
+
+
+def micro_batching(seqs_per_gpu, real_len, run_len, dynamic, budget, mb_seqs):
+    """(sequences per micro-batch, micro-batches) one GPU runs for `seqs_per_gpu` sequences.
+
+    dynamic (`use_dynamic_bsz`): ceil(effective tokens / budget) micro-batches, at most one
+    per sequence (`rearrange_micro_batches`); else `mb_seqs` per micro-batch (`batch.split`).
+    A padded micro-batch must hold its padded sequences whole: the budget is checked against
+    `run_len` by verl (`assert max_token_len >= max_seq_len`), not used to split them."""
+    del run_len
+    s = np.maximum(seqs_per_gpu, 1.0)
+    n_dyn = np.minimum(np.ceil(s * real_len / np.maximum(budget, 1.0)), s)
+    n_fix = np.ceil(s / np.maximum(mb_seqs, 1.0))
+    n = np.where(dynamic, n_dyn, n_fix)
+    return s / n, n
+
+
+def _frame(tf: pd.DataFrame, dp, run_len, mb, n_mb) -> pd.DataFrame:
+    """The training frame with verl's micro-batches: `n_mb` micro-batches per GPU of `mb`
+    sequences of `run_len` tokens (whole sequences: the step simulator takes integers)."""
+    out = tf.copy()
+    mbi = np.maximum(np.round(mb), 1.0)
+    out["seq_len"] = np.round(run_len)
+    out["micro_batch"] = mbi
+    out["global_batch"] = n_mb * dp * mbi
+    return out
+
+
+def _forward(sim: pd.DataFrame, zero_gather_share: np.ndarray) -> np.ndarray:
+    """A forward-only pass over the frame: as `training.passes` prices one (a third of the
+    compute, half the exposed model-parallel transfers, the bubble in proportion) plus the
+    FSDP all-gather every micro-batch's forward issues."""
+    comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
+    return (sim["time_compute"].to_numpy() / 3 + comm / 2 + sim["time_bubble"].to_numpy() / 3
+            + sim["time_dp"].to_numpy() * zero_gather_share)
+
+
+def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per_s,
+           pack_budget: np.ndarray, gather_share: np.ndarray, packed_lp: np.ndarray,
+           packed_step: np.ndarray, profile=None) -> dict:
+    """Per row, verl's phase seconds where `active` (NaN elsewhere): `old_log_prob_s`,
+    `ref_s` (with `ref_stream_s`, its host-to-GPU weight streaming), `values_s` (PPO critic),
+    `update_actor_s`, `update_critic_s`, `host_moves_s` (rule 5, inside those), and `on`.
+
+    packed_lp, packed_step: `training.passes`' forward pass and optimizer step over packed
+    sequences (length-biased attention, the packing budget): what verl's actor runs with
+    `use_dynamic_bsz` and `use_remove_padding` both on, kept for those rows."""
+    n = len(df)
+    on = active(b, tf)
+    nan = np.full(n, np.nan)
+    out = {k: nan.copy() for k in ("old_log_prob_s", "ref_s", "ref_stream_s", "values_s",
+                                   "update_actor_s", "update_critic_s", "host_moves_s")}
+    out["on"] = on
+    if not on.any():
+        return out
+    real = b.prompt_len + b.response_mean
+    padded_len = b.prompt_max + b.response_max
+    dyn = b.sequence_packing > 0
+    mb_train = np.maximum(b.micro_batch_seqs, 1.0)
+    mb_lp = np.where(b.logprob_micro_batch_seqs > 0, b.logprob_micro_batch_seqs, mb_train)
+    mb_critic = np.where(b.critic_micro_batch_seqs > 0, b.critic_micro_batch_seqs, mb_train)
+    actor_len = np.where(b.remove_padding > 0, real, padded_len)
+    critic_len = np.where(b.critic_remove_padding > 0, real, padded_len)
+    all_seqs = b.sequences / dp                         # per GPU, a whole forward pass
+    mini_seqs = b.sequences / b.mini_batches / dp       # per GPU, one optimizer step
+    ppo = b.algorithm == 2
+
+    frames = {
+        "lp": (all_seqs, actor_len, pack_budget, mb_lp),
+        "upd": (mini_seqs, actor_len, pack_budget, mb_train),
+        "cval": (all_seqs, critic_len, b.critic_seq_len, mb_critic),
+        "cupd": (mini_seqs, critic_len, b.critic_seq_len, mb_critic),
+    }
+    sims, counts = {}, {}
+    idx = np.flatnonzero(on)
+    for key, (seqs, run_len, budget, mbs) in frames.items():
+        mb, n_mb = micro_batching(seqs, real, run_len, dyn, budget, mbs)
+        fr = _frame(tf, dp, run_len, mb, n_mb)
+        sims[key] = simulate_frame(fr.iloc[idx].reset_index(drop=True), profile)
+        counts[key] = n_mb[idx]
+
+    def put(arr):
+        full = nan.copy()
+        full[idx] = arr
+        return full
+
+    g = gather_share[idx]
+    # the actor: packed rows keep training.passes' pricing, the others run verl's frames
+    own = ~(dyn & (b.remove_padding > 0))[idx]
+    lp = np.where(own, _forward(sims["lp"], g), packed_lp[idx])
+    upd_step = np.where(own, sims["upd"]["step_time_s"].to_numpy(), packed_step[idx])
+    cval = _forward(sims["cval"], g)
+    cupd_step = sims["cupd"]["step_time_s"].to_numpy()
+
+    pcie = np.broadcast_to(pcie_bytes_per_s, (n,))[idx]
+    params = b.params[idx]
+    dpi = dp[idx]
+    # 4. the reference model's bf16 shard copied to the GPU in every reference micro-batch
+    # (packed rows: as many micro-batches as the budget holds)
+    lp_mbs = np.where(own, counts["lp"], np.ceil(all_seqs[idx] * real[idx]
+                                                  / np.maximum(pack_budget[idx], 1.0)))
+    ref_stream = lp_mbs * params * REF_WEIGHT_BYTES / dpi / pcie
+    # 5. param_offload / optimizer_offload: load + offload per phase (fp32 shards, pinned)
+    w = params * WEIGHT_BYTES / dpi / pcie            # one copy of the weights shard
+    opt = params * ADAM_BYTES / dpi / pcie            # one copy of the Adam moments
+    p_off = b.offload_params[idx]
+    o_off = b.offload_optimizer[idx]
+    moves_lp = 2 * w * p_off
+    moves_upd = 2 * w * p_off + 2 * opt * o_off
+    epochs = b.ppo_epochs[idx]
+    minis = b.mini_batches[idx]
+    ppo_i = ppo[idx]
+
+    out["old_log_prob_s"] = put(lp + moves_lp)
+    out["ref_stream_s"] = put(ref_stream)
+    out["ref_s"] = put((lp + ref_stream) * b.use_ref[idx])
+    out["values_s"] = put(np.where(ppo_i, cval + moves_lp, 0.0))
+    out["update_actor_s"] = put(upd_step * minis * epochs + moves_upd)
+    out["update_critic_s"] = put(np.where(ppo_i, cupd_step * minis * epochs + moves_upd, 0.0))
+    out["host_moves_s"] = put(moves_lp + moves_upd + np.where(ppo_i, moves_lp + moves_upd, 0.0))
+    return out
