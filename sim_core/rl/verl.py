@@ -50,7 +50,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .. import compute
 from ..simulate import simulate_frame
+from . import nemo_rl
 from .inputs import RL_FRAMEWORK
 
 # bytes per parameter of the fp32 FSDP shards verl keeps (fsdp_workers.py: actor and critic
@@ -103,6 +105,23 @@ def _forward(sim: pd.DataFrame, zero_gather_share: np.ndarray) -> np.ndarray:
             + sim["time_dp"].to_numpy() * zero_gather_share)
 
 
+def _lm_head_step(b, fr: pd.DataFrame, idx: np.ndarray, sim: pd.DataFrame) -> np.ndarray:
+    """Seconds of one optimizer step the LM head and the vocabulary loss take in `sim` (the
+    frame `fr`, rows `idx`): the head's GEMMs (forward + two backward: 6 h V FLOPs per token)
+    at the arch's GEMM ceiling and the loss's bytes per logit (`workload.LOSS_TRAFFIC_*` of
+    the resolved loss) at the elementwise HBM efficiency, over one GPU's tokens of the step."""
+    sub = fr.iloc[idx].reset_index(drop=True)
+    tp = sub["tp"].to_numpy(float) if "tp" in sub else np.ones(len(sub))
+    tokens = (sim["num_microbatches"].to_numpy(float) * sub["micro_batch"].to_numpy(float)
+              * sub["seq_len"].to_numpy(float))
+    arch = b.sm_arch[idx]
+    gemm = b.peak_bf16[idx] * 1e12 * compute._by_arch(arch, "gemm_max", "bf16")
+    hbm = b.hbm_bw_gbs[idx] * 1e9 * compute._by_arch(arch, "elementwise")
+    fwd, bwd = nemo_rl._sim_loss_bytes(sub)
+    logits = tokens * b.vocab[idx] / tp
+    return 6.0 * b.hidden[idx] * logits / gemm + (fwd + bwd) * logits / hbm
+
+
 def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per_s,
            pack_budget: np.ndarray, gather_share: np.ndarray, packed_lp: np.ndarray,
            packed_step: np.ndarray, profile=None) -> dict:
@@ -139,11 +158,11 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
         "cval": (all_seqs, critic_len, b.critic_seq_len, mb_critic),
         "cupd": (mini_seqs, critic_len, b.critic_seq_len, mb_critic),
     }
-    sims, counts = {}, {}
+    sims, counts, fr_of = {}, {}, {}
     idx = np.flatnonzero(on)
     for key, (seqs, run_len, budget, mbs) in frames.items():
         mb, n_mb = micro_batching(seqs, real, run_len, dyn, budget, mbs)
-        fr = _frame(tf, dp, run_len, mb, n_mb)
+        fr = fr_of[key] = _frame(tf, dp, run_len, mb, n_mb)
         sims[key] = simulate_frame(fr.iloc[idx].reset_index(drop=True), profile)
         counts[key] = n_mb[idx]
 
@@ -153,12 +172,17 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
         return full
 
     g = gather_share[idx]
+    # 3. the critic's head is hidden -> 1 (`AutoModelForTokenClassification`, num_labels 1,
+    # fsdp_workers.py CriticWorker) and its loss a clipped value MSE per token: the LM head
+    # GEMM and the vocabulary loss the step simulator prices for the model are taken out
+    head_step = (_lm_head_step(b, fr_of["cupd"], idx, sims["cupd"]),
+                 _lm_head_step(b, fr_of["cval"], idx, sims["cval"]))
     # the actor: packed rows keep training.passes' pricing, the others run verl's frames
     own = ~(dyn & (b.remove_padding > 0))[idx]
     lp = np.where(own, _forward(sims["lp"], g), packed_lp[idx])
     upd_step = np.where(own, sims["upd"]["step_time_s"].to_numpy(), packed_step[idx])
-    cval = _forward(sims["cval"], g)
-    cupd_step = sims["cupd"]["step_time_s"].to_numpy()
+    cval = np.maximum(_forward(sims["cval"], g) - head_step[1] / 3.0, 0.0)
+    cupd_step = np.maximum(sims["cupd"]["step_time_s"].to_numpy() - head_step[0], 0.0)
 
     pcie = np.broadcast_to(pcie_bytes_per_s, (n,))[idx]
     params = b.params[idx]
