@@ -168,8 +168,7 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     values = lp_pass * (b.algorithm == 2)
     # verl's FSDP workers: their own micro-batches, padding, critic and host moves (verl.py)
     v = verl.phases(df, b, tf, sim["dp"].to_numpy(float), pcie_bytes_per_s(b),
-                    pack_budget(df, b), np.where(zero >= 3, gather_share, 0.0),
-                    fwd * b.mini_batches, step, profile)
+                    pack_budget(df, b), np.where(zero >= 3, gather_share, 0.0), profile)
     on = v["on"]
     lp_pass = np.where(on, v["old_log_prob_s"], lp_pass)
     ref = np.where(on, v["ref_s"], ref)

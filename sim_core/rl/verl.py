@@ -85,14 +85,31 @@ def micro_batching(seqs_per_gpu, real_len, run_len, dynamic, budget, mb_seqs):
     return s / n, n
 
 
+# 6. the kernels: verl's FSDP workers run the Hugging Face model in eager PyTorch
+# (fsdp_workers.py `AutoModelForCausalLM.from_pretrained(..., attn_implementation=
+# "flash_attention_2")`; `use_liger` and `use_fused_kernels` off in every script here):
+# RMSNorm, RoPE and SiLU x mul as separate PyTorch ops, flash-attn 2; the token log-probs from
+# flash-attn's Triton cross-entropy (`logprobs_from_logits`, verl/utils/torch_functional.py:
+# one read of the bf16 logits forward, the gradient written in place, `inplace_backward`)
+# after an in-place division by the temperature (`logits_rmpad.div_(temperature)`): the
+# step simulator's `te` count (6 B forward, 4 B backward per logit) is the nearest
+KERNELS = {"fused_elementwise": False, "fused_glu": False, "attention_kernel": "fa2",
+           "loss_impl": "te",
+           # MixedPrecision(reduce_dtype=torch.float32) unless the config says otherwise
+           "grad_reduce_fp32": True}
+
+
 def _frame(tf: pd.DataFrame, dp, run_len, mb, n_mb) -> pd.DataFrame:
-    """The training frame with verl's micro-batches: `n_mb` micro-batches per GPU of `mb`
-    sequences of `run_len` tokens (whole sequences: the step simulator takes integers)."""
+    """The training frame with verl's micro-batches (`n_mb` micro-batches per GPU of `mb`
+    sequences of `run_len` tokens: whole sequences, the step simulator takes integers) and
+    verl's kernels."""
     out = tf.copy()
     mbi = np.maximum(np.round(mb), 1.0)
     out["seq_len"] = np.round(run_len)
     out["micro_batch"] = mbi
     out["global_batch"] = n_mb * dp * mbi
+    for k, v in KERNELS.items():
+        out[k] = v
     return out
 
 
@@ -123,15 +140,10 @@ def _lm_head_step(b, fr: pd.DataFrame, idx: np.ndarray, sim: pd.DataFrame) -> np
 
 
 def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per_s,
-           pack_budget: np.ndarray, gather_share: np.ndarray, packed_lp: np.ndarray,
-           packed_step: np.ndarray, profile=None) -> dict:
+           pack_budget: np.ndarray, gather_share: np.ndarray, profile=None) -> dict:
     """Per row, verl's phase seconds where `active` (NaN elsewhere): `old_log_prob_s`,
     `ref_s` (with `ref_stream_s`, its host-to-GPU weight streaming), `values_s` (PPO critic),
-    `update_actor_s`, `update_critic_s`, `host_moves_s` (rule 5, inside those), and `on`.
-
-    packed_lp, packed_step: `training.passes`' forward pass and optimizer step over packed
-    sequences (length-biased attention, the packing budget): what verl's actor runs with
-    `use_dynamic_bsz` and `use_remove_padding` both on, kept for those rows."""
+    `update_actor_s`, `update_critic_s`, `host_moves_s` (rule 5, inside those), and `on`."""
     n = len(df)
     on = active(b, tf)
     nan = np.full(n, np.nan)
@@ -148,23 +160,32 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     mb_critic = np.where(b.critic_micro_batch_seqs > 0, b.critic_micro_batch_seqs, mb_train)
     actor_len = np.where(b.remove_padding > 0, real, padded_len)
     critic_len = np.where(b.critic_remove_padding > 0, real, padded_len)
-    all_seqs = b.sequences / dp                         # per GPU, a whole forward pass
-    mini_seqs = b.sequences / b.mini_batches / dp       # per GPU, one optimizer step
+    all_seqs = b.sequences / dp            # per GPU: compute_log_prob / compute_values
+    mini_seqs = all_seqs / b.mini_batches  # per GPU: one optimizer step
     ppo = b.algorithm == 2
-
+    # the actor's packed passes (use_dynamic_bsz with use_remove_padding) run training.py's
+    # packed sequences: varlen attention priced at the length-biased length, as many fewer
+    # sequences as keep the tokens
+    packed = dyn & (b.remove_padding > 0)
+    biased = tf["seq_len"].to_numpy(float)
+    a_len = np.where(packed, biased, actor_len)
+    a_real = np.where(packed, biased, real)
+    a_scale = np.where(packed, real / np.maximum(biased, 1.0), 1.0)
     frames = {
-        "lp": (all_seqs, actor_len, pack_budget, mb_lp),
-        "upd": (mini_seqs, actor_len, pack_budget, mb_train),
-        "cval": (all_seqs, critic_len, b.critic_seq_len, mb_critic),
-        "cupd": (mini_seqs, critic_len, b.critic_seq_len, mb_critic),
+        "lp": (all_seqs * a_scale, a_real, a_len, pack_budget, mb_lp),
+        "upd": (mini_seqs * a_scale, a_real, a_len, pack_budget, mb_train),
+        "cval": (all_seqs, real, critic_len, b.critic_seq_len, mb_critic),
+        "cupd": (mini_seqs, real, critic_len, b.critic_seq_len, mb_critic),
     }
-    sims, counts, fr_of = {}, {}, {}
+    sims, fr_of, scale = {}, {}, {}
     idx = np.flatnonzero(on)
-    for key, (seqs, run_len, budget, mbs) in frames.items():
-        mb, n_mb = micro_batching(seqs, real, run_len, dyn, budget, mbs)
+    for key, (seqs, eff_len, run_len, budget, mbs) in frames.items():
+        mb, n_mb = micro_batching(seqs, eff_len, run_len, dyn, budget, mbs)
         fr = fr_of[key] = _frame(tf, dp, run_len, mb, n_mb)
         sims[key] = simulate_frame(fr.iloc[idx].reset_index(drop=True), profile)
-        counts[key] = n_mb[idx]
+        # whole sequences per micro-batch: the frame's time scaled back to the sequences
+        # the GPU holds (a short last micro-batch, a fractional mean)
+        scale[key] = (seqs / (n_mb * fr["micro_batch"].to_numpy(float)))[idx]
 
     def put(arr):
         full = nan.copy()
@@ -177,20 +198,19 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     # GEMM and the vocabulary loss the step simulator prices for the model are taken out
     head_step = (_lm_head_step(b, fr_of["cupd"], idx, sims["cupd"]),
                  _lm_head_step(b, fr_of["cval"], idx, sims["cval"]))
-    # the actor: packed rows keep training.passes' pricing, the others run verl's frames
-    own = ~(dyn & (b.remove_padding > 0))[idx]
-    lp = np.where(own, _forward(sims["lp"], g), packed_lp[idx])
-    upd_step = np.where(own, sims["upd"]["step_time_s"].to_numpy(), packed_step[idx])
-    cval = np.maximum(_forward(sims["cval"], g) - head_step[1] / 3.0, 0.0)
-    cupd_step = np.maximum(sims["cupd"]["step_time_s"].to_numpy() - head_step[0], 0.0)
+    # forward passes over the whole batch; an update is mini_batches x ppo_epochs steps
+    minis = b.mini_batches[idx]
+    lp = _forward(sims["lp"], g) * scale["lp"]
+    upd_step = sims["upd"]["step_time_s"].to_numpy() * scale["upd"]
+    cval = np.maximum(_forward(sims["cval"], g) - head_step[1] / 3.0, 0.0) * scale["cval"]
+    cupd_step = np.maximum(sims["cupd"]["step_time_s"].to_numpy() - head_step[0], 0.0) \
+        * scale["cupd"]
 
     pcie = np.broadcast_to(pcie_bytes_per_s, (n,))[idx]
     params = b.params[idx]
     dpi = dp[idx]
     # 4. the reference model's bf16 shard copied to the GPU in every reference micro-batch
-    # (packed rows: as many micro-batches as the budget holds)
-    lp_mbs = np.where(own, counts["lp"], np.ceil(all_seqs[idx] * real[idx]
-                                                  / np.maximum(pack_budget[idx], 1.0)))
+    lp_mbs = sims["lp"]["num_microbatches"].to_numpy(float)
     ref_stream = lp_mbs * params * REF_WEIGHT_BYTES / dpi / pcie
     # 5. param_offload / optimizer_offload: load + offload per phase (fp32 shards, pinned)
     w = params * WEIGHT_BYTES / dpi / pcie            # one copy of the weights shard
@@ -200,7 +220,6 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     moves_lp = 2 * w * p_off
     moves_upd = 2 * w * p_off + 2 * opt * o_off
     epochs = b.ppo_epochs[idx]
-    minis = b.mini_batches[idx]
     ppo_i = ppo[idx]
 
     out["old_log_prob_s"] = put(lp + moves_lp)
