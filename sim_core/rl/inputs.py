@@ -189,7 +189,12 @@ def to_batch(df: pd.DataFrame) -> Batch:
         if name in enums:
             b[name] = _codes(name, col, enums[name])
         else:
-            b[name] = pd.to_numeric(col).to_numpy(dtype=np.float64)
+            num = pd.to_numeric(col, errors="coerce")
+            bad = num.isna() & col.notna() & ~col.astype(str).str.lower().isin(["nan", ""])
+            if bad.any():
+                raise catalog.CatalogError(
+                    f"{name}: '{col[bad].iloc[0]}' is not a number or true/false")
+            b[name] = num.to_numpy(dtype=np.float64)
     b.update(model_arrays(df["model"]))
     b.update(gpu_arrays(df["gpu"]))
     k = constants()["vllm"]
