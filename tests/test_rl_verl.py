@@ -25,9 +25,8 @@ def run(*rows):
 def test_micro_batches_as_the_worker_forms_them():
     s = np.array([64.0, 64.0, 64.0])
     # use_dynamic_bsz: ceil(effective tokens / budget), never more than one per sequence
-    mb, n = verl.micro_batching(s, np.array([300.0] * 3), np.array([768.0] * 3),
-                                np.array([True, True, False]), np.array([8000.0, 100.0, 8000.0]),
-                                np.array([4.0, 4.0, 4.0]))
+    mb, n = verl.micro_batching(s, np.array([300.0] * 3), np.array([True, True, False]),
+                                np.array([8000.0, 100.0, 8000.0]), np.array([4.0, 4.0, 4.0]))
     assert list(n) == [3.0, 64.0, 16.0]  # 19200 / 8000 -> 3; budget < a sequence -> 64
     assert mb == pytest.approx([64 / 3, 1.0, 4.0])
 

@@ -43,6 +43,14 @@ from that code, nothing is fitted on the validation rows.
    actor and the critic: 4 B/param of weights, 8 B/param of Adam moments) sharded over the
    FSDP ranks. The optimizer is never moved around generation, so `phases.py`'s pageable
    optimizer round trip (NeMo RL's) is not charged to these rows.
+6. **The kernels** of the Hugging Face model in eager PyTorch (`KERNELS`): unfused RMSNorm,
+   RoPE and SwiGLU, flash-attn 2, flash-attn's Triton cross-entropy for the log-probs.
+
+Each pass is the pre-training simulator's step on a frame of verl's micro-batches: forward
+passes (`compute_log_prob`, `compute_values`) split the GPU's whole batch, an update each
+mini-batch (`update_policy`: `batch.split(ppo_mini_batch_size)`, one optimizer step each).
+The actor's packed passes (dynamic batching with remove-padding) keep `training.py`'s packed
+sequences at the length-biased length (varlen attention costs sum L^2).
 """
 
 from __future__ import annotations
@@ -70,14 +78,12 @@ def active(b, tf: pd.DataFrame) -> np.ndarray:
     return (b.rl_framework == RL_FRAMEWORK.index("verl")) & (zero >= 3)
 
 
-def micro_batching(seqs_per_gpu, real_len, run_len, dynamic, budget, mb_seqs):
+def micro_batching(seqs_per_gpu, real_len, dynamic, budget, mb_seqs):
     """(sequences per micro-batch, micro-batches) one GPU runs for `seqs_per_gpu` sequences.
 
     dynamic (`use_dynamic_bsz`): ceil(effective tokens / budget) micro-batches, at most one
-    per sequence (`rearrange_micro_batches`); else `mb_seqs` per micro-batch (`batch.split`).
-    A padded micro-batch must hold its padded sequences whole: the budget is checked against
-    `run_len` by verl (`assert max_token_len >= max_seq_len`), not used to split them."""
-    del run_len
+    per sequence (`rearrange_micro_batches` counts the attention mask's tokens, so padding
+    does not split them further); else `mb_seqs` per micro-batch (`batch.split`)."""
     s = np.maximum(seqs_per_gpu, 1.0)
     n_dyn = np.minimum(np.ceil(s * real_len / np.maximum(budget, 1.0)), s)
     n_fix = np.ceil(s / np.maximum(mb_seqs, 1.0))
@@ -86,8 +92,8 @@ def micro_batching(seqs_per_gpu, real_len, run_len, dynamic, budget, mb_seqs):
 
 
 # 6. the kernels: verl's FSDP workers run the Hugging Face model in eager PyTorch
-# (fsdp_workers.py `AutoModelForCausalLM.from_pretrained(..., attn_implementation=
-# "flash_attention_2")`; `use_liger` and `use_fused_kernels` off in every script here):
+# (fsdp_workers.py `AutoConfig.from_pretrained(..., attn_implementation="flash_attention_2")`;
+# `use_liger` and `use_fused_kernels` default False, set in none of the rows' scripts):
 # RMSNorm, RoPE and SiLU x mul as separate PyTorch ops, flash-attn 2; the token log-probs from
 # flash-attn's Triton cross-entropy (`logprobs_from_logits`, verl/utils/torch_functional.py:
 # one read of the bf16 logits forward, the gradient written in place, `inplace_backward`)
@@ -180,7 +186,7 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     sims, fr_of, scale = {}, {}, {}
     idx = np.flatnonzero(on)
     for key, (seqs, eff_len, run_len, budget, mbs) in frames.items():
-        mb, n_mb = micro_batching(seqs, eff_len, run_len, dyn, budget, mbs)
+        mb, n_mb = micro_batching(seqs, eff_len, dyn, budget, mbs)
         fr = fr_of[key] = _frame(tf, dp, run_len, mb, n_mb)
         sims[key] = simulate_frame(fr.iloc[idx].reset_index(drop=True), profile)
         # whole sequences per micro-batch: the frame's time scaled back to the sequences
