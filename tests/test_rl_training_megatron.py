@@ -110,8 +110,10 @@ def test_verl_megatron_moves_only_for_verl_megatron_with_a_reference():
     base = {**VERL, "offload_params": True, "ref_offload": True}
     r = simulate_rl(pd.DataFrame([base, {**base, "rl_framework": "nemo_rl"},
                                   {**base, "train_zero": 3}, {**base, "use_ref": False}]))
+    # an FSDP trainer's offload is verl.py's (its FSDP workers), so it is compared with the
+    # same offload without the Megatron-only ref_offload
     plain = simulate_rl(pd.DataFrame([{**VERL, "rl_framework": "nemo_rl"},
-                                      {**VERL, "train_zero": 3}, VERL]))
+                                      {**VERL, "train_zero": 3, "offload_params": True}, VERL]))
     assert r.old_log_prob_time_s[0] > plain.old_log_prob_time_s[2]
     # NeMo RL (its own reference swap) and FSDP trainers: nothing from verl_megatron
     assert r.update_time_s[1] == pytest.approx(plain.update_time_s[0])

@@ -175,6 +175,8 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
         "rollout_precision": np.where(precision.str.contains("fp8"), "fp8", "bf16"),
         "prompts_per_step": prompts, "responses_per_prompt": t.responses_per_prompt,
         "prompt_len": prompt, "response_mean": np.minimum(mean, mx), "response_max": mx,
+        # the prompt cap: what verl pads every prompt to without remove-padding (verl.py)
+        "prompt_max": t.max_prompt_len,
         "mini_batches": (seqs / gbs).where(gbs.notna(), 1).round().clip(lower=1),
         # a reference pass unless the table says there is none (verl runs one only with a KL
         # term: `use_kl_loss` or `use_kl_in_reward`; optional column `use_ref`)
@@ -191,7 +193,11 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("train_recompute", "full"), ("train_grad_reduce_fp32", True),
                    ("train_seq_len", np.nan), ("rl_framework", "verl"),
                    ("logprob_batch_size", 1), ("sequence_packing", True),
-                   ("dynamic_batching", False)):
+                   ("dynamic_batching", False),
+                   # verl's FSDP workers (sim_core/rl/verl.py)
+                   ("remove_padding", True), ("micro_batch_seqs", 1),
+                   ("logprob_micro_batch_seqs", 0), ("critic_micro_batch_seqs", 0),
+                   ("critic_remove_padding", False), ("critic_seq_len", 32768)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl

@@ -21,15 +21,18 @@ from .. import catalog, model_names
 
 # token counts: "8k" is 8 x 1024 as the frameworks write their caps ($((1024 * 8)))
 LENGTH_COLUMNS = ("max_prompt_len", "max_response_or_total_len", "mean_seq_len",
-                  "train_seq_len")
+                  "train_seq_len", "critic_seq_len")
 TIME_COLUMNS = ("step_time_s", "gen_time_s", "old_log_prob_time_s", "ref_time_s",
                 "update_actor_time_s", "weight_sync_time_s")
 COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollout_pp",
                  "train_tp", "train_cp", "train_ep", "train_pp", "train_etp",
                  "prompts_per_step", "responses_per_prompt", "rollout_batch_seqs",
-                 "train_gbs_seqs", "optimizer_cpu_offload", "logprob_batch_size")
+                 "train_gbs_seqs", "optimizer_cpu_offload", "logprob_batch_size",
+                 # verl's micro-batch sizes per GPU (sim_core/rl/verl.py)
+                 "micro_batch_seqs", "logprob_micro_batch_seqs", "critic_micro_batch_seqs")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_eager",
-                "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref")
+                "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref",
+                "remove_padding", "critic_remove_padding")
 
 PLACEMENTS = {
     "colocated": ("colocated", "colocate", "co-located", "co-locate", "hybrid", "hybrid_engine",

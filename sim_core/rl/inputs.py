@@ -30,7 +30,7 @@ ALGORITHM = ("grpo", "dapo", "ppo")
 # output, where vLLM and SGLang allocate blocks as tokens come (and preempt when full)
 ENGINE = ("vllm", "sglang", "tensorrt-llm")
 ROLLOUT_PRECISION = ("bf16", "fp8")
-# whose RL-specific training costs apply (nemo_rl.py); verl: none beyond the pre-training step
+# whose RL-specific training costs apply (nemo_rl.py; verl.py: verl's FSDP workers)
 RL_FRAMEWORK = ("verl", "nemo_rl")
 
 # column -> default (None = required). Lengths are tokens.
@@ -90,6 +90,21 @@ RL_COLUMNS = {
     # to its own longest) instead of its sequence packing (padded up to train_mb_tokens on
     # DTensor: nemo_rl.py)
     "dynamic_batching": False,
+    # verl's FSDP workers (sim_core/rl/verl.py; defaults as verl v0.7.0's config): the prompt
+    # cap every sequence is padded to without remove-padding (NaN = the mean prompt)
+    "prompt_max": float("nan"),
+    # actor/ref `model.use_remove_padding` (v0.7.0 hf_model.yaml: true)
+    "remove_padding": True,
+    # sequences per micro-batch without `use_dynamic_bsz` (`sequence_packing` false): actor
+    # `ppo_micro_batch_size_per_gpu`, rollout/ref `log_prob_micro_batch_size_per_gpu` (0 = the
+    # actor's), critic `ppo_micro_batch_size_per_gpu` (0 = the actor's)
+    "micro_batch_seqs": 1,
+    "logprob_micro_batch_seqs": 0,
+    "critic_micro_batch_seqs": 0,
+    # the PPO critic: `critic.model.use_remove_padding` (v0.7.0 critic/dp_critic.yaml: false)
+    # and `critic.ppo_max_token_len_per_gpu` (critic/critic.yaml: 32768)
+    "critic_remove_padding": False,
+    "critic_seq_len": 32768,
 }
 
 
@@ -177,7 +192,12 @@ def to_batch(df: pd.DataFrame) -> Batch:
         if name in enums:
             b[name] = _codes(name, col, enums[name])
         else:
-            b[name] = pd.to_numeric(col).to_numpy(dtype=np.float64)
+            num = pd.to_numeric(col, errors="coerce")
+            bad = num.isna() & col.notna() & ~col.astype(str).str.lower().isin(["nan", ""])
+            if bad.any():
+                raise catalog.CatalogError(
+                    f"{name}: '{col[bad].iloc[0]}' is not a number or true/false")
+            b[name] = num.to_numpy(dtype=np.float64)
     b.update(model_arrays(df["model"]))
     b.update(gpu_arrays(df["gpu"]))
     k = constants()["vllm"]
@@ -187,4 +207,5 @@ def to_batch(df: pd.DataFrame) -> Batch:
     b["train_gpus"] = np.where(split, b.num_gpus - b.rollout_gpus, b.num_gpus)
     b["replicas"] = np.floor(b.rollout_gpus / (b.rollout_tp * b.rollout_pp))
     b["sequences"] = b.prompts_per_step * b.responses_per_prompt
+    b["prompt_max"] = np.where(np.isnan(b.prompt_max), b.prompt_len, b.prompt_max)
     return b

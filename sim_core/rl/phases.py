@@ -62,7 +62,7 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     # weights through pinned buffers at PCIe rate; optimizer states through pageable memory
     # (catalogs/rl.yaml pageable_slowdown: NeMo RL's `v.to("cpu")` and back)
     pinned = gen["rollout_weights_gib"] + 2 * b.offload_params * tr["train_weights_gib"]
-    pageable = 2 * b.offload_optimizer * tr["train_optimizer_gib"]
+    pageable = 2 * b.offload_optimizer * tr["train_optimizer_gib"] * tr["gen_optimizer_moves"]
     slow = float(inputs.constants().get("pageable_slowdown", 1.0))
     t_off = np.where(colo, (pinned + pageable * slow) * gib / _pcie(b), 0.0)
 
@@ -128,6 +128,7 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
         "ref_time_s": tr["ref_time_s"] * keep,
         "ref_swap_time_s": tr["ref_swap_time_s"] * keep,
         "log_prob_time_s": lp * keep,
+        "values_time_s": tr["values_time_s"] * keep,
         "update_time_s": up * keep,
         "weight_sync_time_s": sync * keep,
         "offload_time_s": t_off * keep,

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import generation, nemo_rl, verl_megatron
+from . import generation, nemo_rl, verl, verl_megatron
 from .inputs import constants
 
 
@@ -168,7 +168,6 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
         np.maximum(b.logprob_batch_size, 1.0)
     ext = nemo_rl.extras(b, tf, sim, pcie_bytes_per_s(b), pack_budget(df, b))
     lp_pass = fwd * b.mini_batches + ext["logprob_loss_s"] + ext["logprob_bins_s"]
-    n_fwd = 1 + b.use_ref + (b.algorithm == 2)  # old log-prob, ref, PPO critic values
     updates = b.mini_batches * b.ppo_epochs
     update = ((step + ext["update_pad_s"] + ext["update_bins_s"]) * updates + ext["update_loss_s"] * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
@@ -176,11 +175,25 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     vm = verl_megatron.phase_moves(b, tf, sim, pcie_bytes_per_s(b))
     update = update + vm["update_s"]
     ref = (lp_pass + ext["ref_swap_s"]) * b.use_ref + vm["ref_s"]
+    values = lp_pass * (b.algorithm == 2)  # PPO critic values
+    old = lp_pass + vm["log_prob_s"]
+    # verl's FSDP workers: their own micro-batches, padding, critic and host moves (verl.py)
+    v = verl.phases(df, b, tf, sim["dp"].to_numpy(float), pcie_bytes_per_s(b),
+                    pack_budget(df, b), np.where(zero >= 3, gather_share, 0.0), profile)
+    on = v["on"]
+    old = np.where(on, v["old_log_prob_s"], old)
+    ref = np.where(on, v["ref_s"], ref)
+    values = np.where(on, v["values_s"], values)
+    update = np.where(on, v["update_actor_s"] + v["update_critic_s"], update)
     return {
-        "old_log_prob_time_s": lp_pass + vm["log_prob_s"],
+        "old_log_prob_time_s": old,
         "ref_time_s": ref,
         "ref_swap_time_s": ext["ref_swap_s"] * b.use_ref,
-        "log_prob_time_s": lp_pass * (n_fwd - b.use_ref) + ref + vm["log_prob_s"],
+        "log_prob_time_s": old + values + ref,
+        "values_time_s": values,
+        # verl keeps the optimizer on the host until its update (verl.py rule 5): no
+        # optimizer round trip around generation
+        "gen_optimizer_moves": np.where(on, 0.0, 1.0),
         "update_time_s": update,
         "train_step_time_s": step,
         "train_valid": sim["valid"].to_numpy() & mem["valid"].to_numpy(),

@@ -85,6 +85,16 @@ class Train(_S):
     sequence_packing: bool = True
     # NeMo RL dynamic batching (no padding of packed micro-batches to the budget)
     dynamic_batching: bool = False
+    # verl's FSDP workers (sim_core/rl/verl.py): model.use_remove_padding; sequences per
+    # micro-batch without use_dynamic_bsz (sequence_packing false): actor
+    # ppo_micro_batch_size_per_gpu, log_prob_micro_batch_size_per_gpu and the critic's (0 =
+    # the actor's); the PPO critic's use_remove_padding and ppo_max_token_len_per_gpu
+    remove_padding: bool = True
+    micro_batch_seqs: int = Field(1, gt=0)
+    logprob_micro_batch_seqs: int = Field(0, ge=0)
+    critic_micro_batch_seqs: int = Field(0, ge=0)
+    critic_remove_padding: bool = False
+    critic_seq_len: int = Field(32768, gt=0)
 
 
 class Parallel(_S):
@@ -192,7 +202,13 @@ class RLConfig(_S):
             "logprob_batch_size": self.train.logprob_batch_size,
             "sequence_packing": self.train.sequence_packing,
             "dynamic_batching": self.train.dynamic_batching,
+            # the prompt cap verl pads to without remove-padding (sim_core/rl/verl.py)
+            "prompt_max": (self.prompt_len.max or pmean) if isinstance(self.prompt_len, Lengths)
+            else pmean,
         }
+        for f in ("remove_padding", "micro_batch_seqs", "logprob_micro_batch_seqs",
+                  "critic_micro_batch_seqs", "critic_remove_padding", "critic_seq_len"):
+            row[f] = getattr(self.train, f)
         for f in ("tp", "pp", "cp", "ep", "etp", "micro_batch", "recompute", "zero",
                   "sequence_parallel"):
             row[f"train_{f}"] = getattr(self.parallel, f)
