@@ -208,8 +208,8 @@ def test_verl_runs_as_their_scripts_and_logs_spell_them():
 def test_sync_vs_async_pairs_are_found_on_the_published_rows():
     """rl.mode_ranking pairs a synchronous row with its asynchronous twin (same source, model,
     GPU count and batch), whatever the placements: vime issue 358 (split / split, two batch
-    sizes), verl one_step_off.md (colocated / split) and the AReaL v0.3 blog (colocated /
-    split)."""
+    sizes), verl one_step_off.md (colocated / split) and the AReaL paper (split / split: its
+    synchronous runs are the same system at staleness 0, with the same 3/4 inference split)."""
     cmp = rl.compare(rl.load())
     pairs = {(r["source"], r["model"], r["batch"]): r for r in rl.mode_ranking(cmp)}
     vime = pairs[("vime issue 358", "Qwen/Qwen3-4B", "32x1024")]
@@ -217,8 +217,8 @@ def test_sync_vs_async_pairs_are_found_on_the_published_rows():
     assert pairs[("vime issue 358", "Qwen/Qwen3-4B", "256x2048")]["measured_speedup"] == \
         pytest.approx(178.3 / 104.0)
     assert vime["placement"] == "split / split" and vime["mode"] == "async"
-    areal = [r for (src, _, _), r in pairs.items() if src == "AReaL v0.3 blog"]
-    assert len(areal) == 2 and all(r["placement"] == "colocated / split" for r in areal)
+    areal = [r for (src, _, _), r in pairs.items() if src == "AReaL paper (arXiv 2505.24298)"]
+    assert len(areal) == 2 and all(r["placement"] == "split / split" for r in areal)
     assert sorted(round(r["measured_speedup"], 2) for r in areal) == [2.27, 2.77]
     # a pair is two rows of one batch: the one-step-off rows of another batch (8k cap) pair too
     assert any(k[0] == "verl one_step_off.md" and k[2] == "6144x20480" for k in pairs)
