@@ -208,8 +208,8 @@ def test_verl_runs_as_their_scripts_and_logs_spell_them():
 def test_sync_vs_async_pairs_are_found_on_the_published_rows():
     """rl.mode_ranking pairs a synchronous row with its asynchronous twin (same source, model,
     GPU count and batch), whatever the placements: vime issue 358 (split / split, two batch
-    sizes), verl one_step_off.md (colocated / split) and the AReaL v0.3 blog (colocated /
-    split)."""
+    sizes), verl one_step_off.md (colocated / split) and the AReaL paper (split / split: its
+    synchronous runs are the same system at staleness 0, with the same 3/4 inference split)."""
     cmp = rl.compare(rl.load())
     pairs = {(r["source"], r["model"], r["batch"]): r for r in rl.mode_ranking(cmp)}
     vime = pairs[("vime issue 358", "Qwen/Qwen3-4B", "32x1024")]
@@ -217,8 +217,8 @@ def test_sync_vs_async_pairs_are_found_on_the_published_rows():
     assert pairs[("vime issue 358", "Qwen/Qwen3-4B", "256x2048")]["measured_speedup"] == \
         pytest.approx(178.3 / 104.0)
     assert vime["placement"] == "split / split" and vime["mode"] == "async"
-    areal = [r for (src, _, _), r in pairs.items() if src == "AReaL v0.3 blog"]
-    assert len(areal) == 2 and all(r["placement"] == "colocated / split" for r in areal)
+    areal = [r for (src, _, _), r in pairs.items() if src == "AReaL paper (arXiv 2505.24298)"]
+    assert len(areal) == 2 and all(r["placement"] == "split / split" for r in areal)
     assert sorted(round(r["measured_speedup"], 2) for r in areal) == [2.27, 2.77]
     # a pair is two rows of one batch: the one-step-off rows of another batch (8k cap) pair too
     assert any(k[0] == "verl one_step_off.md" and k[2] == "6144x20480" for k in pairs)
@@ -234,3 +234,37 @@ def test_ascend_a3_is_one_die():
     assert 60 < g.hbm_gib < 64 and g.peak_tflops["bf16"] == pytest.approx(752 / 2)
     assert catalog.default_cluster_for_gpu("ascend-a3").gpus_per_node == 16
     assert catalog.get_gpu("Ascend910_9392").name == "ascend-a3"
+
+
+def test_areal_rows_are_the_papers_training_steps():
+    """AReaL paper (arXiv 2505.24298) Table 1: the v0.3 blog's training hours cover 250 PPO
+    steps of 512 x 16 (the blog's '1000' are its 4 minibatch updates per step), with 3/4 of the
+    GPUs generating; the 1.5B rows carry the mean derived from Fig. 5c, the 7B rows the prior."""
+    t = rl.load()
+    a = t[t.source == "AReaL paper (arXiv 2505.24298)"]
+    hours = {("1.5B", "sync"): 41.0, ("1.5B", "async"): 14.8,
+             ("7B", "sync"): 57.7, ("7B", "async"): 25.4}
+    assert len(a) == 4
+    for _, r in a.iterrows():
+        size = "1.5B" if "1.5B" in r.model else "7B"
+        mode = "sync" if r.policy_mode == "sync" else "async"
+        assert float(r.step_time_s) * 250 / 3600 == pytest.approx(hours[(size, mode)])
+        assert int(r.rollout_gpus) == 3 * int(r.num_gpus) // 4
+        assert (r.prompts_per_step, r.responses_per_prompt, r.train_gbs_seqs) == ("512", "16", "2048")
+    df, imputed, _ = rl.to_frame(a)
+    assert df.mini_batches.tolist() == [4, 4, 4, 4] and not df.use_ref.any()
+    is15 = a.model.str.contains("1.5B").to_numpy()
+    assert (df.response_mean[is15] == 9184).all()
+    assert all("length_priors.csv" in s for s, b in zip(imputed, is15) if not b)
+
+
+def test_deepscaler_rows_take_deepscalers_own_8k_mean():
+    """rllm issue 29 re-runs DeepScaleR's 8k script: its mean response is the DeepScaleR
+    post's 8K-stage figure (length_priors.csv), not the cap fraction; the vendored verl's
+    enforce_eager default (True) is stated on the rows."""
+    t = rl.load()
+    r = t[t.source == "rllm issue 29 (DeepScaleR 8k)"]
+    df, imputed, _ = rl.to_frame(r)
+    assert df.response_mean.tolist() == [4500, 4500]
+    assert all("DeepScaleR blog (8K stage)" in s for s in imputed)
+    assert df.enforce_eager.astype(str).eq("True").all()
