@@ -601,6 +601,8 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
                                                           "alltoall")
     if "moe_recompute" not in runs:
         runs["moe_recompute"] = "none"
+    if "recompute_modules" not in runs:
+        runs["recompute_modules"] = ""
     # a dense row has no EP all-to-all: nothing to impute there (a table with one MoE row
     # carries the column, NaN on its dense rows)
     runs["moe_a2a_overlap"] = runs["moe_a2a_overlap"].astype(object).where(
@@ -611,13 +613,20 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
         return runs
     sub = runs.loc[todo]
     mbs_opts = [1, 2, 4, 8]
-    # (recompute, MoE recompute module): MoE modules only for MoE rows (the rules refuse them
-    # elsewhere), as selective modules on top of no layer recompute
-    rc_opts = [("none", "none"), ("selective", "none"), ("full", "none"),
-               ("none", "moe_act"), ("none", "moe")]
+    # (recompute, MoE recompute module, Megatron recompute modules): the MoE ones only for MoE
+    # rows (the rules refuse them elsewhere), as selective modules on top of no layer recompute;
+    # Megatron's module lists (sim_core/recompute.py) only for MoE rows too, so that no dense
+    # row's imputation changes: the lists Megatron-Bridge's MoE perf configs use (v0.2.0-v0.4.0
+    # scripts/performance/configs: DeepSeek-V3 / Kimi-K2 mla_up_proj(+mlp, +moe_act,
+    # +layernorm), GPT-OSS layernorm + moe_act) and the single modules
+    rc_opts = [("none", "none", ""), ("selective", "none", ""), ("full", "none", ""),
+               ("none", "moe_act", ""), ("none", "moe", "")]
+    rc_opts += [("selective", "none", m) for m in MOE_MODULE_OPTIONS]
     trials = []
     for mb in mbs_opts:
-        for rc, moe_rc in rc_opts:
+        for rc, moe_rc, mods in rc_opts:
+            if mods and not moe.any():
+                continue
             for a2a in (False, True):
                 for disp in ("alltoall", "flex"):
                     t = sub.copy()
@@ -625,6 +634,12 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
                     t["recompute"] = np.where(sub["recompute"] == "", rc, sub["recompute"])
                     t["moe_recompute"] = np.where(sub["recompute"] == "", moe_rc,
                                                   sub["moe_recompute"])
+                    # module lists for unstated MoE rows; a dense row keeps what it had
+                    t["recompute_modules"] = np.where((sub["recompute"] == "") & moe.loc[todo],
+                                                      mods, sub["recompute_modules"])
+                    if mods:  # the list applies with recompute selective on MoE rows only
+                        t["recompute"] = np.where((sub["recompute"] == "") & ~moe.loc[todo],
+                                                  "none", t["recompute"])
                     t["moe_a2a_overlap"] = np.where(sub["moe_a2a_overlap"].isna(), a2a,
                                                     sub["moe_a2a_overlap"]).astype(bool)
                     t["moe_dispatcher"] = np.where(sub["moe_dispatcher"].isna(), disp,
@@ -642,12 +657,18 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
         unstated = {"micro_batch": was == 0, "recompute": was == "",
                     "moe_a2a_overlap": pd.isna(was), "moe_dispatcher": pd.isna(was)}[col]
         runs.loc[sub.index[unstated], "imputed"] += f"{col} "
-    for col in ("moe_delay_wgrad", "moe_shared_expert_overlap", "moe_recompute"):
+    for col in ("moe_delay_wgrad", "moe_shared_expert_overlap", "moe_recompute",
+                "recompute_modules"):
         if col not in runs:
             runs[col] = False
         runs[col] = runs[col].astype(object)
         runs.loc[todo, col] = best[col].to_numpy()
     return runs
+
+
+# Megatron recompute module lists the imputation tries on MoE rows (see _impute)
+MOE_MODULE_OPTIONS = ("moe_act", "moe", "layernorm,moe_act", "mla_up_proj", "mla_up_proj,mlp",
+                      "mla_up_proj,moe_act", "mla_up_proj,moe_act,layernorm")
 
 
 def _moe_overlap_flags(t: pd.DataFrame) -> None:
