@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import moe
+from .specs import MOE_RECOMPUTE
 
 # transformer_config.py core_v0.15.3 L326-339 (allowed_modules, L946-955), in that order
 MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
@@ -95,8 +95,8 @@ def effective(b) -> np.ndarray:
     moe_recompute module under recompute none, none under full (full keeps only the layer
     input whatever the modules)."""
     rc = b.recompute
-    legacy = np.where(b.moe_recompute == moe.MOE_ACT, BIT["moe_act"],
-                      np.where(b.moe_recompute == moe.MOE_LAYER, BIT["moe"], 0))
+    legacy = np.where(b.moe_recompute == MOE_RECOMPUTE.index("moe_act"), BIT["moe_act"],
+                      np.where(b.moe_recompute == MOE_RECOMPUTE.index("moe"), BIT["moe"], 0))
     return np.where(rc == 1, column(b), np.where(rc == 0, legacy, 0)).astype(np.int64)
 
 

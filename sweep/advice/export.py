@@ -734,6 +734,10 @@ def run_dict(row) -> dict:
         if d.get(k):
             cluster[k] = float(d[k])
     parallel = {k: d[k] for k in _run_parallel_fields() if d.get(k) is not None}
+    if "recompute_modules" in parallel:  # the names of the core's bit mask; none: left out
+        names = recompute.names(recompute.mask(parallel.pop("recompute_modules")))
+        if names:
+            parallel["recompute_modules"] = names
     out = {"model": model, "seq_len": d["seq_len"], "global_batch": d["global_batch"],
            "precision": d.get("precision", "bf16"),
            "framework": d.get("framework") or "megatron-core", "cluster": cluster,
