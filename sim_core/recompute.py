@@ -39,7 +39,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .specs import MOE_RECOMPUTE
+from . import frameworks
+from .specs import FRAMEWORK, MOE_RECOMPUTE
+
+# frameworks built on Megatron-Core's TransformerConfig (NeMo 2.x / Megatron-Bridge included)
+MEGATRON_FRAMEWORKS = ("megatron-core", "nemo")
 
 # transformer_config.py core_v0.15.3 L326-339 (allowed_modules, L946-955), in that order
 MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
@@ -168,7 +172,11 @@ def rules(b) -> list[tuple[str, np.ndarray]]:
     on = m > 0
     moe_model = b.experts > 0
     fp8 = (b.precision == 1) & (b.has_fp8 > 0)
+    fw = frameworks.column(b, "framework")
+    megatron = np.isin(fw, [FRAMEWORK.index(f) for f in MEGATRON_FRAMEWORKS])
     return [
+        ("recompute_modules are Megatron-Core's (frameworks " + ", ".join(MEGATRON_FRAMEWORKS)
+         + ")", on & ~megatron),
         ("recompute_modules needs recompute selective (--recompute-granularity selective)",
          on & (b.recompute != 1)),
         ("recompute_modules mla_up_proj needs a multi-latent-attention model",

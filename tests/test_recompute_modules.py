@@ -107,6 +107,8 @@ def test_each_module_replays_its_forward():
           moe_shared_expert_overlap=True), "shared_experts cannot work"),
     (dict(precision="fp8", fp8_recipe="delayed", recompute="selective",
           recompute_modules=["moe_act"]), "delayed FP8 recipe"),
+    (dict(model="llama3-70b", experts=None, framework="torchtitan", recompute="selective",
+          recompute_modules=["layernorm"]), "Megatron-Core's"),
 ])
 def test_megatron_refusals(over, reason):
     row = {**DSV3, **{k: v for k, v in over.items() if v is not None}}
