@@ -138,6 +138,8 @@ def frame_to_batch(df: pd.DataFrame) -> Batch:
     df = frameworks.resolve_frame(_expand_models(df))
     if "lora_targets" in df.columns and df["lora_targets"].dtype.kind not in "biuf":
         df = _lora_targets(df)
+    if "recompute_modules" in df.columns and df["recompute_modules"].dtype.kind not in "biuf":
+        df = _recompute_modules(df)
     n = len(df)
     b = Batch()
     for name, default in ALL_COLUMNS.items():
@@ -169,6 +171,23 @@ def _lora_targets(df: pd.DataFrame) -> pd.DataFrame:
         raise catalog.CatalogError(str(exc)) from None
     df = df.copy()
     df["lora_targets"] = np.asarray(masks, dtype=np.float64)[inv]
+    return df
+
+
+def _recompute_modules(df: pd.DataFrame) -> pd.DataFrame:
+    """Megatron recompute module names (a list, or 'moe_act,layernorm') as the bit mask the
+    core reads (sim_core/recompute.py); a missing value is none."""
+    from .recompute import RecomputeModulesError, mask
+
+    uniq, inv = _factorize(df["recompute_modules"].map(
+        lambda v: ",".join(map(str, v)) if isinstance(v, (list, tuple, np.ndarray)) else v))
+    try:
+        masks = [0 if u is None or (not isinstance(u, str) and pd.isna(u)) else mask(u)
+                 for u in uniq]
+    except RecomputeModulesError as exc:
+        raise catalog.CatalogError(str(exc)) from None
+    df = df.copy()
+    df["recompute_modules"] = np.asarray(masks, dtype=np.float64)[inv]
     return df
 
 

@@ -18,7 +18,7 @@ from importlib import resources
 
 import numpy as np
 
-from . import catalog_yaml, distinct, fp4, frameworks, moe, workload
+from . import catalog_yaml, distinct, fp4, frameworks, moe, recompute, workload
 from .arrays import where
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
@@ -414,8 +414,9 @@ def stage_times(b: Batch, wl: Workload) -> dict:
     rc = b.recompute
     # recompute: full replays the layer forward; selective (op-level SAC) replays every other
     # GEMM and the memory-bound ops whose outputs it did not keep; plus the MoE modules'
-    out["layer_recompute"] = where(rc == 2, lay_fwd, where(rc == 1, core["_selective"],
-                                                           0.0)) + core["_moe_recompute"]
+    out["layer_recompute"] = where(rc == 2, lay_fwd, where(
+        rc == 1, where(recompute.column(b) > 0, core["_modules"], core["_selective"]),
+        0.0)) + core["_moe_recompute"]
     return {k: np.broadcast_to(np.asarray(v, dtype=np.float64), b.tp.shape)
             for k, v in out.items()}
 
@@ -429,7 +430,7 @@ STAGE_INPUTS = (
     "experts", "expert_ffn", "top_k", "shared_experts", "first_dense_layers", "kv_lora_rank",
     "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "activation",
     "tied_embeddings", "tp", "pp", "cp", "vpp", "ep", "etp", "micro_batch", "seq_len",
-    "sequence_parallel", "recompute", "moe_recompute", "fp8_recipe", "framework", "loss_impl",
+    "sequence_parallel", "recompute", "moe_recompute", "recompute_modules", "fp8_recipe", "framework", "loss_impl",
     "sliding_window", "window_attn_skip_freq", "attention_dropout", "moe_dispatcher",
     "peak_nvfp4", "peak_mxfp4", "fp8_weight_cache", "fp8_param_gather",
 )
@@ -490,6 +491,7 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
                  "elem_fwd": 0.0, "moe_mlp_fwd": 0.0, "moe_mlp_bwd": 0.0,
                  "moe_mlp_wgrad": 0.0, "shared_fwd": 0.0, "shared_bwd": 0.0}
              for w in ("layer", "first_stage", "last_stage")}
+    op_fwd = {}  # forward seconds of each layer op (the recompute modules replay some)
     for op in wl.ops:
         if op.op_class == "gemm":
             # LM head stays bf16 (TE recipes); so do LoRA adapters (plain Megatron linears)
@@ -550,6 +552,8 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
             parts[op.where]["elem_fwd"] = parts[op.where]["elem_fwd"] + fwd
         parts[op.where]["fwd"] = parts[op.where]["fwd"] + fwd
         parts[op.where]["bwd"] = parts[op.where]["bwd"] + bwd
+        if op.where == "layer":
+            op_fwd[op.name] = op_fwd.get(op.name, 0.0) + fwd
         if op.name in moe.MLP_OPS:  # what the EP overlap schedules against (moe.exposed)
             p = parts[op.where]
             p["moe_mlp_fwd"] = p["moe_mlp_fwd"] + fwd
@@ -567,14 +571,21 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
     lay["moe_mlp_bwd"] = lay["moe_mlp_bwd"] + moe_bwd_over
     rc = b.recompute
     selective = 0.5 * lay["gemm_fwd"] + lay["elem_fwd"]
-    # MoE recompute modules (with recompute none): "moe" replays the MoE layer's forward,
-    # "moe_act" the routed experts' activation function (reads FC1's output, writes its own)
-    moe_rc = np.where(rc == 0, b.moe_recompute, 0)
+    # Megatron's recompute modules in effect (sim_core/recompute.py: the listed ones under
+    # selective, moe_recompute's under none): each replays its own forward; "moe" the MoE
+    # layer's, "moe_act" the routed experts' activation function (reads FC1's output, writes
+    # its own)
+    bits = recompute.effective(b)
     act_bytes = (ACT_BYTES * np.where(b.activation == 1, 3.0, 2.0) * wl.tokens / b.tp * b.top_k
                  * wl.moe_load * b.expert_ffn * moe_frac * wl.layers_per_stage)
-    moe_recompute = np.where(moe_rc == moe.MOE_LAYER, lay["moe_mlp_fwd"],
-                             np.where(moe_rc == moe.MOE_ACT, act_bytes / hbm_elem, 0.0))
-    out = {"_selective": selective, "_moe_recompute": moe_recompute}
+    rep = np.where(b.sequence_parallel & (b.tp > 1), b.tp, 1.0)
+    modules_rc = recompute.replay_seconds(
+        b, bits, op_fwd, lay["attn_fwd"], wl.tokens, b.tp, rep, wl.dims, moe_frac,
+        wl.layers_per_stage, lay["moe_mlp_fwd"], hbm_elem, act_bytes)
+    # under recompute none only the MoE modules apply (the rules refuse the others there)
+    moe_recompute = np.where(rc == 0, modules_rc, 0.0)
+    listed = np.where((rc == 1) & (bits > 0), modules_rc, 0.0)
+    out = {"_selective": selective, "_moe_recompute": moe_recompute, "_modules": listed}
     for w, d in parts.items():
         for k, val in d.items():
             out[f"{w}_{k}"] = np.broadcast_to(np.asarray(val, dtype=np.float64), b.tp.shape)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import distinct, finetune, fp4, frameworks, moe, workload
+from . import distinct, finetune, fp4, frameworks, moe, recompute, workload
 from .arrays import where
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
@@ -112,26 +112,27 @@ def activation_bytes_per_layer(b: Batch, T, t, sp, dims: dict, load=1.0) -> dict
                + ACT_BYTES * T * routed * b.expert_ffn * fc1_out / t
                + g_in * T * routed * b.expert_ffn / t + 4.0 * T * b.experts / t
                + ACT_BYTES * T * b.top_k * load * h / t)
-    # MoE recompute modules (recompute none; Megatron --recompute-modules moe_act / moe): moe_act
-    # drops the routed experts' activation output, moe keeps only the MoE layer's input (next
-    # to the pre-MLP norm's input)
-    moe_rc = where(b.recompute == 0, b.moe_recompute, 0)
-    moe_kept = where(moe_rc == moe.MOE_LAYER, 2 * ACT_BYTES * T * h / rep,
-                        where(moe_rc == moe.MOE_ACT,
-                                 moe_mlp - g_in * T * b.top_k * load * b.expert_ffn / t, moe_mlp))
-    mlp = (1 - moe_frac) * dense_mlp + moe_frac * moe_kept
-    none = attn + mlp
     # what the layer holds live again during its backward, whatever was recomputed
     live = attn + (1 - moe_frac) * dense_mlp + moe_frac * moe_mlp
-    # selective = op-level selective checkpointing (torchtitan's op SAC; Megatron's selective
-    # recompute with modules): keep the layer input, the attention output and statistics, and
-    # every other GEMM output; recompute the rest in backward
+    # Megatron's selective recompute modules (sim_core/recompute.py): under recompute selective
+    # with recompute_modules, and the MoE ones (moe_recompute) under recompute none, the layer
+    # keeps what the modules in effect do not drop
+    bits = recompute.effective(b)
+    drop = recompute.dropped_bytes(
+        b, bits, T, t, rep, dims, load, g_in, fc1_out, moe_frac,
+        {"attn_scores_lse": 4.0 * T * dims["a"] / t + score_bytes * scores,
+         "dense_mlp": dense_mlp, "moe_mlp": moe_mlp})
+    modules = where(bits > 0, live - drop, live)
+    none = where(b.recompute == 0, modules, live)
+    # selective = op-level selective checkpointing (torchtitan's op SAC; recompute selective
+    # with no recompute_modules listed): keep the layer input, the attention output and
+    # statistics, and every other GEMM output; recompute the rest in backward
     f_width = (1 - moe_frac) * b.ffn + moe_frac * routed * b.expert_ffn
     gemm_out = (dims["q_dim"] + 2 * dims["kv_dim"]) / t + h / rep + f_width * fc1_gemm / t + h / rep
     selective = (ACT_BYTES * T * h / rep + ACT_BYTES * T * dims["a"] * dims["dv"] / t
                  + 4.0 * T * dims["a"] / t + 0.5 * ACT_BYTES * T * gemm_out)
     full = ACT_BYTES * T * h / rep  # only the layer input is kept
-    return {"none": none, "selective": selective, "full": full, "live": live,
+    return {"none": none, "selective": selective, "full": full, "live": live, "modules": modules,
             "scores_buffer": ACT_BYTES * scores}
 
 
@@ -245,8 +246,11 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # the per-layer activations, the dispatcher's buffers: once per distinct input
     per_layer = distinct.on_distinct("memory.activation_bytes_per_layer", b, _per_layer)
     rc = b.recompute
+    # selective with recompute modules listed: what the modules keep (sim_core/recompute.py)
+    listed = recompute.column(b) > 0
     stored = where(rc == 2, per_layer["full"],
-                      where(rc == 1, per_layer["selective"], per_layer["none"]))
+                      where(rc == 1, where(listed, per_layer["modules"], per_layer["selective"]),
+                               per_layer["none"]))
     if wl.params_trainable is not None:
         # frozen linears keep no input for a weight gradient; adapters keep their own
         # (finetune.frozen_activation_bytes; a full recompute keeps only the layer input)

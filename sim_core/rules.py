@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import distinct, finetune, fp4, frameworks
+from . import distinct, finetune, fp4, frameworks, recompute
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
 
@@ -28,6 +28,7 @@ def setting_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
     return [
         ("zero must be 0, 1, 2 or 3", ~np.isin(b.zero, (0, 1, 2, 3))),
         *moe_rules(b, np.where(b.etp > 0, b.etp, b.tp)),
+        *recompute.rules(b),
         *frameworks.rules(b),
         *finetune.rules(b),
         *fp8_rules(b),

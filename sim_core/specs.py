@@ -295,6 +295,10 @@ PARALLEL_COLUMNS = {
     "moe_delay_wgrad": False,  # --delay-wgrad-compute (needs moe_a2a_overlap)
     "moe_shared_expert_overlap": False,  # --moe-shared-expert-overlap (alltoall only)
     "moe_recompute": "none",  # MOE_RECOMPUTE; with recompute none (selective modules moe_act/moe)
+    # Megatron-Core's selective recompute modules (--recompute-modules, with recompute
+    # selective): a list of names (sim_core/recompute.py MODULES), a bit mask in the Batch;
+    # 0 = none listed (recompute selective is then op-level selective checkpointing)
+    "recompute_modules": 0,
 }
 
 # Failures, checkpoints and restarts (sim_core/goodput.py, catalogs/reliability.yaml).

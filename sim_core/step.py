@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import compute, distinct, moe, nccl, overlap, terms
+from . import compute, distinct, moe, nccl, overlap, recompute, terms
 from .arrays import select, where
 from .columns import Batch
 from .workload import Workload
@@ -177,7 +177,7 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
                      "mlp_f": mlp_f, "mlp_dgrad": mlp_b - mlp_w, "mlp_wgrad": mlp_w,
                      "shared_f": st["layer_shared_fwd"], "shared_b": st["layer_shared_bwd"]}
         # a full recompute, or the MoE-layer recompute module, replays dispatch and combine
-        replay = (b.recompute == 2) | ((b.recompute == 0) & (b.moe_recompute == moe.MOE_LAYER))
+        replay = (b.recompute == 2) | recompute.has(recompute.effective(b), "moe")
         ep_exposed, ep_extra = moe.exposed(b, d_times, moe_parts, n_moe, m, replay)
     else:  # no EP transfer and no EP overlap in the batch (dense models): nothing to expose
         ep_exposed = ep_extra = np.zeros_like(m)

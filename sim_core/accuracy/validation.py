@@ -26,7 +26,9 @@ IMPUTATION = {
     "sequence_parallel": "on when tp > 1 for Megatron-Core/NeMo/torchtitan-TP rows unless 'no'",
     "recompute": "unstated: Megatron-LM 2021 rows use full (the paper's default); otherwise the "
                  "fastest predicted mode that fits, chosen jointly with an unstated micro-batch "
-                 "(MoE rows may also get the MoE recompute modules moe_act or moe)",
+                 "(MoE rows may also get the MoE recompute modules moe_act or moe); a MoE row "
+                 "whose fastest fitting mode is a full recompute, or where none fits, gets the "
+                 "fastest of full and Megatron's recompute module lists (sim_core/recompute.py)",
     "network": "interconnect column: '400Gb/s RDMA/GPU' -> 50 GB/s per GPU, '1600 Gbps RoCE' "
                "-> 25 GB/s per GPU, HDR IB -> 25 GB/s per GPU; else the GPU's default cluster",
     "zero": "FSDP/FULL_SHARD/Megatron-FSDP -> 3, SHARD_GRAD_OP -> 2, distributed optimizer "
@@ -592,6 +594,8 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
                                                           "alltoall")
     if "moe_recompute" not in runs:
         runs["moe_recompute"] = "none"
+    if "recompute_modules" not in runs:
+        runs["recompute_modules"] = ""
     # a dense row has no EP all-to-all: nothing to impute there (a table with one MoE row
     # carries the column, NaN on its dense rows)
     runs["moe_a2a_overlap"] = runs["moe_a2a_overlap"].astype(object).where(
@@ -602,13 +606,21 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
         return runs
     sub = runs.loc[todo]
     mbs_opts = [1, 2, 4, 8]
-    # (recompute, MoE recompute module): MoE modules only for MoE rows (the rules refuse them
-    # elsewhere), as selective modules on top of no layer recompute
-    rc_opts = [("none", "none"), ("selective", "none"), ("full", "none"),
-               ("none", "moe_act"), ("none", "moe")]
+    # (recompute, MoE recompute module, Megatron recompute modules): the MoE ones only for MoE
+    # rows (the rules refuse them elsewhere), as selective modules on top of no layer recompute.
+    # Megatron's module lists (sim_core/recompute.py; MOE_MODULE_OPTIONS: the lists Megatron-
+    # Bridge's MoE perf configs use, v0.2.0-v0.4.0 scripts/performance/configs: DeepSeek-V3 /
+    # Kimi-K2 mla_up_proj (+mlp), GPT-OSS layernorm + moe_act; and others) are a fallback,
+    # for MoE rows where the other modes leave only a full recompute or nothing that fits
+    # (IMPUTATION["recompute"]; docs/accuracy.md says why not a first choice)
+    rc_opts = [("none", "none", ""), ("selective", "none", ""), ("full", "none", ""),
+               ("none", "moe_act", ""), ("none", "moe", "")]
+    rc_opts += [("selective", "none", m) for m in MOE_MODULE_OPTIONS]
     trials = []
     for mb in mbs_opts:
-        for rc, moe_rc in rc_opts:
+        for rc, moe_rc, mods in rc_opts:
+            if mods and not moe.any():
+                continue
             for a2a in (False, True):
                 for disp in ("alltoall", "flex"):
                     t = sub.copy()
@@ -616,29 +628,59 @@ def _impute(runs: pd.DataFrame) -> pd.DataFrame:
                     t["recompute"] = np.where(sub["recompute"] == "", rc, sub["recompute"])
                     t["moe_recompute"] = np.where(sub["recompute"] == "", moe_rc,
                                                   sub["moe_recompute"])
+                    # module lists for unstated MoE rows; a dense row keeps what it had
+                    t["recompute_modules"] = np.where((sub["recompute"] == "") & moe.loc[todo],
+                                                      mods, sub["recompute_modules"])
+                    if mods:  # the list applies with recompute selective on MoE rows only
+                        t["recompute"] = np.where((sub["recompute"] == "") & ~moe.loc[todo],
+                                                  "none", t["recompute"])
                     t["moe_a2a_overlap"] = np.where(sub["moe_a2a_overlap"].isna(), a2a,
                                                     sub["moe_a2a_overlap"]).astype(bool)
                     t["moe_dispatcher"] = np.where(sub["moe_dispatcher"].isna(), disp,
                                                    sub["moe_dispatcher"])
                     _moe_overlap_flags(t)
+                    t["_fallback"] = bool(mods)
                     trials.append(t)
     cand = pd.concat(trials)
-    pred = simulate_frame(cand.reset_index(drop=True))
+    pred = simulate_frame(cand.drop(columns="_fallback").reset_index(drop=True))
     cand = cand.assign(_t=np.where(pred["fits"] & pred["valid"], pred["step_time_s"], np.inf))
     cand = cand.assign(_row=np.tile(np.arange(len(sub)), len(trials)))
-    best = cand.sort_values(["_row", "_t"]).groupby("_row").head(1).sort_values("_row")
+    first = cand[~cand["_fallback"]].sort_values(["_row", "_t"]).groupby("_row").head(1)
+    first = first.sort_values("_row")
+    # the module lists where the first choice is a full recompute, or nothing fits
+    forced = (~np.isfinite(first["_t"].to_numpy())
+              | ((first["recompute"] == "full") & (sub["recompute"] == "").to_numpy()).to_numpy())
+    overall = cand.sort_values(["_row", "_t"]).groupby("_row").head(1).sort_values("_row")
+    best = pd.concat([first[~forced], overall[forced]]).sort_values("_row")
     for col in ("micro_batch", "recompute", "moe_a2a_overlap", "moe_dispatcher"):
         was = sub[col].to_numpy()
         runs.loc[todo, col] = best[col].to_numpy()
         unstated = {"micro_batch": was == 0, "recompute": was == "",
                     "moe_a2a_overlap": pd.isna(was), "moe_dispatcher": pd.isna(was)}[col]
         runs.loc[sub.index[unstated], "imputed"] += f"{col} "
-    for col in ("moe_delay_wgrad", "moe_shared_expert_overlap", "moe_recompute"):
+    for col in ("moe_delay_wgrad", "moe_shared_expert_overlap", "moe_recompute",
+                "recompute_modules"):
         if col not in runs:
             runs[col] = False
         runs[col] = runs[col].astype(object)
         runs.loc[todo, col] = best[col].to_numpy()
+    # which recompute modules an unstated MoE row got (Megatron's names), in its note
+    got = [",".join(filter(None, [str(mods), "" if mr in ("none", "", None) else str(mr)]))
+           for mods, mr in zip(best["recompute_modules"], best["moe_recompute"])]
+    rows = sub.index[(sub["recompute"] == "").to_numpy() & moe.loc[todo].to_numpy()]
+    for i, g in zip(sub.index, got):
+        if g and i in rows:
+            runs.loc[i, "imputed"] = runs.loc[i, "imputed"].replace(
+                "recompute ", f"recompute (modules {g}) ", 1)
     return runs
+
+
+# Megatron recompute module lists the imputation falls back to on MoE rows (see _impute): the
+# Bridge perf configs' lists, the single MoE modules, and MLA's up-projection with the whole
+# MoE layer (the leanest that keeps the 1F1B EP overlap, which a full recompute rules out)
+MOE_MODULE_OPTIONS = ("moe_act", "moe", "layernorm,moe_act", "mla_up_proj", "mla_up_proj,mlp",
+                      "mla_up_proj,moe_act", "mla_up_proj,moe_act,layernorm", "mla_up_proj,moe",
+                      "layernorm,mla_up_proj,moe")
 
 
 def _moe_overlap_flags(t: pd.DataFrame) -> None:

@@ -40,6 +40,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from sim_core import recompute
 from sim_core.specs import CLUSTER_COLUMNS, MODEL_COLUMNS, PARALLEL_COLUMNS
 
 KNOWN_FLAGS_DIR = Path(__file__).resolve().parent / "data" / "known_flags"
@@ -204,7 +205,11 @@ def megatron_args(row) -> list[str]:
         opt("--recompute-num-layers", 1)
     elif d["recompute"] == "selective":
         opt("--recompute-granularity", "selective")
-        opt("--recompute-modules", ["core_attn"])
+        # the listed modules (sim_core/recompute.py), else op-level selective as core_attn
+        v = d.get("recompute_modules")
+        listed = recompute.names(0 if v is None or (isinstance(v, float) and math.isnan(v))
+                                 else recompute.mask(v))
+        opt("--recompute-modules", listed or ["core_attn"])
     elif d.get("moe_recompute", "none") != "none" and m["experts"] > 0:
         opt("--recompute-granularity", "selective")  # MoE recompute module (sim_core/moe.py)
         opt("--recompute-modules", [d["moe_recompute"]])
@@ -729,6 +734,10 @@ def run_dict(row) -> dict:
         if d.get(k):
             cluster[k] = float(d[k])
     parallel = {k: d[k] for k in _run_parallel_fields() if d.get(k) is not None}
+    if "recompute_modules" in parallel:  # the names of the core's bit mask; none: left out
+        names = recompute.names(recompute.mask(parallel.pop("recompute_modules")))
+        if names:
+            parallel["recompute_modules"] = names
     out = {"model": model, "seq_len": d["seq_len"], "global_batch": d["global_batch"],
            "precision": d.get("precision", "bf16"),
            "framework": d.get("framework") or "megatron-core", "cluster": cluster,

@@ -102,7 +102,7 @@ def _simulate_text(rep: dict) -> str:
              f"({c.get('framework')}): "
              f"tp {c.get('tp')} pp {c.get('pp')} dp {_fmt(rep['dp'])} cp {c.get('cp')} "
              f"ep {c.get('ep')} vpp {c.get('vpp')} mb {c.get('micro_batch')} "
-             f"recompute {c.get('recompute')} zero {c.get('zero')}",
+             f"recompute {c.get('recompute')}{_modules(c)} zero {c.get('zero')}",
              ""]
     lo, hi = rep.get("step_time_lo_s"), rep.get("step_time_hi_s")
     interval = (f"  (10-90%: {lo:.3f}-{hi:.3f} s, the calibration profile's spread)"
@@ -137,3 +137,15 @@ def _fmt(v) -> str:
         return "-"
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
+
+def _modules(c: dict) -> str:
+    """' (modules mla_up_proj,mlp)' for Megatron recompute modules listed (sim_core/recompute.py),
+    else ''."""
+    from sim_core import recompute
+
+    v = c.get("recompute_modules")
+    try:
+        names = recompute.names(recompute.mask(v)) if v is not None else []
+    except (recompute.RecomputeModulesError, ValueError, TypeError):
+        names = []
+    return f" (modules {','.join(names)})" if names else ""

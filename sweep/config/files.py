@@ -45,6 +45,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from sim_core.specs import (ATTENTION_KERNEL, CATEGORICAL, CP_COMM, FP8_RECIPE, FRAMEWORK,
                             LOSS_IMPL, MOE_DISPATCHER, MOE_RECOMPUTE, PARALLEL_COLUMNS, PP_SCHEDULE)
+from sim_core.recompute import MODULES as RECOMPUTE_MODULES
+from sim_core.recompute import RecomputeModulesError
+from sim_core.recompute import mask as recompute_mask
 from sim_core.tasks import TASK_TRAITS, TASKS, TaskError, targets_mask
 
 from ..errors import ConfigError
@@ -97,6 +100,9 @@ EXPECT: dict[str, tuple[str, str]] = {
     # the enumerated fields (specs.CATEGORICAL): recompute, precision, activation, ...
     **{k: ("one of " + ", ".join(v), "values among " + ", ".join(v))
        for k, v in CATEGORICAL.items()},
+    "recompute_modules": ("a list of Megatron recompute modules among "
+                          + ", ".join(RECOMPUTE_MODULES),
+                          "lists of recompute modules among " + ", ".join(RECOMPUTE_MODULES)),
     "gpu": ("a GPU catalog id", "GPU catalog ids"),
     "model": ("a model catalog id or an inline model mapping", "model catalog ids"),
     "seed": ("an integer 0 to 2**32-1", "integers"),
@@ -188,6 +194,8 @@ class ParallelConfig(_Strict):
     moe_delay_wgrad: StrictBool | None = None
     moe_shared_expert_overlap: StrictBool | None = None
     moe_recompute: Literal[MOE_RECOMPUTE] | None = None  # type: ignore[valid-type]
+    # Megatron-Core --recompute-modules (with recompute: selective; sim_core/recompute.py)
+    recompute_modules: list[Literal[RECOMPUTE_MODULES]] | None = None  # type: ignore[valid-type]
 
 
 OBJECTIVES = {
@@ -277,7 +285,7 @@ _FLOAT_AXES = {"nic_bw_gbs": 0.0, "capacity_factor": 1.0, "expert_skew": 0.0,  #
 _POSITIVE_AXES = {"nic_bw_gbs", "mtbf_node_hours", "storage_gbs", "restart_min",
                   "power_limit_w"}  # > minimum
 AXES = sorted(_INT_AXES | _BOOL_AXES | set(_ENUM_AXES) | set(_FLOAT_AXES)
-              | {"etp", "zero", "gpu", "model", "instance"})
+              | {"etp", "zero", "gpu", "model", "instance", "recompute_modules"})
 # run-frame columns an instance type sets (INSTANCE_COLUMNS of the catalog entry)
 INSTANCE_COLUMNS = ("gpu", "gpus_per_node", "nics_per_node", "nic_bw_gbs", "intra_latency_us",
                     "inter_latency_us")
@@ -748,6 +756,13 @@ def _check_value(name: str, v, where: str):
         if not isinstance(v, str) or v.lower() not in allowed:
             raise ConfigError(bad)
         return v.lower()
+    if name == "recompute_modules":  # each value a list of module names ([] = none)
+        if not isinstance(v, (list, str)):
+            raise ConfigError(bad)
+        try:
+            return recompute_mask(v, where)
+        except RecomputeModulesError as exc:
+            raise ConfigError(str(exc)) from None
     if name in ("gpu", "model"):
         if not isinstance(v, str) or not v.strip():
             raise ConfigError(bad)
@@ -848,6 +863,8 @@ def fixed_columns(cfg: RunConfig) -> dict:
             row["mean_seq_len"] = cfg.data.mean_seq_len
     given = cfg.parallel.model_dump(exclude_none=True)
     fsdp = given.pop("fsdp", None)
+    if "recompute_modules" in given:  # the bit mask the core reads (sim_core/recompute.py)
+        given["recompute_modules"] = recompute_mask(given["recompute_modules"])
     row.update(given)
     if fsdp:
         row["zero"] = 3
