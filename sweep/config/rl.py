@@ -78,7 +78,8 @@ class Train(_S):
     optimizer_cpu_offload: float = Field(0.0, ge=0, le=1)
     # whose RL-specific training costs apply (sim_core/rl/nemo_rl.py): nemo_rl swaps the
     # reference weights in from the host and runs fp32 log-softmaxes over the vocabulary
-    rl_framework: Literal["verl", "nemo_rl"] = "verl"
+    # skyrl: SkyRL's FSDP2 workers (sim_core/rl/skyrl.py)
+    rl_framework: Literal["verl", "nemo_rl", "skyrl"] = "verl"
     # log-prob micro-batch in training micro-batches (NeMo RL logprob_batch_size)
     logprob_batch_size: int = Field(1, gt=0)
     # false: micro-batches of one sequence padded to the batch's longest
