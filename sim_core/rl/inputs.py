@@ -71,6 +71,8 @@ RL_COLUMNS = {
     # until enough groups have a reward spread (SkyRL a9564572 trainer_utils.py
     # handle_dynamic_sampling; verl recipe/dapo max_num_gen_batches); 1 = one round
     "gen_rounds": 1,
+    # vLLM max_num_batched_tokens of the run (0 = catalogs/rl.yaml vllm.max_num_batched_tokens)
+    "max_num_batched_tokens": 0,
     "offload_params": False,    # colocated: training weights to host during generation
     "offload_optimizer": False,  # colocated: optimizer state to host during generation
     # the reference model's parameters kept on the host, loaded for each reference pass (verl
