@@ -110,3 +110,24 @@ def test_the_published_rows_read_as_their_frameworks_run_them():
     assert dsk.max_num_batched_tokens == 11680 and dsk.train_seq_len == 11680
     p = simulate_rl(df[df.model.eq("qwen3-235b-a22b")])
     assert bool(p.fits.iloc[0])  # FSDP2 cpu_offload: the states are on the host
+
+
+def test_run_file_states_the_framework_and_the_engine_step():
+    import yaml
+    from sweep.config.rl import parse_rl
+    from sweep.errors import ConfigError
+
+    with open("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml") as f:
+        data = yaml.safe_load(f)
+    data["train"] = {**data.get("train", {}), "rl_framework": "skyrl"}
+    data["rollout"] = {**data["rollout"], "max_num_batched_tokens": 16384}
+    cfg = parse_rl(data)
+    row = cfg.base_row()
+    assert row["rl_framework"] == "skyrl" and row["max_num_batched_tokens"] == 16384
+    # the frame reaches the RL model: the larger engine step shrinks the KV cache
+    small = parse_rl({**data, "rollout": {**data["rollout"], "max_num_batched_tokens": 4096}})
+    m = generation.rollout_memory(inputs.to_batch(pd.DataFrame([row, small.base_row()])))
+    assert m["kv_cache_gib"][0] < m["kv_cache_gib"][1]
+    data["rollout"]["max_num_batched_tokens"] = 0
+    with pytest.raises(ConfigError, match="rollout.max_num_batched_tokens"):
+        parse_rl(data)
