@@ -197,7 +197,12 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    # verl's FSDP workers (sim_core/rl/verl.py)
                    ("remove_padding", True), ("micro_batch_seqs", 1),
                    ("logprob_micro_batch_seqs", 0), ("critic_micro_batch_seqs", 0),
-                   ("critic_remove_padding", False), ("critic_seq_len", 32768)):
+                   ("critic_remove_padding", False), ("critic_seq_len", 32768),
+                   # generation rounds a run states (DAPO dynamic sampling; phases.py)
+                   ("gen_rounds", 1), ("max_num_batched_tokens", 0),
+                   # a stated share of responses at the cap reaches the length law too
+                   # (rl/generation.py truncated_fraction), not only the imputed mean
+                   ("response_clip_ratio", np.nan)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl

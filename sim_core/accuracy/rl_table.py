@@ -29,7 +29,9 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  "prompts_per_step", "responses_per_prompt", "rollout_batch_seqs",
                  "train_gbs_seqs", "optimizer_cpu_offload", "logprob_batch_size",
                  # verl's micro-batch sizes per GPU (sim_core/rl/verl.py)
-                 "micro_batch_seqs", "logprob_micro_batch_seqs", "critic_micro_batch_seqs")
+                 "micro_batch_seqs", "logprob_micro_batch_seqs", "critic_micro_batch_seqs",
+                 # generation rounds per step (DAPO dynamic sampling); vLLM tokens per step
+                 "gen_rounds", "max_num_batched_tokens")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_eager",
                 "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref",
                 "remove_padding", "critic_remove_padding")

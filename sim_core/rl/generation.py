@@ -148,16 +148,33 @@ def kv_bytes_per_token_gpu(b: Batch) -> np.ndarray:
     return b.layers / b.rollout_pp * b.kv_elems * b.kv_cache_bytes / kv_split(b)
 
 
+def batched_tokens(b: Batch) -> np.ndarray:
+    """Tokens per engine step (vLLM `max_num_batched_tokens`): the run's where it states one
+    (verl's DeepSeek-V3 script sets prompt + response caps), else catalogs/rl.yaml's."""
+    k = constants()["vllm"]["max_num_batched_tokens"]
+    own = np.asarray(b.get("max_num_batched_tokens", np.zeros(len(b))), dtype=float)
+    return np.where(np.nan_to_num(own) > 0, own, float(k))
+
+
 def rollout_memory(b: Batch) -> dict:
     """Per GPU of the rollout engine (bytes): weights, the profiling activation peak, the KV
     cache vLLM allocates and the tokens it holds per replica."""
     g = b.rollout_tp * b.rollout_pp
     k = constants()["vllm"]
     w = weights_per_gpu(b)
-    T = k["max_num_batched_tokens"]
+    T = batched_tokens(b)
     # profiling forward: the MLP's gate+up output and a few hidden-sized buffers of T tokens,
     # plus the sampler's fp32 logits of max_num_seqs rows (vLLM's dummy sampler run)
     width = np.where(b.experts > 0, 2 * b.expert_ffn * b.top_k, 2 * b.ffn) / b.rollout_tp
+    # MoE: vLLM's Triton fused-MoE path allocates its workspace per call for the T tokens x
+    # top_k routed copies: `cache13` of T x top_k x max(N, K) (gate+up output, then reused for
+    # the down-projection output of width K = hidden) and `cache2` of T x top_k x N/2 (the
+    # activation), N = 2 x expert_ffn / tp (vllm-project/vllm 13cb3e44
+    # vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts_impl); the profiling
+    # forward's peak holds it in place of the dense MLP width
+    n_w1 = 2 * b.expert_ffn / b.rollout_tp
+    moe_ws = b.top_k * (np.maximum(n_w1, b.hidden) + n_w1 / 2)
+    width = np.where(b.experts > 0, moe_ws, width)
     act = T * (width + 4 * b.hidden) * 2 + b.max_num_seqs * b.vocab * 4 / b.rollout_tp
     other = k["non_kv_overhead_gib"] * GIB
     budget = b.gpu_memory_utilization * b.hbm_gib * GIB
@@ -253,8 +270,8 @@ def prefill_time(b: Batch, prompt_tokens, prompt_len) -> np.ndarray:
     g = b.rollout_tp * b.rollout_pp
     fp8 = b.rollout_precision == 1
     peak = np.where(fp8, b.peak_fp8, b.peak_bf16) * 1e12
-    chunk = constants()["vllm"]["max_num_batched_tokens"]
-    eff = roofline_gemm_efficiency(_gemm_hw(b), np.full(len(b), float(chunk)),
+    chunk = batched_tokens(b)
+    eff = roofline_gemm_efficiency(_gemm_hw(b), np.asarray(chunk, dtype=float),
                                    b.ffn / b.rollout_tp, b.hidden, fp8)
     flops = prompt_tokens * (2 * b.active_params + 2 * prompt_len * b.attn_dim * b.layers)
     t = flops / (g * peak * np.maximum(eff, 1e-3))

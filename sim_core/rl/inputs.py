@@ -30,8 +30,9 @@ ALGORITHM = ("grpo", "dapo", "ppo")
 # output, where vLLM and SGLang allocate blocks as tokens come (and preempt when full)
 ENGINE = ("vllm", "sglang", "tensorrt-llm")
 ROLLOUT_PRECISION = ("bf16", "fp8")
-# whose RL-specific training costs apply (nemo_rl.py; verl.py: verl's FSDP workers)
-RL_FRAMEWORK = ("verl", "nemo_rl")
+# whose RL-specific training costs apply (nemo_rl.py; verl.py: verl's FSDP workers; skyrl.py:
+# SkyRL's FSDP2 workers)
+RL_FRAMEWORK = ("verl", "nemo_rl", "skyrl")
 
 # column -> default (None = required). Lengths are tokens.
 RL_COLUMNS = {
@@ -66,6 +67,12 @@ RL_COLUMNS = {
     "mini_batches": 1,          # optimizer steps per RL step (train batch / mini batch)
     "ppo_epochs": 1,
     "use_ref": True,            # a reference-policy forward for the KL term
+    # generation rounds per step: DAPO's dynamic-sampling filter regenerates a whole batch
+    # until enough groups have a reward spread (SkyRL a9564572 trainer_utils.py
+    # handle_dynamic_sampling; verl recipe/dapo max_num_gen_batches); 1 = one round
+    "gen_rounds": 1,
+    # vLLM max_num_batched_tokens of the run (0 = catalogs/rl.yaml vllm.max_num_batched_tokens)
+    "max_num_batched_tokens": 0,
     "offload_params": False,    # colocated: training weights to host during generation
     "offload_optimizer": False,  # colocated: optimizer state to host during generation
     # the reference model's parameters kept on the host, loaded for each reference pass (verl

@@ -67,9 +67,12 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     t_off = np.where(colo, (pinned + pageable * slow) * gib / _pcie(b), 0.0)
 
     lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
-    g_tail = gen["gen_time_s"]
-    g_spread = gen["gen_time_throughput_s"] + (g_tail - gen["gen_time_throughput_s"]) / (
-        1 + np.maximum(b.staleness, 0))
+    # DAPO's dynamic-sampling filter: each round generates the whole batch again, tail
+    # included (SkyRL trainer_utils.handle_dynamic_sampling; verl recipe/dapo): `gen_rounds`
+    rounds = np.maximum(np.nan_to_num(b.gen_rounds, nan=1.0), 1.0)
+    g_tail = gen["gen_time_s"] * rounds
+    g_thr = gen["gen_time_throughput_s"] * rounds
+    g_spread = g_thr + (g_tail - g_thr) / (1 + np.maximum(b.staleness, 0))
     # without partial rollouts / in-flight weight updates every sync waits for the pending
     # generations: the tail is paid each step, as one step off
     g_async = np.where(b.partial_rollout > 0, g_spread, g_tail)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import generation, nemo_rl, verl, verl_megatron
+from . import generation, nemo_rl, skyrl, verl, verl_megatron
 from .inputs import constants
 
 
@@ -185,6 +185,17 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     ref = np.where(on, v["ref_s"], ref)
     values = np.where(on, v["values_s"], values)
     update = np.where(on, v["update_actor_s"] + v["update_critic_s"], update)
+    # SkyRL's FSDP2 workers: count micro-batches, cpu_offload's host moves and AdamW (skyrl.py)
+    s = skyrl.phases(df, b, tf, sim["dp"].to_numpy(float), pcie_bytes_per_s(b),
+                     np.where(zero >= 3, gather_share, 0.0), profile)
+    son = s["on"]
+    old = np.where(son, s["old_log_prob_s"], old)
+    ref = np.where(son, s["ref_s"], ref)
+    update = np.where(son, s["update_s"], update)
+    # FSDP2 cpu_offload: weights, grads and optimizer states never on the GPU between passes
+    host = s["states_on_host"]
+    states = sum(sim[c].to_numpy() for c in ("mem_weights", "mem_grads", "mem_optimizer"))
+    mem_states = sum(mem[c].to_numpy() for c in ("mem_weights", "mem_grads", "mem_optimizer"))
     return {
         "old_log_prob_time_s": old,
         "ref_time_s": ref,
@@ -193,17 +204,20 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
         "values_time_s": values,
         # verl keeps the optimizer on the host until its update (verl.py rule 5): no
         # optimizer round trip around generation
-        "gen_optimizer_moves": np.where(on, 0.0, 1.0),
+        "gen_optimizer_moves": np.where(on | host, 0.0, 1.0),
         "update_time_s": update,
         "train_step_time_s": step,
         "train_valid": sim["valid"].to_numpy() & mem["valid"].to_numpy(),
         "train_invalid_reason": np.where(sim["invalid_reason"].to_numpy() != "",
                                          sim["invalid_reason"].to_numpy(),
                                          mem["invalid_reason"].to_numpy()),
-        "train_peak_gib": np.fmax(mem["peak_memory_gib"].to_numpy(),
-                                  sim["peak_memory_gib"].to_numpy())
+        "train_peak_gib": np.fmax(mem["peak_memory_gib"].to_numpy()
+                                  - np.where(host, mem_states, 0.0),
+                                  sim["peak_memory_gib"].to_numpy()
+                                  - np.where(host, states, 0.0))
         - f * mem["mem_optimizer"].to_numpy(),
-        "optimizer_host_time_s": host_step * b.mini_batches * b.ppo_epochs,
+        "optimizer_host_time_s": np.where(son, s["adam_s"], host_step * b.mini_batches
+                                          * b.ppo_epochs),
         "train_dp": sim["dp"].to_numpy(),
         "train_global_batch": tf["global_batch"].to_numpy(),
         "train_seq_len": tf["seq_len"].to_numpy(),
@@ -212,7 +226,7 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
         # (the host-resident fraction of a CPU optimizer is never on the GPU)
         "train_states_gib": sum(sim[c].to_numpy() for c in
                                 ("mem_weights", "mem_grads", "mem_optimizer"))
-        - f * sim["mem_optimizer"].to_numpy(),
-        "train_optimizer_gib": (1 - f) * sim["mem_optimizer"].to_numpy(),
+        - f * sim["mem_optimizer"].to_numpy() - np.where(host, states, 0.0),
+        "train_optimizer_gib": np.where(host, 0.0, (1 - f) * sim["mem_optimizer"].to_numpy()),
         "train_weights_gib": sim["mem_weights"].to_numpy(),
     }

@@ -59,6 +59,8 @@ class Rollout(_S):
     replicas: int | None = Field(None, gt=0)
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
     max_num_seqs: int | None = Field(None, gt=0)
+    # vLLM max_num_batched_tokens (profiling peak, prefill chunk); None = catalogs/rl.yaml
+    max_num_batched_tokens: int | None = Field(None, gt=0)
     precision: Literal["bf16", "fp8"] = "bf16"
     enforce_eager: bool = False  # vLLM without CUDA graphs (a per-layer launch cost per step)
 
@@ -78,7 +80,8 @@ class Train(_S):
     optimizer_cpu_offload: float = Field(0.0, ge=0, le=1)
     # whose RL-specific training costs apply (sim_core/rl/nemo_rl.py): nemo_rl swaps the
     # reference weights in from the host and runs fp32 log-softmaxes over the vocabulary
-    rl_framework: Literal["verl", "nemo_rl"] = "verl"
+    # skyrl: SkyRL's FSDP2 workers (sim_core/rl/skyrl.py)
+    rl_framework: Literal["verl", "nemo_rl", "skyrl"] = "verl"
     # log-prob micro-batch in training micro-batches (NeMo RL logprob_batch_size)
     logprob_batch_size: int = Field(1, gt=0)
     # false: micro-batches of one sequence padded to the batch's longest
@@ -183,7 +186,8 @@ class RLConfig(_S):
             "rollout_engine": r.engine, "rollout_tp": r.tp,
             "rollout_pp": r.pp, "rollout_ep": r.ep,
             "gpu_memory_utilization": r.gpu_memory_utilization,
-            "max_num_seqs": r.max_num_seqs or 0, "rollout_precision": r.precision,
+            "max_num_seqs": r.max_num_seqs or 0,
+            "max_num_batched_tokens": r.max_num_batched_tokens or 0, "rollout_precision": r.precision,
             "prompts_per_step": self.prompts_per_step,
             "responses_per_prompt": self.responses_per_prompt, "prompt_len": pmean,
             "response_mean": self.response_len.mean,
