@@ -24,6 +24,12 @@ def run(*rows):
     return simulate_rl(pd.DataFrame([{**SMALL, **r} for r in rows]))
 
 
+def set_host(monkeypatch, seconds):
+    """Every host-side figure of host.py set to `seconds` (0: the GPU time alone)."""
+    monkeypatch.setattr(host, "seconds_per_kernel", lambda: seconds)
+    monkeypatch.setattr(host, "view_seconds", lambda: seconds)
+
+
 def test_kernel_counts_per_layer_unit_and_micro_batch():
     # 24 layers, 25 FSDP units (the layers and the root)
     assert host.forward_kernels(24) == 24 * 51 + 25 * 2 + 45
@@ -41,16 +47,21 @@ def test_per_kernel_figure_is_the_gpt_fast_baseline():
     assert host.seconds_per_kernel() == pytest.approx(1 / 25.5 / (32 * 62 + 24), rel=0.01)
 
 
+def test_fsdp1_views_are_pytorch_pr_96958s_figure_per_weight():
+    # 4.268 ms for 400 parameters' views; 9 weight tensors per decoder layer
+    assert host.view_seconds() == pytest.approx(4.268e-3 / 400 * 9, rel=0.01)
+
+
 def test_host_bound_log_prob_pass_is_micro_batches_times_host_time():
     r = run({})
-    floor = 32 * host.forward_kernels(24) * host.seconds_per_kernel()
-    assert r.old_log_prob_time_s[0] == pytest.approx(floor, rel=1e-9)
+    per_mb = host.forward_kernels(24) * host.seconds_per_kernel() + 24 * host.view_seconds()
+    assert r.old_log_prob_time_s[0] == pytest.approx(32 * per_mb, rel=1e-9)
 
 
 def test_floor_binds_for_small_micro_batches_only(monkeypatch):
     rows = ({}, {"micro_batch_seqs": 2}, {"model": "qwen2.5-7b", "sequence_packing": True})
     with_floor = run(*rows)
-    monkeypatch.setattr(host, "seconds_per_kernel", lambda: 0.0)
+    set_host(monkeypatch, 0.0)
     gpu = run(*rows)
     # the 0.5B model at four sequences per micro-batch waits on the host
     assert with_floor.update_time_s[0] > 1.3 * gpu.update_time_s[0]
@@ -70,7 +81,7 @@ def test_checkpointing_replay_is_on_the_host_too():
     r = run({"train_recompute": "full"}, {"train_recompute": "none"})
     # per optimizer step: micro-batches x the replayed layers' kernels; 4 mini-batches of
     # 8 micro-batches per GPU (128 / 4 / 4)
-    replay = 4 * 8 * 24 * 51 * host.seconds_per_kernel()
+    replay = 4 * 8 * 24 * (51 * host.seconds_per_kernel() + host.view_seconds())
     assert r.update_time_s[0] - r.update_time_s[1] == pytest.approx(replay, rel=1e-6)
 
 
@@ -78,7 +89,7 @@ def test_off_for_nemo_rl_rows(monkeypatch):
     # NeMo RL's and Megatron's rows keep their own pricing: the floor does not touch them
     rows = ({"rl_framework": "nemo_rl"}, {"train_zero": 1})
     before = run(*rows)
-    monkeypatch.setattr(host, "seconds_per_kernel", lambda: 1.0)
+    set_host(monkeypatch, 1.0)
     after = run(*rows)
     for c in ("old_log_prob_time_s", "update_time_s", "step_time_s"):
         assert list(after[c]) == pytest.approx(list(before[c]), rel=1e-12)

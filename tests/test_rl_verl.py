@@ -29,6 +29,7 @@ def gpu_only(monkeypatch):
     from sim_core.rl import host
 
     monkeypatch.setattr(host, "seconds_per_kernel", lambda: 0.0)
+    monkeypatch.setattr(host, "view_seconds", lambda: 0.0)
 
 
 def test_micro_batches_as_the_worker_forms_them():

@@ -45,6 +45,13 @@ fp32 shard to the bf16 `_mp_shard`, `unshard` all-gathers it); backward 9 (unsha
 pre-divide, `reduce_scatter_tensor`, post-divide 3; the sharded gradient accumulated and
 `_post_reduce_grad_callback`'s cast 2).
 
+FSDP1 also runs Python per original parameter in every forward's unshard
+(`_use_unsharded_views`: a view of the FlatParameter and a `setattr` per weight; with
+`use_orig_params=False` only in forward, `_use_unsharded_flat_param`): `catalogs/rl.yaml
+fsdp1_view_s_per_param` (pytorch PR 96958's measurement) x the layer's 9 weight tensors (q, k,
+v, o, gate, up, down, two norms; Qwen2's three biases left out), per layer forward and per
+checkpoint replay.
+
 Per micro-batch, outside the layers (verl v0.4.0 `dp_actor._forward_micro_batch` with
 `use_remove_padding`): forward 45 (`unpad_input` 7, the position ids' `index_first_axis` 2,
 `torch.roll` 1, embedding 1, the rotary table 9, final norm 8, LM head 1, `div_(temperature)`
@@ -77,11 +84,19 @@ MICRO_BATCH_UPDATE = 135
 # per optimizer step: 2 per FSDP unit (grad-norm clipping) + the foreach AdamW launches
 STEP_PER_UNIT = 2
 STEP_FIXED = 30
+# weight tensors of a Llama-style decoder layer FSDP1 re-views in each forward
+PARAMS_PER_LAYER = 9
 
 
 def seconds_per_kernel() -> float:
     """Host seconds per kernel of eager PyTorch (`catalogs/rl.yaml eager_host_s_per_kernel`)."""
     return float(constants()["eager_host_s_per_kernel"])
+
+
+def view_seconds() -> float:
+    """FSDP1's host seconds per decoder layer forward for its parameter views
+    (`catalogs/rl.yaml fsdp1_view_s_per_param` x `PARAMS_PER_LAYER`)."""
+    return float(constants()["fsdp1_view_s_per_param"]) * PARAMS_PER_LAYER
 
 
 def forward_kernels(layers) -> np.ndarray:
@@ -108,11 +123,15 @@ def step_kernels(layers) -> np.ndarray:
 
 def forward_floor(layers, micro_batches) -> np.ndarray:
     """Host seconds of a forward pass of `micro_batches` micro-batches."""
-    return np.asarray(micro_batches, dtype=float) * forward_kernels(layers) * seconds_per_kernel()
+    per_mb = forward_kernels(layers) * seconds_per_kernel() \
+        + np.asarray(layers, dtype=float) * view_seconds()
+    return np.asarray(micro_batches, dtype=float) * per_mb
 
 
 def update_floor(layers, micro_batches, checkpointing) -> np.ndarray:
     """Host seconds of one optimizer step of `micro_batches` update micro-batches."""
-    k = np.asarray(micro_batches, dtype=float) * update_kernels(layers, checkpointing) \
-        + step_kernels(layers)
-    return k * seconds_per_kernel()
+    forwards = 1.0 + np.asarray(checkpointing, dtype=bool)  # the forward and its replay
+    per_mb = update_kernels(layers, checkpointing) * seconds_per_kernel() \
+        + np.asarray(layers, dtype=float) * forwards * view_seconds()
+    return np.asarray(micro_batches, dtype=float) * per_mb \
+        + step_kernels(layers) * seconds_per_kernel()
