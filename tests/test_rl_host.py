@@ -42,6 +42,17 @@ def test_kernel_counts_per_layer_unit_and_micro_batch():
     assert list(host.forward_kernels(np.array([16, 24]))) == [16 * 53 + 2 + 45, 24 * 53 + 2 + 45]
 
 
+def test_optimizer_step_is_on_the_host_floor_once_per_step():
+    # no micro-batch: the step's grad-norm clipping and foreach AdamW launches alone
+    assert host.update_floor(24, 0, True) == pytest.approx(
+        (25 * 2 + 30) * host.seconds_per_kernel())
+    two = host.update_floor(np.array([24.0]), np.array([2.0]), np.array([False]))
+    one = host.update_floor(np.array([24.0]), np.array([1.0]), np.array([False]))
+    # a micro-batch more adds its kernels and views, the step's cost stays once
+    assert two - one == pytest.approx(host.update_kernels(24, False) * host.seconds_per_kernel()
+                                      + 24 * host.view_seconds())
+
+
 def test_per_kernel_figure_is_the_gpt_fast_baseline():
     # 1 / 25.5 tok/s over 32 layers x 62 kernels + 24 around them
     assert host.seconds_per_kernel() == pytest.approx(1 / 25.5 / (32 * 62 + 24), rel=0.01)

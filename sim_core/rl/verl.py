@@ -168,8 +168,7 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     on = active(b, tf)
     nan = np.full(n, np.nan)
     out = {k: nan.copy() for k in ("old_log_prob_s", "ref_s", "ref_stream_s", "values_s",
-                                   "update_actor_s", "update_critic_s", "host_moves_s",
-                                   "host_floor_s")}
+                                   "update_actor_s", "update_critic_s", "host_moves_s")}
     out["on"] = on
     if not on.any():
         return out
@@ -230,14 +229,10 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     # 7. the host floor: every micro-batch lasts at least the host time of its kernels
     layers = b.layers[idx]
     ckpt = _checkpointing(tf)[idx]
-    gpu = {"lp": lp, "upd": upd_step, "cval": cval, "cupd": cupd_step}
     lp = np.maximum(lp, host.forward_floor(layers, mbs_of["lp"]))
     upd_step = np.maximum(upd_step, host.update_floor(layers, mbs_of["upd"], ckpt))
     cval = np.maximum(cval, host.forward_floor(layers, mbs_of["cval"]))
     cupd_step = np.maximum(cupd_step, host.update_floor(layers, mbs_of["cupd"], ckpt))
-    host_bound = {k: put(v) for k, v in (("lp", lp - gpu["lp"]), ("upd", upd_step - gpu["upd"]),
-                                          ("cval", cval - gpu["cval"]),
-                                          ("cupd", cupd_step - gpu["cupd"]))}
 
     pcie = np.broadcast_to(pcie_bytes_per_s, (n,))[idx]
     params = b.params[idx]
@@ -262,9 +257,4 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     out["update_actor_s"] = put(upd_step * minis * epochs + moves_upd)
     out["update_critic_s"] = put(np.where(ppo_i, cupd_step * minis * epochs + moves_upd, 0.0))
     out["host_moves_s"] = put(moves_lp + moves_upd + np.where(ppo_i, moves_lp + moves_upd, 0.0))
-    # seconds the host floor (rule 7) adds over the GPU time, per phase
-    out["host_floor_s"] = (host_bound["lp"] * (1 + b.use_ref) + host_bound["upd"]
-                           * b.mini_batches * b.ppo_epochs
-                           + np.where(ppo, host_bound["cval"] + host_bound["cupd"]
-                                      * b.mini_batches * b.ppo_epochs, 0.0))
     return out
