@@ -59,8 +59,8 @@ def test_per_kernel_figure_is_the_gpt_fast_baseline():
 
 
 def test_fsdp1_views_are_pytorch_pr_96958s_figure_per_weight():
-    # 4.268 ms for 400 parameters' views; 9 weight tensors per decoder layer
-    assert host.view_seconds() == pytest.approx(4.268e-3 / 400 * 9, rel=0.01)
+    # 6.112 ms for 400 parameters' views (default safe setattr); 9 weights per decoder layer
+    assert host.view_seconds() == pytest.approx(6.112e-3 / 400 * 9, rel=0.01)
 
 
 def test_host_bound_log_prob_pass_is_micro_batches_times_host_time():

@@ -37,7 +37,8 @@ v0.5 ran; `modeling_qwen2.py`, `modeling_llama.py`, `modeling_flash_attention_ut
   `fsdp_workers.py`; a decoder layer per checkpoint) replays the forward in the backward: 51.
 
 FSDP1 (`FullyShardedDataParallel(use_orig_params=False)`, verl `fsdp_workers.py` v0.4.0;
-pytorch `torch/distributed/fsdp/_runtime_utils.py` and `_flat_param.py`, v2.6.0), one unit
+pytorch `torch/distributed/fsdp/_runtime_utils.py` and `_flat_param.py`, torch 2.x: the
+functions named are those of the 2.1-2.6 releases), one unit
 per decoder layer plus the root: forward 2 per unit (`FlatParamHandle.pre_unshard` casts the
 fp32 shard to the bf16 `_mp_shard`, `unshard` all-gathers it); backward 9 (unshard again: 2,
 `FULL_SHARD` reshards after forward; `SplitWithSizesBackward` builds the flat gradient 1;
