@@ -11,8 +11,8 @@ micro-batch = max(GPU time, host time).
 
 Host time = kernels issued x seconds per kernel. The kernels are counted from the code the
 rows ran (below); the seconds per kernel are `catalogs/rl.yaml eager_host_s_per_kernel`,
-read off a published host-bound eager measurement (PyTorch's gpt-fast baseline). Nothing is
-fitted on the validation rows.
+read off a published host-bound eager measurement at the rows' versions (Qwen's transformers
+speed benchmark: torch 2.6, transformers 4.51.3). Nothing is fitted on the validation rows.
 
 Kernels per decoder layer, Qwen2 / Llama in transformers 4.47-4.53 (the releases verl v0.3-
 v0.5 ran; `modeling_qwen2.py`, `modeling_llama.py`, `modeling_flash_attention_utils.py`):
