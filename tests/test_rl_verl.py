@@ -22,6 +22,16 @@ def run(*rows):
     return simulate_rl(pd.DataFrame([{**BASE, **r} for r in rows]))
 
 
+@pytest.fixture
+def gpu_only(monkeypatch):
+    """The GPU-side rules alone: the host floor (rule 7, tests/test_rl_host.py) set to zero,
+    since a 0.5B model at four sequences per micro-batch is host-bound and hides them."""
+    from sim_core.rl import host
+
+    monkeypatch.setattr(host, "seconds_per_kernel", lambda: 0.0)
+    monkeypatch.setattr(host, "view_seconds", lambda: 0.0)
+
+
 def test_micro_batches_as_the_worker_forms_them():
     s = np.array([64.0, 64.0, 64.0])
     # use_dynamic_bsz: ceil(effective tokens / budget), never more than one per sequence
@@ -46,7 +56,7 @@ def test_fixed_micro_batches_cost_more_than_dynamic_ones_for_small_models():
     assert r.old_log_prob_time_s[1] > r.old_log_prob_time_s[0]
 
 
-def test_without_remove_padding_every_sequence_runs_at_the_caps():
+def test_without_remove_padding_every_sequence_runs_at_the_caps(gpu_only):
     # use_remove_padding False: [batch, prompt_max + response_max] through every layer
     fixed = {"sequence_packing": False, "micro_batch_seqs": 4}
     r = run(fixed, {**fixed, "remove_padding": False}, {**fixed, "remove_padding": False,
@@ -58,7 +68,7 @@ def test_without_remove_padding_every_sequence_runs_at_the_caps():
     assert r.update_time_s[2] < r.update_time_s[1]
 
 
-def test_ppo_critic_is_its_own_padded_model_with_a_value_head():
+def test_ppo_critic_is_its_own_padded_model_with_a_value_head(gpu_only):
     ppo = {"algorithm": "ppo"}
     r = run(ppo, {**ppo, "critic_remove_padding": True}, {})
     # PPO: values pass and critic update on top of the actor's phases

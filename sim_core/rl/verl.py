@@ -45,6 +45,11 @@ from that code, nothing is fitted on the validation rows.
    optimizer round trip (NeMo RL's) is not charged to these rows.
 6. **The kernels** of the Hugging Face model in eager PyTorch (`KERNELS`): unfused RMSNorm,
    RoPE and SwiGLU, flash-attn 2, flash-attn's Triton cross-entropy for the log-probs.
+7. **The host floor** (`host.py`): eager PyTorch issues every one of those kernels from the
+   host, and the loops synchronise every micro-batch, so each micro-batch lasts at least the
+   host time of the kernels it issues: a pass is max(its GPU time, micro-batches x host time
+   per micro-batch), an optimizer step max(GPU step, its micro-batches' and the optimizer's
+   host time).
 
 Each pass is the pre-training simulator's step on a frame of verl's micro-batches: forward
 passes (`compute_log_prob`, `compute_values`) split the GPU's whole batch, an update each
@@ -60,7 +65,7 @@ import pandas as pd
 
 from .. import compute
 from ..simulate import simulate_frame
-from . import nemo_rl
+from . import host, nemo_rl
 from .inputs import RL_FRAMEWORK
 
 # bytes per parameter of the fp32 FSDP shards verl keeps (fsdp_workers.py: actor and critic
@@ -103,6 +108,15 @@ KERNELS = {"fused_elementwise": False, "fused_glu": False, "attention_kernel": "
            "loss_impl": "te",
            # MixedPrecision(reduce_dtype=torch.float32) unless the config says otherwise
            "grad_reduce_fp32": True}
+
+
+def _checkpointing(tf: pd.DataFrame) -> np.ndarray:
+    """Gradient checkpointing of every decoder layer (`enable_gradient_checkpointing`: the
+    frame's `recompute` is "full"); a blank reads as verl's examples run it (full)."""
+    if "recompute" not in tf:
+        return np.ones(len(tf), dtype=bool)
+    col = tf["recompute"].astype(str).str.lower()
+    return (col == "full").to_numpy() | tf["recompute"].isna().to_numpy()
 
 
 def _frame(tf: pd.DataFrame, dp, run_len, mb, n_mb) -> pd.DataFrame:
@@ -183,10 +197,11 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
         "cval": (all_seqs, real, critic_len, b.critic_seq_len, mb_critic),
         "cupd": (mini_seqs, real, critic_len, b.critic_seq_len, mb_critic),
     }
-    sims, fr_of, scale = {}, {}, {}
+    sims, fr_of, scale, mbs_of = {}, {}, {}, {}
     idx = np.flatnonzero(on)
     for key, (seqs, eff_len, run_len, budget, mbs) in frames.items():
         mb, n_mb = micro_batching(seqs, eff_len, dyn, budget, mbs)
+        mbs_of[key] = n_mb[idx]
         fr = fr_of[key] = _frame(tf, dp, run_len, mb, n_mb)
         sims[key] = simulate_frame(fr.iloc[idx].reset_index(drop=True), profile)
         # whole sequences per micro-batch: the frame's time scaled back to the sequences
@@ -211,6 +226,13 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     cval = np.maximum(_forward(sims["cval"], g) - head_step[1] / 3.0, 0.0) * scale["cval"]
     cupd_step = np.maximum(sims["cupd"]["step_time_s"].to_numpy() - head_step[0], 0.0) \
         * scale["cupd"]
+    # 7. the host floor: every micro-batch lasts at least the host time of its kernels
+    layers = b.layers[idx]
+    ckpt = _checkpointing(tf)[idx]
+    lp = np.maximum(lp, host.forward_floor(layers, mbs_of["lp"]))
+    upd_step = np.maximum(upd_step, host.update_floor(layers, mbs_of["upd"], ckpt))
+    cval = np.maximum(cval, host.forward_floor(layers, mbs_of["cval"]))
+    cupd_step = np.maximum(cupd_step, host.update_floor(layers, mbs_of["cupd"], ckpt))
 
     pcie = np.broadcast_to(pcie_bytes_per_s, (n,))[idx]
     params = b.params[idx]
