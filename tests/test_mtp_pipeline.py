@@ -102,3 +102,19 @@ def test_router_gemm_is_not_fp8():
         times[prec] = float(np.ravel(compute._stage_core(b, only)["layer_gemm_fwd"])[0])
     assert times["bf16"] > 0
     assert times["fp8"] == pytest.approx(times["bf16"])
+
+
+def test_run_fields_parse_and_refuse_bad_values():
+    from sweep.config import fixed_columns, parse_run
+    from sweep.errors import ConfigError
+    run = {"model": "deepseek-v3", "seq_len": 4096, "global_batch": 8192, "precision": "bf16",
+           "cluster": {"gpu": "h100-sxm", "num_gpus": 1024},
+           "parallel": {"tp": 2, "pp": 8, "vpp": 4, "ep": 64, "mtp_layers": 1,
+                        "pp_last_stage_layers": 6}}
+    row = fixed_columns(parse_run(run))
+    assert row["mtp_layers"] == 1 and row["pp_last_stage_layers"] == 6
+    bad = dict(run, parallel=dict(run["parallel"], mtp_layers=-1))
+    with pytest.raises(ConfigError) as ei:
+        parse_run(bad)
+    msg = str(ei.value)
+    assert "\n" not in msg and "mtp_layers" in msg and "non-negative integer" in msg
