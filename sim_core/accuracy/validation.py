@@ -69,7 +69,8 @@ IMPUTATION = {
                     "experts and the dispatcher is alltoall without 1F1B overlap (the DeepSeek "
                     "provider's default); routing force-balanced (expert_skew 0); Megatron-Bridge "
                     "DeepSeek-V3 rows keep bf16 Adam moments (its recipe's precision-aware "
-                    "optimizer: adam_bf16_states)",
+                    "optimizer: adam_bf16_states) and its MTP layer and pipeline layout "
+                    "(mtp_layers, pp_last_stage_layers: _deepseek_bridge_pipeline)",
     "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
                        "compared with peak_reserved_gib; TorchSim tracks live tensors, so its "
                        "tables compare with peak_allocated_gib",
