@@ -459,7 +459,7 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
     unf_f = unf_b = 0.0
     if unfused.any():
         unf_f, unf_b = unfused_attention_times(b, wl.dims, peak_bf16, hbm)
-    moe_frac = wl.dims["n_moe_layers"] / b.layers  # share of layers that are MoE
+    moe_frac = workload.stage_moe_share(b, wl.dims)  # share of the busiest rank's layers
     # launch gaps of a layer's kernels; a MoE layer adds its router, permutation, dispatcher
     # and per-expert GEMM launches and one host sync (moe.launch_overhead_s)
     moe_launch = moe.launch_overhead_s(b)
@@ -495,7 +495,10 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
     for op in wl.ops:
         if op.op_class == "gemm":
             # LM head stays bf16 (TE recipes); so do LoRA adapters (plain Megatron linears)
-            is_fp8 = fp8 & (op.where == "layer") & (not op.name.startswith("lora_"))
+            # and the MoE router (router_gating_linear: a bf16 te_general_gemm with an fp32 or
+            # bf16 output, outside the FP8 autocast; moe/moe_utils.py L958-964, core_v0.15.3)
+            is_fp8 = fp8 & (op.where == "layer") & (not op.name.startswith("lora_")) & (
+                op.name != "router")
             # an op absent from a configuration (e.g. expert GEMMs of a dense model) has zero
             # FLOPs; clamp its dims so that its efficiency stays finite
             m, n, k = (np.maximum(x, 1.0) for x in (op.gemm_m, op.gemm_n, op.gemm_k))

@@ -256,6 +256,15 @@ PARALLEL_COLUMNS = {
     # optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; optimizer_config.py core_v0.15.3):
     # exp_avg and exp_avg_sq take 2 B each instead of 4 (fp32 master weights kept), 12 -> 8 B
     "adam_bf16_states": False,
+    # Megatron-Core multi-token prediction (mtp_num_layers; transformer/multi_token_prediction.py
+    # core_v0.15.3): each MTP layer runs on the last pipeline stage an embedding lookup, two
+    # RMSNorms, eh_proj (2h -> h, column-parallel), one transformer layer of the decoder's spec,
+    # a final norm, and the shared output head + loss again (models/gpt/gpt_model.py L542-581)
+    "mtp_layers": 0,
+    # decoder layers on the last pipeline rank where a pipeline layout moves some off it to
+    # make room for the loss and MTP (Megatron-Core pipeline_model_parallel_layout); 0 = the
+    # even split's layers per stage
+    "pp_last_stage_layers": 0,
     "attention_kernel": "fa3",
     # norms, rotary, activation functions fused into few kernels (Transformer Engine,
     # torch.compile); False = eager PyTorch, one kernel per elementary op

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import compute, distinct, moe, nccl, overlap, recompute, terms
+from . import compute, distinct, moe, nccl, overlap, recompute, terms, workload
 from .arrays import select, where
 from .columns import Batch
 from .workload import Workload
@@ -107,6 +107,22 @@ def fabric(b: Batch, wl: Workload, bubble_comm) -> dict:
             "span_dp": span["dp"], "net_calls": calls, "bubble_comm": bubble_comm}
 
 
+def last_stage_layers_s(b: Batch, wl: Workload, stage_mb) -> np.ndarray:
+    """Seconds per micro-batch the last pipeline rank's transformer layers differ from the
+    others': its MTP layers (specs mtp_layers: one transformer layer of the decoder's spec each,
+    Megatron-Core transformer/multi_token_prediction.py L475-477, core_v0.15.3; its head, loss
+    and eh_proj are last-stage ops, workload._ops) and, under a pipeline layout
+    (pp_last_stage_layers > 0), the decoder layers it holds fewer or more than the even split.
+    A layer costs the stage's average (dense and MoE layers mixed, with its recompute and
+    exposed communication): the MTP layer of a MoE model is a MoE layer, a little dearer.
+    Negative where the layout leaves the last rank lighter than the others."""
+    mtp = np.asarray(b.mtp_layers, dtype=np.float64)
+    last = np.asarray(b.pp_last_stage_layers, dtype=np.float64)
+    L = np.maximum(wl.layers_per_stage, 1.0)
+    moved = where((b.pp > 1) & (last > 0), last - wl.layers_per_stage, 0.0)
+    return (mtp + moved) * stage_mb / L
+
+
 def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> dict:
     """The step's breakdown; with_fabric adds terms.FABRIC_KEYS as `fabric_<key>` columns."""
     st = compute.stage_times(b, wl)
@@ -162,8 +178,8 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     slow = slow + cp_extra
     # EP: the dispatcher's dispatch/combine, exposed unless the shared experts or the combined
     # 1F1B schedule hide it (moe.exposed)
-    n_moe = wl.layers_per_stage * wl.dims["n_moe_layers"] / b.layers
-    moe_frac = wl.dims["n_moe_layers"] / b.layers
+    moe_frac = workload.stage_moe_share(b, wl.dims)  # the busiest rank's MoE share
+    n_moe = wl.layers_per_stage * moe_frac
     d_times = distinct.on_distinct(
         "moe.dispatch_times", b, lambda sb: moe.dispatch_times(
             sb, sb.micro_batch * sb.seq_len / sb.cp / sb.tp, moe.expert_load_factor(sb),
@@ -200,6 +216,7 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     first_extra = st["first_stage_fwd"] + st["first_stage_bwd"]
     last_extra = st["last_stage_fwd"] + st["last_stage_bwd"]
     single = p == 1
+    last_extra = last_extra + last_stage_layers_s(b, wl, stage_mb)
     # m * t_max (t_max = stage_mb + the larger stage extra) plus the bubble; the step below
     # adds these up component by component
     t_avg = stage_mb + (first_extra + last_extra) / p

@@ -117,6 +117,20 @@ def model_dims(b: Batch) -> dict:
                 n_dense_layers=n_dense_layers)
 
 
+def stage_moe_share(b: Batch, d: dict) -> np.ndarray:
+    """Share of MoE layers on the busiest pipeline rank. The dense layers lead the model
+    (first_dense_layers), so they sit in the first chunks (chunk c on rank c mod pp, Megatron-
+    Core's interleaved assignment): where they fill fewer chunks than there are ranks, some rank
+    holds only MoE layers, and that rank sets the pipeline's pace (a MoE layer costs more than a
+    dense one of the same active FLOPs: grouped GEMMs, dispatch, router). With pp 1 the one
+    stage holds the model's mix."""
+    share = d["n_moe_layers"] / np.maximum(b.layers, 1)
+    chunk = np.ceil(b.layers / np.maximum(b.pp * b.vpp, 1))
+    dense_chunks = np.ceil(d["n_dense_layers"] / np.maximum(chunk, 1))
+    all_moe = (b.pp > 1) & (d["n_moe_layers"] > 0) & (dense_chunks < b.pp)
+    return np.where(all_moe, 1.0, share)
+
+
 def window_layers(b: Batch) -> tuple[np.ndarray, np.ndarray]:
     """(share of layers that are sliding-window layers, window in keys) per configuration.
 
@@ -222,14 +236,17 @@ def _layout(b: Batch) -> dict:
     # layers on the busiest pipeline rank: uneven splits give some chunks one layer more
     L_stage = np.ceil(b.layers / (p * v)) * v
     moe_frac = d["n_moe_layers"] / b.layers  # share of layers that are MoE
+    # the busiest rank's share (its ops, compute and the EP transfers use it)
+    moe_stage = stage_moe_share(b, d)
     load = expert_load_factor(b)  # slowest EP rank's load / balanced load (>= 1)
-    return dict(d=d, etp=etp, T=T, sp=sp, L_stage=L_stage, moe_frac=moe_frac, load=load)
+    return dict(d=d, etp=etp, T=T, sp=sp, L_stage=L_stage, moe_frac=moe_frac, load=load,
+                moe_stage=moe_stage)
 
 
 def _ops(b: Batch, lay: dict) -> list:
     """The ops of one micro-batch on one GPU (layer, first and last stage)."""
     d, etp, T, sp = lay["d"], lay["etp"], lay["T"], lay["sp"]
-    L_stage, moe_frac, load = lay["L_stage"], lay["moe_frac"], lay["load"]
+    L_stage, moe_frac, load = lay["L_stage"], lay["moe_stage"], lay["load"]
     h, a = d["h"], d["a"]
     t, e, s = b.tp, b.ep, b.seq_len
 
@@ -275,13 +292,27 @@ def _ops(b: Batch, lay: dict) -> list:
            2 * permute * L_stage),
     ]
     # ---- embedding, LM head and loss (first / last stage) -------------------------------------
-    head_fwd = 2 * T * h * b.vocab / t
-    logits = T * b.vocab / t
+    # multi-token prediction (specs mtp_layers): each MTP layer applies the shared output head
+    # and the loss once more (Megatron-Core models/gpt/gpt_model.py L549-561, core_v0.15.3)
+    heads = 1.0 + b.mtp_layers
+    head_fwd = 2 * T * h * b.vocab / t * heads
+    logits = T * b.vocab / t * heads
     ops.append(Op("lm_head", "gemm", head_fwd, 2 * head_fwd, head_fwd, 0 * T, 0 * T,
                   T, b.vocab / t, h, where="last_stage"))
     ops.append(Op("loss", "elementwise", 0 * T, 0 * T, 0 * T,
                   LOSS_TRAFFIC_FWD[b.loss_impl] * logits, LOSS_TRAFFIC_BWD[b.loss_impl] * logits,
                   where="last_stage"))
+    # and, before its transformer layer (priced in step.compose as one more layer of the
+    # stage), eh_proj: [T, 2h] -> [T, h], column-parallel (multi_token_prediction.py L464-474)
+    # and its memory-bound ops: the embedding lookup (3 passes, as on the first stage), enorm,
+    # hnorm and the final norm (read + write each) and the concatenation (read + write 2h)
+    if np.any(b.mtp_layers > 0):
+        eh_fwd = 2 * T * 2 * h * h / t * b.mtp_layers
+        ops.append(Op("mtp_eh_proj", "gemm", eh_fwd, 2 * eh_fwd, eh_fwd, 0 * T, 0 * T,
+                      T, h / t, 2 * h, where="last_stage"))
+        mtp_bytes = ACT_BYTES * T * h / h_shard * (3 + 3 * 2 + 4) * b.mtp_layers
+        ops.append(Op("mtp_elementwise", "elementwise", 0 * T, 0 * T, 0 * T, mtp_bytes,
+                      2 * mtp_bytes, where="last_stage"))
     ops.append(Op("embedding", "elementwise", 0 * T, 0 * T, 0 * T, 3 * ACT_BYTES * T * h,
                   3 * ACT_BYTES * T * h, where="first_stage"))
     # fine-tuning (LoRA / QLoRA / packed samples): sim_core/finetune.py; pre-training unchanged

@@ -69,7 +69,8 @@ IMPUTATION = {
                     "experts and the dispatcher is alltoall without 1F1B overlap (the DeepSeek "
                     "provider's default); routing force-balanced (expert_skew 0); Megatron-Bridge "
                     "DeepSeek-V3 rows keep bf16 Adam moments (its recipe's precision-aware "
-                    "optimizer: adam_bf16_states)",
+                    "optimizer: adam_bf16_states) and its MTP layer and pipeline layout "
+                    "(mtp_layers, pp_last_stage_layers: _deepseek_bridge_pipeline)",
     "memory measured": "the dataset's peak_mem_gib (torchtitan) is peak reserved memory, "
                        "compared with peak_reserved_gib; TorchSim tracks live tensors, so its "
                        "tables compare with peak_allocated_gib",
@@ -332,6 +333,8 @@ def _row_to_run(r: pd.Series) -> tuple[dict, str]:
         # NeMo 25.09; v0.2.0 L272-276; v0.6.0 perf_recipes/deepseek/common.py L41-46)
         if re.search(r"deepseek", moe_id, re.I) and re.search(r"bridge", fw, re.I):
             run["adam_bf16_states"] = True
+            run.update(_deepseek_bridge_pipeline(str(r["model"]), str(r["source"]), gpu,
+                                                 pp, vpp))
     if zero == 3 and pp > 1:
         run["zero"] = 1  # torchtitan with PP: FSDP shards optimizer/grads across dp only
     stated, skip = _stated_fields(r)
@@ -511,6 +514,31 @@ def _moe_recipe(model_id: str, release: str, gpu: str) -> tuple:
         if re.search(mod, model_id) and re.search(rel, release) and re.search(g, gpu):
             return disp, a2a
     return None, None
+
+
+# Megatron-Bridge's DeepSeek-V3 pipeline layouts: decoder layers on the last pipeline rank
+# (its chunks r = pp-1, pp-1+pp, ...). The H100 perf run of NeMo 25.09 passes
+# "Et|(tt|)*30mL" (v0.1.0rc4 scripts/performance/run_script.py L64-66: pp 8, vp 4; chunks
+# 7, 15, 23 hold two decoders, chunk 31 MTP + loss); otherwise the recipe's map by (pp, vp)
+# (v0.1.0rc4 recipes/deepseek/deepseek_v3.py L96-108, v0.2.0 L235-243): the last chunk
+# holds 13 (4, 1), 5 (8, 1 / 4, 2) or 1 decoder(s) (16, 1 / 8, 2 / 4, 4) beside MTP + loss
+_DSV3_LAST_CHUNK = {(4, 1): 13, (8, 1): 5, (4, 2): 5, (16, 1): 1, (8, 2): 1, (4, 4): 1}
+_DSV3_CHUNK = {(4, 1): 16, (8, 1): 8, (4, 2): 8, (16, 1): 4, (8, 2): 4, (4, 4): 4}
+
+
+def _deepseek_bridge_pipeline(model: str, source: str, gpu: str, pp, vpp) -> dict:
+    """mtp_layers and pp_last_stage_layers of a Megatron-Bridge DeepSeek-V3 row: the recipe
+    builds one MTP layer (mtp_num_layers=1, v0.1.0rc4 recipes/deepseek/deepseek_v3.py
+    pretrain_config; v0.2.0 L174; no perf script of v0.2.0 changes it) unless the row says
+    it ran without ('w/o MTP'); the last rank's decoders from the layout above."""
+    out = {"mtp_layers": 0 if re.search(r"w/?o\s*MTP|without\s*MTP|no\s*MTP", model, re.I)
+           else 1}
+    p, v = int(_num(pp, 1)), int(_num(vpp, 1) or 1)
+    if re.search(r"25\.09", source) and re.search(r"h100", gpu, re.I) and (p, v) == (8, 4):
+        out["pp_last_stage_layers"] = 3 * 2
+    elif (p, v) in _DSV3_LAST_CHUNK:
+        out["pp_last_stage_layers"] = (v - 1) * _DSV3_CHUNK[(p, v)] + _DSV3_LAST_CHUNK[(p, v)]
+    return out
 
 
 def _measured_step(r: pd.Series) -> tuple[float, str]:

@@ -72,7 +72,8 @@ EXPECT: dict[str, tuple[str, str]] = {
     **{k: _NONNEG for k in ("kv_heads", "head_dim", "experts", "top_k", "expert_ffn", "etp",
                             "shared_experts", "first_dense_layers", "q_lora_rank",
                             "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                            "v_head_dim", "sliding_window", "window_attn_skip_freq")},
+                            "v_head_dim", "sliding_window", "window_attn_skip_freq",
+                            "mtp_layers", "pp_last_stage_layers")},
     **{k: _BOOL for k in ("sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                           "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap", "fsdp",
                           "tied_embeddings", "grad_reduce_fp32", "fused_elementwise", "fused_glu",
@@ -196,6 +197,10 @@ class ParallelConfig(_Strict):
     moe_recompute: Literal[MOE_RECOMPUTE] | None = None  # type: ignore[valid-type]
     # Megatron-Core --recompute-modules (with recompute: selective; sim_core/recompute.py)
     recompute_modules: list[Literal[RECOMPUTE_MODULES]] | None = None  # type: ignore[valid-type]
+    # Megatron-Core multi-token prediction layers (mtp_num_layers) and the last pipeline rank's
+    # decoder layers under a pipeline layout (0 = the even split); sim_core/specs.py
+    mtp_layers: NonNegInt | None = None
+    pp_last_stage_layers: NonNegInt | None = None
 
 
 OBJECTIVES = {
