@@ -178,7 +178,7 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     slow = slow + cp_extra
     # EP: the dispatcher's dispatch/combine, exposed unless the shared experts or the combined
     # 1F1B schedule hide it (moe.exposed)
-    moe_frac = workload.stage_moe_share(b, wl.dims)  # the busiest rank's MoE share
+    moe_frac = workload.stage_share_of(b, wl)  # the busiest rank's MoE share
     n_moe = wl.layers_per_stage * moe_frac
     d_times = distinct.on_distinct(
         "moe.dispatch_times", b, lambda sb: moe.dispatch_times(

@@ -84,6 +84,7 @@ class Workload:
     model_flops_per_step: np.ndarray = None  # MFU convention, whole cluster
     expert_fraction: np.ndarray = None  # share of a stage's params that are expert weights
     moe_load: np.ndarray = None  # busiest EP rank's load / balanced load (expert_load_factor)
+    moe_stage_share: np.ndarray = None  # MoE share of the busiest rank's layers (stage_moe_share)
     dims: dict = None  # model_dims(b), shared with the memory estimator
     # parameters this GPU trains (LoRA / QLoRA: the adapters); None = every parameter
     params_trainable: np.ndarray = None
@@ -129,6 +130,11 @@ def stage_moe_share(b: Batch, d: dict) -> np.ndarray:
     dense_chunks = np.ceil(d["n_dense_layers"] / np.maximum(chunk, 1))
     all_moe = (b.pp > 1) & (d["n_moe_layers"] > 0) & (dense_chunks < b.pp)
     return np.where(all_moe, 1.0, share)
+
+
+def stage_share_of(b: Batch, wl: Workload) -> np.ndarray:
+    """The workload's busiest-rank MoE share, computed once when it was built."""
+    return wl.moe_stage_share if wl.moe_stage_share is not None else stage_moe_share(b, wl.dims)
 
 
 def window_layers(b: Batch) -> tuple[np.ndarray, np.ndarray]:
@@ -325,7 +331,8 @@ def op_workload(b: Batch) -> Workload:
     compute model evaluates it once per distinct (model, sequence, tp, cp, micro-batch, ...)."""
     lay = _layout(b)
     return Workload(tokens=lay["T"], layers_per_stage=lay["L_stage"], num_microbatches=None,
-                    dp=None, ops=_ops(b, lay), moe_load=lay["load"], dims=lay["d"])
+                    dp=None, ops=_ops(b, lay), moe_load=lay["load"], dims=lay["d"],
+                    moe_stage_share=lay["moe_stage"])
 
 
 def build(b: Batch, ops: bool = True) -> Workload:
@@ -380,7 +387,8 @@ def build(b: Batch, ops: bool = True) -> Workload:
                   ops=_ops(b, lay) if ops else None,
                   params_layer=params_layer, params_stage=params_stage, params_embed=params_embed,
                   params_total=total, params_active=active, model_flops_per_step=model_flops,
-                  expert_fraction=expert_fraction, moe_load=load, dims=d)
+                  expert_fraction=expert_fraction, moe_load=load, dims=d,
+                  moe_stage_share=lay["moe_stage"])
     if np.any(finetune.frozen(b)):
         wl.params_trainable = finetune.trainable_params(b, wl)
     wl.comms = _comms(b, wl, d, sp, etp)
