@@ -65,8 +65,11 @@ def efficiency_table() -> dict:
 
 
 def _by_arch(arch: np.ndarray, key: str, sub: str | None = None) -> np.ndarray:
-    """A constant of efficiency.yaml per configuration, by its GPU architecture; unknown
-    architectures use the newest known one. A kernel family an architecture has no entry for
+    """A constant of efficiency.yaml per configuration, by its GPU architecture; an unknown
+    architecture uses the nearest listed one at or below it (sm_120 -> Blackwell's 100, a
+    future CDNA -> 950), the oldest for anything older: the keys span three vendors' numbering
+    (NVIDIA 80-100, AMD 910-950, Ascend 2201), so "the newest listed" would hand a GPU another
+    vendor's kernels. A kernel family an architecture has no entry for
     is NaN: flex off Hopper (never measured; rules.attention_rules refuses it) and unfused
     everywhere (priced from its passes, unfused_attention_times). Reads the table on every call
     (the accuracy fit edits it in place)."""
@@ -75,8 +78,8 @@ def _by_arch(arch: np.ndarray, key: str, sub: str | None = None) -> np.ndarray:
     vals = np.array([table[a][key].get(sub, np.nan) if sub else table[a][key]
                      for a in sorted(table)], dtype=np.float64)
     arch = np.asarray(arch, dtype=np.float64)
-    idx = np.minimum(np.searchsorted(archs, arch), len(archs) - 1)
-    return np.where(archs[idx] == arch, vals[idx], vals[-1])
+    idx = np.clip(np.searchsorted(archs, arch, side="right") - 1, 0, len(archs) - 1)
+    return vals[idx]
 
 
 def gemm_efficiency(b: Batch, m, n, k, fp8: np.ndarray, split_k: bool = True) -> np.ndarray:

@@ -45,8 +45,9 @@ def test_ascend_row_is_huaweis_die_model():
 
 
 def test_mi250x_keeps_cdna4_constants():
-    """Adding 2201 made it the highest key (the fallback of an unlisted arch); 910 (MI250X)
-    therefore has its own row, equal to the CDNA4 row it used to fall back to."""
+    """910 (MI250X) has its own row, equal to the CDNA4 row it took before it was listed (no
+    CDNA2 kernel figure exists; an unlisted architecture now takes the nearest row below it,
+    which for 910 would be Blackwell's)."""
     table = compute.efficiency_table()
     assert table[910] == table[950]
     for key in ("gemm_max", "attn_fwd"):

@@ -260,15 +260,17 @@ def test_tp_overlap_does_not_leave_the_gathered_input_cached():
     assert out["peak_allocated_gib"][0] == pytest.approx(out["peak_allocated_gib"][1])
 
 
-def test_arch_constants_by_architecture_and_newest_for_unknown():
+def test_arch_constants_by_architecture_and_nearest_below_for_unknown():
     """compute._by_arch: each configuration's architecture row of efficiency.yaml; an
-    architecture the table lacks takes the newest row (highest sm_arch)."""
+    architecture the table lacks takes the nearest row at or below it, the oldest for anything
+    older: sm_89 / sm_120 stay NVIDIA (80 / 100), a future CDNA stays AMD, not Ascend's 2201."""
     from sim_core import compute
 
     table = compute.efficiency_table()
     known = sorted(table)
-    arch = np.array([*known, 75.0, 89.0, 1200.0], dtype=float)
+    arch = np.array([*known, 75.0, 89.0, 120.0, 960.0, 2300.0], dtype=float)
     got = compute._by_arch(arch, "gemm_max", "bf16")
-    want = [table[a]["gemm_max"]["bf16"] for a in known] + [table[max(table)]["gemm_max"]["bf16"]] * 3
+    nearest = [80, 80, 100, 950, 2201]
+    want = [table[a]["gemm_max"]["bf16"] for a in known + nearest]
     assert got.tolist() == want
     assert compute._by_arch(np.array([90.0]), "layer_overhead_us")[0] == table[90]["layer_overhead_us"]
