@@ -29,6 +29,7 @@ import functools
 from importlib import resources
 
 import numpy as np
+from scipy.special import gammaln
 
 from . import catalog_yaml, nccl, overlap
 from .columns import Batch
@@ -119,7 +120,7 @@ def _p_unit_hit(E, k, units, groups, gtopk) -> np.ndarray:
 
 
 def _log_comb(n, r):
-    from scipy.special import gammaln
+    """log C(n, r) over arrays (-inf where r is outside 0..n)."""
     n, r = np.asarray(n, dtype=float), np.asarray(r, dtype=float)
     ok = (r >= 0) & (r <= n)
     out = gammaln(n + 1) - gammaln(np.clip(r, 0, None) + 1) - gammaln(np.clip(n - r, 0, None) + 1)
