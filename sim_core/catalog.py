@@ -154,7 +154,7 @@ _MODEL_POSITIVE = ("layers", "hidden", "heads", "vocab")
 _MODEL_NONNEG = ("kv_heads", "ffn", "head_dim", "seq_len", "experts", "top_k", "expert_ffn",
                  "shared_experts", "first_dense_layers", "q_lora_rank", "kv_lora_rank",
                  "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "sliding_window",
-                 "window_attn_skip_freq")
+                 "window_attn_skip_freq", "router_groups", "router_group_topk")
 _MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 _MOE_FIELDS = ("top_k", "expert_ffn", "shared_experts", "first_dense_layers")
 #: keys an inline model (YAML ``model: {...}``) may use
@@ -211,6 +211,13 @@ def _build_model(d: dict, name: str, file: str) -> ModelSpec:
     if out["window_attn_skip_freq"] and not out["sliding_window"]:
         raise CatalogError(f"{w('window_attn_skip_freq')}: set but sliding_window is 0 "
                            f"(give the window in tokens)")
+    if bool(out["router_groups"]) != bool(out["router_group_topk"]):
+        raise CatalogError(f"{w('router_group_topk')}: router_groups and router_group_topk go "
+                           f"together (both > 0, or both 0 for unrestricted top-k)")
+    if out["router_groups"] and (out["experts"] % out["router_groups"]
+                                 or out["router_group_topk"] > out["router_groups"]):
+        raise CatalogError(f"{w('router_groups')}: must divide experts ({out['experts']}) and "
+                           f"be >= router_group_topk ({out['router_group_topk']})")
     if out["experts"] > 0:
         if out["top_k"] <= 0:
             raise CatalogError(f"{w('top_k')}: MoE (experts > 0) needs top_k > 0")
@@ -276,7 +283,8 @@ def model_from_dict(d: dict, name: str = "inline") -> ModelSpec:
     Keys are ModelSpec fields (layers, hidden, heads, kv_heads, ffn, vocab, activation,
     tied_embeddings, head_dim, seq_len, experts, top_k, expert_ffn, shared_experts,
     first_dense_layers, q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim,
-    v_head_dim, sliding_window, window_attn_skip_freq, source) plus ``name`` and ``base`` (a catalog id whose fields are the defaults:
+    v_head_dim, sliding_window, window_attn_skip_freq, router_groups, router_group_topk,
+    source) plus ``name`` and ``base`` (a catalog id whose fields are the defaults:
     ``{base: llama3-8b, layers: 16}``). Required (unless ``base``): layers, hidden, heads, ffn,
     vocab; ffn may be omitted for an all-MoE model (it then defaults to expert_ffn).
     """

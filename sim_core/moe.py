@@ -29,6 +29,7 @@ import functools
 from importlib import resources
 
 import numpy as np
+from scipy.special import gammaln
 
 from . import catalog_yaml, nccl, overlap
 from .columns import Batch
@@ -91,15 +92,54 @@ def ep_layout(b: Batch, gpn=None) -> dict:
     return {"etp": etp, "ep_local": ep_local, "nodes": nodes}
 
 
+def _p_unit_hit(E, k, units, groups, gtopk) -> np.ndarray:
+    """P(a token reaches one of `units` equal contiguous blocks of the experts: an EP rank or
+    a node). Unrestricted top-k (groups 0): k experts drawn from E. Group-limited routing
+    (Megatron-Core core_v0.15.3 moe_utils.py group_limited_topk: `groups` contiguous expert
+    groups, the token's k experts drawn from its `gtopk` best): the gtopk groups are taken
+    as uniform over the groups and the k experts as uniform over theirs, as DeepEP's own
+    benchmark draws them (v1.2.1 tests/test_internode.py, node groups). A block inside one
+    group is hit when its group is chosen; a block of c whole groups when j >= 1 of them are
+    (hypergeometric in j)."""
+    free = _p_group_hit(E, k, E / units)
+    if not np.any(groups > 0):
+        return free
+    G = np.maximum(groups, 1.0)
+    gk = np.clip(gtopk, 1.0, G)
+    pool = gk * E / G  # experts a token chooses from
+    inside = gk / G * _p_group_hit(pool, k, E / units)  # units >= G: a block within a group
+    c = np.maximum(np.floor(G / units), 1.0)  # units < G: whole groups per block
+    whole = np.zeros_like(free)
+    log_all = _log_comb(G, gk)
+    for j in range(1, int(np.max(gk)) + 1):
+        pj = np.exp(_log_comb(c, j) + _log_comb(G - c, gk - j) - log_all)
+        pj = np.where((j <= c) & (j <= gk) & (gk - j <= G - c), pj, 0.0)
+        whole = whole + pj * _p_group_hit(pool, k, j * E / G)
+    limited = np.where(units >= G, inside, whole)
+    return np.where(groups > 0, limited, free)
+
+
+def _log_comb(n, r):
+    """log C(n, r) over arrays (-inf where r is outside 0..n)."""
+    n, r = np.asarray(n, dtype=float), np.asarray(r, dtype=float)
+    ok = (r >= 0) & (r <= n)
+    out = gammaln(n + 1) - gammaln(np.clip(r, 0, None) + 1) - gammaln(np.clip(n - r, 0, None) + 1)
+    return np.where(ok, out, -np.inf)
+
+
 def routing_fanout(b: Batch) -> dict:
-    """Expected destinations of one token under balanced top-k routing: EP ranks hit and
-    nodes hit (DeepEP sends a token once per rank and once per node, whatever k)."""
+    """Expected destinations of one token under balanced top-k routing (group-limited where
+    the model has router groups): EP ranks hit and nodes hit (DeepEP sends a token once per
+    rank and once per node, whatever k), and P(its own node is one of them)."""
     lay = ep_layout(b)
     E = np.maximum(b.experts, 1.0)
     k = np.where(b.experts > 0, b.top_k, 0.0)
-    ranks = b.ep * _p_group_hit(E, k, E / b.ep)
-    nodes = lay["nodes"] * _p_group_hit(E, k, E / lay["nodes"])
-    return {"ranks_hit": ranks, "nodes_hit": nodes, **lay}
+    zero = np.zeros_like(E)
+    G = np.asarray(b.get("router_groups", zero), dtype=np.float64) * (b.experts > 0)
+    gk = np.asarray(b.get("router_group_topk", zero), dtype=np.float64)
+    ranks = b.ep * _p_unit_hit(E, k, b.ep, G, gk)
+    p_node = _p_unit_hit(E, k, lay["nodes"], G, gk)
+    return {"ranks_hit": ranks, "nodes_hit": lay["nodes"] * p_node, "own_node": p_node, **lay}
 
 
 # ---- dispatch and combine ------------------------------------------------------------------
@@ -121,7 +161,7 @@ def dispatch_bytes(b: Batch, tokens_rank, load) -> dict:
     group = b.ep * fan["etp"]
     ag = tokens_rank * group * (row + 5.0 * E)  # bf16 hidden + bool routing map + fp32 probs
     # tokens to other nodes: nodes hit, less the own node when it is hit
-    own_node = _p_group_hit(E, np.where(b.experts > 0, b.top_k, 0.0), E / fan["nodes"])
+    own_node = fan["own_node"]
     remote_nodes = np.maximum(fan["nodes_hit"] - own_node, 0.0) * (fan["nodes"] > 1)
     rdma = tokens_rank * row * remote_nodes * load
     nvl = tokens_rank * row * fan["ranks_hit"] * (fan["ep_local"] - 1) / fan["ep_local"] * load

@@ -102,6 +102,12 @@ class ModelSpec:
     # l % N == 0, i.e. one full layer after N-1 windowed ones; 0 = every layer windowed
     sliding_window: int = 0
     window_attn_skip_freq: int = 0
+    # Group-limited routing (DeepSeek-V3: HF config n_group 8, topk_group 4 = Megatron-Core
+    # moe_router_num_groups / moe_router_group_topk, core_v0.15.3 moe/moe_utils.py
+    # group_limited_topk): the experts split into router_groups contiguous groups, a token's
+    # top_k experts come from its router_group_topk best groups; 0 = unrestricted top-k
+    router_groups: int = 0
+    router_group_topk: int = 0
     source: str = ""
 
     @property
@@ -209,6 +215,8 @@ MODEL_COLUMNS = {
     "v_head_dim": 0,
     "sliding_window": 0,  # 0 = no sliding-window attention (ModelSpec)
     "window_attn_skip_freq": 0,  # one full-attention layer in N; 0 = all windowed
+    "router_groups": 0,  # 0 = unrestricted top-k routing (ModelSpec)
+    "router_group_topk": 0,
 }
 
 RUN_COLUMNS = {

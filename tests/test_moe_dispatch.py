@@ -2,6 +2,8 @@
 DeepEP's formula worked out by hand, the 1F1B overlap schedule on hand-made numbers, the rules
 Megatron-Core enforces, and the flags they export."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -56,10 +58,51 @@ def test_deepep_dedups_what_alltoall_sends_per_copy():
     a token reaches 64 (1 - C(252,8)/C(256,8)) = 7.7 ranks and 8 (1 - C(224,8)/C(256,8)) = 5.3
     nodes, so DeepEP's RDMA carries 4.6 copies where the all-to-all sends 8 x 7/8 = 7."""
     b = batch(DSV3)
+    assert b.router_groups[0] == 8  # the catalog's group-limited routing ...
+    b["router_groups"] = b["router_group_topk"] = np.zeros(1)  # ... off: unrestricted top-8
     by = moe.dispatch_bytes(b, np.array([2048.0]), np.array([1.0]))
     assert by["nodes"][0] == 8 and by["ep_local"][0] == 8
     assert 7.6 < by["ranks_hit"][0] < 7.8 and 5.2 < by["nodes_hit"][0] < 5.4
     assert by["rdma"][0] / (2048 * 2 * 7168) == pytest.approx(by["nodes_hit"][0] * 7 / 8)
+
+
+def _miss(n, g, k):
+    """C(n - g, k) / C(n, k): k of n experts miss a block of g."""
+    return math.comb(n - g, k) / math.comb(n, k)
+
+
+def test_group_limited_routing_fanout_by_hand():
+    """DeepSeek-V3 routes group-limited (8 groups of 32 experts, top-4 groups, then top-8 of
+    their 128 experts: the catalog's router_groups / router_group_topk). EP64 over 8 nodes: a
+    node holds one group, hit with P = 4/8 (1 - C(96,8)/C(128,8)); a rank (4 experts of one
+    group) with 4/8 (1 - C(124,8)/C(128,8)). EP32 over 4 nodes: a node holds 2 groups, j of
+    them chosen with hypergeometric P(j) = C(2,j) C(6,4-j) / C(8,4), then hit with
+    1 - C(128 - 32 j, 8)/C(128, 8)."""
+    b = batch(DSV3)
+    by = moe.dispatch_bytes(b, np.array([2048.0]), np.array([1.0]))
+    p_node = 0.5 * (1 - _miss(128, 32, 8))
+    assert by["nodes_hit"][0] == pytest.approx(8 * p_node)
+    assert by["ranks_hit"][0] == pytest.approx(64 * 0.5 * (1 - _miss(128, 4, 8)))
+    assert by["rdma"][0] / (2048 * 2 * 7168) == pytest.approx(8 * p_node - p_node)
+    b32 = batch(DSV3, num_gpus=256, ep=32)
+    by32 = moe.dispatch_bytes(b32, np.array([2048.0]), np.array([1.0]))
+    hyp = {j: math.comb(2, j) * math.comb(6, 4 - j) / math.comb(8, 4) for j in (1, 2)}
+    p32 = sum(hyp[j] * (1 - _miss(128, 32 * j, 8)) for j in (1, 2))
+    assert by32["nodes_hit"][0] == pytest.approx(4 * p32)
+    # fewer nodes than unrestricted top-8 (5.3 of 8 at EP64, 3.6 of 4 at EP32)
+    assert by["nodes_hit"][0] < 3.7 and by32["nodes_hit"][0] < 3.0
+
+
+def test_router_groups_catalog_errors():
+    from sim_core import catalog
+    base = dict(layers=4, hidden=1024, heads=8, ffn=0, vocab=1000, experts=16, top_k=2,
+                expert_ffn=512)
+    with pytest.raises(catalog.CatalogError, match="router_group_topk"):
+        catalog.model_from_dict({**base, "router_groups": 4})
+    with pytest.raises(catalog.CatalogError, match="router_groups"):
+        catalog.model_from_dict({**base, "router_groups": 3, "router_group_topk": 2})
+    assert catalog.model_from_dict({**base, "router_groups": 4,
+                                    "router_group_topk": 2}).router_groups == 4
 
 
 def test_permutation_bytes_fused_vs_unfused_by_hand():

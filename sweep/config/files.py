@@ -73,6 +73,7 @@ EXPECT: dict[str, tuple[str, str]] = {
                             "shared_experts", "first_dense_layers", "q_lora_rank",
                             "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                             "v_head_dim", "sliding_window", "window_attn_skip_freq",
+                            "router_groups", "router_group_topk",
                             "mtp_layers", "pp_last_stage_layers")},
     **{k: _BOOL for k in ("sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
                           "overlap_param_gather", "tp_comm_overlap", "moe_a2a_overlap", "fsdp",
