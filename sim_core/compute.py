@@ -462,7 +462,7 @@ def _stage_core(b: Batch, wl: Workload) -> dict:
     unf_f = unf_b = 0.0
     if unfused.any():
         unf_f, unf_b = unfused_attention_times(b, wl.dims, peak_bf16, hbm)
-    moe_frac = workload.stage_share_of(b, wl)  # share of the busiest rank's layers
+    moe_frac = wl.moe_stage_share  # share of the busiest rank's layers
     # launch gaps of a layer's kernels; a MoE layer adds its router, permutation, dispatcher
     # and per-expert GEMM launches and one host sync (moe.launch_overhead_s)
     moe_launch = moe.launch_overhead_s(b)

@@ -37,7 +37,6 @@ from .columns import Batch
 ACT_BYTES = 2.0  # bf16 hidden states (Megatron's DeepEP dispatch sends bf16 too)
 ALLTOALL, ALLGATHER, FLEX = 0, 1, 2  # specs.MOE_DISPATCHER order
 MLP_OPS = ("router", "shared_fc1", "shared_fc2", "expert_fc1", "expert_fc2", "moe_permute")
-MOE_ACT, MOE_LAYER = 1, 2  # specs.MOE_RECOMPUTE codes
 SHARED_OPS = ("shared_fc1", "shared_fc2")
 
 

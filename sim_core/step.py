@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import compute, distinct, moe, nccl, overlap, recompute, terms, workload
+from . import compute, distinct, moe, nccl, overlap, recompute, terms
 from .arrays import select, where
 from .columns import Batch
 from .workload import Workload
@@ -178,7 +178,7 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     slow = slow + cp_extra
     # EP: the dispatcher's dispatch/combine, exposed unless the shared experts or the combined
     # 1F1B schedule hide it (moe.exposed)
-    moe_frac = workload.stage_share_of(b, wl)  # the busiest rank's MoE share
+    moe_frac = wl.moe_stage_share  # the busiest rank's MoE share
     n_moe = wl.layers_per_stage * moe_frac
     d_times = distinct.on_distinct(
         "moe.dispatch_times", b, lambda sb: moe.dispatch_times(

@@ -132,11 +132,6 @@ def stage_moe_share(b: Batch, d: dict) -> np.ndarray:
     return np.where(all_moe, 1.0, share)
 
 
-def stage_share_of(b: Batch, wl: Workload) -> np.ndarray:
-    """The workload's busiest-rank MoE share, computed once when it was built."""
-    return wl.moe_stage_share if wl.moe_stage_share is not None else stage_moe_share(b, wl.dims)
-
-
 def window_layers(b: Batch) -> tuple[np.ndarray, np.ndarray]:
     """(share of layers that are sliding-window layers, window in keys) per configuration.
 
