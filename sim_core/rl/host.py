@@ -1,4 +1,5 @@
-"""The host side of an eager Hugging Face model under FSDP1: a floor on each micro-batch.
+"""The host side of training passes: the floor an eager Hugging Face model under FSDP1 puts
+on each micro-batch, and the host memory an optimizer run on the CPU streams through.
 
 verl's FSDP workers run the Hugging Face model in eager PyTorch (`verl.py` rule 6), and
 their loops synchronise the host every micro-batch (`.item()` on the loss metrics in
@@ -136,3 +137,16 @@ def update_floor(layers, micro_batches, checkpointing) -> np.ndarray:
         + np.asarray(layers, dtype=float) * forwards * view_seconds()
     return np.asarray(micro_batches, dtype=float) * per_mb \
         + step_kernels(layers) * seconds_per_kernel()
+
+
+def memory_bytes_per_s(b) -> np.ndarray:
+    """Host memory bandwidth one GPU's training process gets: the node's
+    (`catalogs/rl.yaml host_dram_gbs`) shared by its GPUs' processes."""
+    return constants()["host_dram_gbs"] * 1e9 / np.maximum(b.gpus_per_node, 1.0)
+
+
+def adam_seconds(params, bytes_per_s) -> np.ndarray:
+    """One step of PyTorch's CPU AdamW over `params` parameters (single-tensor path on CPU
+    tensors: `catalogs/rl.yaml host_adam_bytes_per_param` of memory traffic each): Megatron's
+    CPU optimizer (HybridDeviceOptimizer) and SkyRL's FSDP2 `cpu_offload` both run it."""
+    return params * constants()["host_adam_bytes_per_param"] / bytes_per_s

@@ -121,6 +121,17 @@ def constants() -> dict:
     return catalog_yaml.read(text)
 
 
+def train_col(tf: pd.DataFrame, name: str) -> np.ndarray:
+    """A layout column of the training frame (tp, pp, cp, zero) as floats; 1 where the frame
+    leaves it out (the pre-training defaults). Every RL module reads the layout this way."""
+    return tf[name].to_numpy(float) if name in tf else np.ones(len(tf))
+
+
+def fsdp(tf: pd.DataFrame) -> np.ndarray:
+    """Rows of the training frame sharded with ZeRO-3 / FSDP (NaN, unknown: not)."""
+    return train_col(tf, "zero") >= 3
+
+
 def _codes(name: str, values: pd.Series, allowed: tuple) -> np.ndarray:
     low = values.astype(str).str.lower()
     bad = ~low.isin(allowed)

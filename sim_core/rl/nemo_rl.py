@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .. import compute, frameworks, specs, workload
-from .inputs import RL_FRAMEWORK
+from .inputs import RL_FRAMEWORK, fsdp, train_col
 
 # NeMo RL v0.3.0 bytes moved per logit element (model_utils.py DistributedLogprob,
 # loss_functions.py ClippedPGLossFn)
@@ -89,13 +89,9 @@ def megatron_bin_padding(b, tf: pd.DataFrame, sim: pd.DataFrame,
     the padding (never below what it priced). Megatron with sequence packing only: DTensor
     pads each training bin to the capacity anyway (`update_pad_s`), dynamic batching and
     unpacked micro-batches are formed otherwise."""
-    n = len(tf)
-    tp = tf["tp"].to_numpy(float) if "tp" in tf else np.ones(n)
-    pp = tf["pp"].to_numpy(float) if "pp" in tf else np.ones(n)
-    cp = tf["cp"].to_numpy(float) if "cp" in tf else np.ones(n)
-    zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(n)
+    tp, pp, cp = (train_col(tf, c) for c in ("tp", "pp", "cp"))
     dp = np.maximum(sim["dp"].to_numpy(float), 1.0)
-    on = (b.sequence_packing > 0) & (b.dynamic_batching <= 0) & ~(zero >= 3)
+    on = (b.sequence_packing > 0) & (b.dynamic_batching <= 0) & ~fsdp(tf)
     multiple = np.where(cp > 1, 2.0 * cp * tp, tp)
     # mean padded length: a sequence gains (multiple - 1) / 2 tokens on average
     seq = b.prompt_len + b.response_mean + (multiple - 1.0) / 2.0
@@ -121,15 +117,13 @@ def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray,
     `logprob_loss_s` and `logprob_bins_s` (per log-prob pass), `update_loss_s` (per update
     epoch), `update_pad_s` and `update_bins_s` (per optimizer step). Zero for rows that are not `rl_framework: nemo_rl`."""
     on = (b.rl_framework == RL_FRAMEWORK.index("nemo_rl")).astype(float)
-    tp = tf["tp"].to_numpy(float) if "tp" in tf else np.ones(len(tf))
-    cp = tf["cp"].to_numpy(float) if "cp" in tf else np.ones(len(tf))
-    zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(len(tf))
-    fsdp = zero >= 3
+    tp, cp = train_col(tf, "tp"), train_col(tf, "cp")
+    sharded = fsdp(tf)
     # 1. the reference swap: policy out, reference in, policy back in (pinned, PCIe rate)
     # (DTensor copies each rank's local FSDP shard: `to_local_if_dtensor` in
     # get_cpu_state_dict; params_per_gpu is the model-parallel rank's, before the FSDP split)
-    dp_shard = np.where(fsdp, np.maximum(sim["dp"].to_numpy(float), 1.0), 1.0)
-    weight_bytes = sim["params_per_gpu"].to_numpy(float) / dp_shard * np.where(fsdp, 4.0, 2.0)
+    dp_shard = np.where(sharded, np.maximum(sim["dp"].to_numpy(float), 1.0), 1.0)
+    weight_bytes = sim["params_per_gpu"].to_numpy(float) / dp_shard * np.where(sharded, 4.0, 2.0)
     ref_swap = 3.0 * weight_bytes / pcie_bytes_per_s * b.use_ref
     # 2. the fp32 log-softmax over the vocabulary: logits on one GPU of the last stage per
     # RL step = its data-parallel rank's tokens / cp x vocab / tp
@@ -145,7 +139,7 @@ def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray,
     # third of its loss bytes
     # Megatron casts to fp32 too when packing is off (`from_parallel_logits_to_logprobs(
     # output_tensor.to(torch.float32), ...)`, megatron_policy_worker.py get_logprobs)
-    fp32_lp = fsdp | (b.sequence_packing <= 0)
+    fp32_lp = sharded | (b.sequence_packing <= 0)
     lp_bytes = np.where(fp32_lp, LOGPROB_BYTES_FP32, LOGPROB_BYTES_BF16) - (fwd + bwd) / 3.0
     up_bytes = TRAIN_FWD_BYTES + TRAIN_BWD_BYTES - (fwd + bwd)
     # 3. DTensor pads every packed training micro-batch up to `train_mb_tokens`
@@ -155,7 +149,7 @@ def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray,
     packed = (b.sequence_packing > 0) & (b.dynamic_batching <= 0)
     filled = tf["micro_batch"].to_numpy(float) * tf["seq_len"].to_numpy(float)
     budget = np.maximum(pack_budget, filled)
-    pad = np.where(fsdp & packed, budget / np.maximum(filled, 1.0) - 1.0, 0.0)
+    pad = np.where(sharded & packed, budget / np.maximum(filled, 1.0) - 1.0, 0.0)
     # 4. Megatron's packed bins: dealt round-robin over DP, padded to the longest with PP
     up_bins, lp_bins = megatron_bin_padding(b, tf, sim, pack_budget)
     pipe = sim["time_compute"].to_numpy(float) + sim["time_bubble"].to_numpy(float)

@@ -53,8 +53,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import verl
-from .inputs import RL_FRAMEWORK, constants
+from . import host, verl
 
 WEIGHT_BYTES = 4.0   # the fp32 parameter shard FSDP2 keeps (mixed precision casts to bf16)
 GRAD_BYTES = 4.0     # reduce_dtype float32
@@ -63,13 +62,7 @@ HOST_ADD_BYTES = 12.0  # grad += new: read two fp32 shards, write one
 
 def active(b, tf: pd.DataFrame) -> np.ndarray:
     """Rows priced by SkyRL's FSDP2 workers: `rl_framework: skyrl` trained with FSDP."""
-    zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(len(tf))
-    return (b.rl_framework == RL_FRAMEWORK.index("skyrl")) & (zero >= 3)
-
-
-def host_share_bytes_per_s(b) -> np.ndarray:
-    """Host memory bandwidth one GPU's training process gets (the node's, shared)."""
-    return constants()["host_dram_gbs"] * 1e9 / np.maximum(b.gpus_per_node, 1.0)
+    return verl.fsdp_rows(b, tf, "skyrl")
 
 
 def offload_costs(shard_params, n_fwd_mb, n_upd_mb, fwd_compute_s, upd_compute_s,
@@ -88,7 +81,7 @@ def offload_costs(shard_params, n_fwd_mb, n_upd_mb, fwd_compute_s, upd_compute_s
     add = shard_params * HOST_ADD_BYTES / host_bw
     accum = np.maximum(n_upd_mb - 1, 0.0) * (rs_s + d2h + add)
     # (c) AdamW on the host
-    adam = shard_params * constants()["host_adam_bytes_per_param"] / host_bw
+    adam = host.adam_seconds(shard_params, host_bw)
     on = offload > 0
     return {"lp_s": np.where(on, lp, 0.0), "upd_s": np.where(on, upd_h2d + accum + adam, 0.0),
             "adam_s": np.where(on, adam, 0.0), "accum_s": np.where(on, accum, 0.0)}
@@ -135,7 +128,7 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     step = up_sim["step_time_s"].to_numpy() * scale["upd"]
     shard = up_sim["params_per_gpu"].to_numpy(float) / np.maximum(dp[idx], 1.0)
     pcie = np.broadcast_to(pcie_bytes_per_s, (n,))[idx]
-    host_bw = np.broadcast_to(host_share_bytes_per_s(b), (n,))[idx]
+    host_bw = np.broadcast_to(host.memory_bytes_per_s(b), (n,))[idx]
     fwd_mb = lp_sim["time_compute"].to_numpy() / 3 / np.maximum(nmb["lp"], 1.0)
     upd_mb = (up_sim["time_compute"].to_numpy() + up_sim["time_recompute"].to_numpy()) \
         / np.maximum(nmb["upd"], 1.0)

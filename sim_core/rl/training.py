@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import generation, nemo_rl, skyrl, verl, verl_megatron
-from .inputs import constants
+from . import generation, host, nemo_rl, skyrl, verl, verl_megatron
+from .inputs import constants, fsdp
 
 
 def pcie_bytes_per_s(b) -> np.ndarray:
@@ -144,11 +144,9 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     # host arithmetic overlap: the longest counts.
     f = np.clip(b.optimizer_cpu_offload, 0.0, 1.0)
     opt_b = sim["mem_optimizer"].to_numpy() * 2.0 ** 30 * f
-    k = constants()
-    host_bw = k["host_dram_gbs"] * 1e9 / np.maximum(b.gpus_per_node, 1.0)
-    host_adam = opt_b / 12 * k["host_adam_bytes_per_param"] / host_bw
-    host_step = np.maximum(np.maximum(opt_b / 12 * 4, opt_b / 12 * 2) / pcie_bytes_per_s(b),
-                           host_adam)
+    pcie = pcie_bytes_per_s(b)
+    host_adam = host.adam_seconds(opt_b / 12, host.memory_bytes_per_s(b))
+    host_step = np.maximum(np.maximum(opt_b / 12 * 4, opt_b / 12 * 2) / pcie, host_adam)
     step = step + host_step
     comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
     fwd = sim["time_compute"].to_numpy() / 3 + comm / 2 + sim["time_bubble"].to_numpy() / 3
@@ -161,41 +159,41 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     # logprob_batch_size, `train_mb_tokens` = max_total_sequence_length x
     # train_micro_batch_size 1: examples/configs/grpo_math_1B.yaml at v0.3.0), so they gather
     # that many times less often.
-    zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(len(tf))
     rs_bytes = np.where(_grad_fp32(tf), 4.0, 2.0)
-    gather_share = 2.0 / (2.0 + 2.0 + rs_bytes)
-    fwd = fwd + np.where(zero >= 3, sim["time_dp"].to_numpy() * gather_share, 0.0) / \
-        np.maximum(b.logprob_batch_size, 1.0)
-    ext = nemo_rl.extras(b, tf, sim, pcie_bytes_per_s(b), pack_budget(df, b))
+    # the forward gather's share of the DP time, on the ZeRO-3 / FSDP rows only
+    gather_share = np.where(fsdp(tf), 2.0 / (2.0 + 2.0 + rs_bytes), 0.0)
+    fwd = fwd + sim["time_dp"].to_numpy() * gather_share / np.maximum(b.logprob_batch_size, 1.0)
+    budget = pack_budget(df, b)
+    dp = sim["dp"].to_numpy(float)
+    ext = nemo_rl.extras(b, tf, sim, pcie, budget)
     lp_pass = fwd * b.mini_batches + ext["logprob_loss_s"] + ext["logprob_bins_s"]
     updates = b.mini_batches * b.ppo_epochs
     update = ((step + ext["update_pad_s"] + ext["update_bins_s"]) * updates + ext["update_loss_s"] * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
     # verl's Megatron workers load and offload the parameters in each phase (verl_megatron.py)
-    vm = verl_megatron.phase_moves(b, tf, sim, pcie_bytes_per_s(b))
+    vm = verl_megatron.phase_moves(b, tf, sim, pcie)
     update = update + vm["update_s"]
     ref = (lp_pass + ext["ref_swap_s"]) * b.use_ref + vm["ref_s"]
     values = lp_pass * (b.algorithm == 2)  # PPO critic values
     old = lp_pass + vm["log_prob_s"]
     # verl's FSDP workers: their own micro-batches, padding, critic and host moves (verl.py)
-    v = verl.phases(df, b, tf, sim["dp"].to_numpy(float), pcie_bytes_per_s(b),
-                    pack_budget(df, b), np.where(zero >= 3, gather_share, 0.0), profile)
+    v = verl.phases(df, b, tf, dp, pcie, budget, gather_share, profile)
     on = v["on"]
     old = np.where(on, v["old_log_prob_s"], old)
     ref = np.where(on, v["ref_s"], ref)
     values = np.where(on, v["values_s"], values)
     update = np.where(on, v["update_actor_s"] + v["update_critic_s"], update)
     # SkyRL's FSDP2 workers: count micro-batches, cpu_offload's host moves and AdamW (skyrl.py)
-    s = skyrl.phases(df, b, tf, sim["dp"].to_numpy(float), pcie_bytes_per_s(b),
-                     np.where(zero >= 3, gather_share, 0.0), profile)
+    s = skyrl.phases(df, b, tf, dp, pcie, gather_share, profile)
     son = s["on"]
     old = np.where(son, s["old_log_prob_s"], old)
     ref = np.where(son, s["ref_s"], ref)
     update = np.where(son, s["update_s"], update)
     # FSDP2 cpu_offload: weights, grads and optimizer states never on the GPU between passes
-    host = s["states_on_host"]
-    states = sum(sim[c].to_numpy() for c in ("mem_weights", "mem_grads", "mem_optimizer"))
-    mem_states = sum(mem[c].to_numpy() for c in ("mem_weights", "mem_grads", "mem_optimizer"))
+    on_host = s["states_on_host"]
+    state_cols = ("mem_weights", "mem_grads", "mem_optimizer")
+    states = sum(sim[c].to_numpy() for c in state_cols)
+    mem_states = sum(mem[c].to_numpy() for c in state_cols)
     return {
         "old_log_prob_time_s": old,
         "ref_time_s": ref,
@@ -204,7 +202,7 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
         "values_time_s": values,
         # verl keeps the optimizer on the host until its update (verl.py rule 5): no
         # optimizer round trip around generation
-        "gen_optimizer_moves": np.where(on | host, 0.0, 1.0),
+        "gen_optimizer_moves": np.where(on | on_host, 0.0, 1.0),
         "update_time_s": update,
         "train_step_time_s": step,
         "train_valid": sim["valid"].to_numpy() & mem["valid"].to_numpy(),
@@ -212,9 +210,9 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
                                          sim["invalid_reason"].to_numpy(),
                                          mem["invalid_reason"].to_numpy()),
         "train_peak_gib": np.fmax(mem["peak_memory_gib"].to_numpy()
-                                  - np.where(host, mem_states, 0.0),
+                                  - np.where(on_host, mem_states, 0.0),
                                   sim["peak_memory_gib"].to_numpy()
-                                  - np.where(host, states, 0.0))
+                                  - np.where(on_host, states, 0.0))
         - f * mem["mem_optimizer"].to_numpy(),
         "optimizer_host_time_s": np.where(son, s["adam_s"], host_step * b.mini_batches
                                           * b.ppo_epochs),
@@ -224,9 +222,8 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
         "train_mfu": sim["mfu"].to_numpy(),
         # resident between phases when nothing is offloaded: weights, grads, optimizer
         # (the host-resident fraction of a CPU optimizer is never on the GPU)
-        "train_states_gib": sum(sim[c].to_numpy() for c in
-                                ("mem_weights", "mem_grads", "mem_optimizer"))
-        - f * sim["mem_optimizer"].to_numpy() - np.where(host, states, 0.0),
-        "train_optimizer_gib": np.where(host, 0.0, (1 - f) * sim["mem_optimizer"].to_numpy()),
+        "train_states_gib": states - f * sim["mem_optimizer"].to_numpy()
+        - np.where(on_host, states, 0.0),
+        "train_optimizer_gib": np.where(on_host, 0.0, (1 - f) * sim["mem_optimizer"].to_numpy()),
         "train_weights_gib": sim["mem_weights"].to_numpy(),
     }

@@ -66,7 +66,7 @@ import pandas as pd
 from .. import compute
 from ..simulate import simulate_frame
 from . import host, nemo_rl
-from .inputs import RL_FRAMEWORK
+from .inputs import RL_FRAMEWORK, fsdp, train_col
 
 # bytes per parameter of the fp32 FSDP shards verl keeps (fsdp_workers.py: actor and critic
 # loaded in fp32, MixedPrecision computes in bf16) and of the Adam moments (exp_avg,
@@ -77,10 +77,14 @@ ADAM_BYTES = 8.0
 REF_WEIGHT_BYTES = 2.0
 
 
+def fsdp_rows(b, tf: pd.DataFrame, framework: str) -> np.ndarray:
+    """Rows of `rl_framework: framework` trained with FSDP / FSDP2 (ZeRO-3)."""
+    return (b.rl_framework == RL_FRAMEWORK.index(framework)) & fsdp(tf)
+
+
 def active(b, tf: pd.DataFrame) -> np.ndarray:
     """Rows priced by verl's FSDP workers: `rl_framework: verl` trained with FSDP / FSDP2."""
-    zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(len(tf))
-    return (b.rl_framework == RL_FRAMEWORK.index("verl")) & (zero >= 3)
+    return fsdp_rows(b, tf, "verl")
 
 
 def micro_batching(seqs_per_gpu, real_len, dynamic, budget, mb_seqs):
@@ -148,7 +152,7 @@ def _lm_head_step(b, fr: pd.DataFrame, idx: np.ndarray, sim: pd.DataFrame) -> np
     at the arch's GEMM ceiling and the loss's bytes per logit (`workload.LOSS_TRAFFIC_*` of
     the resolved loss) at the elementwise HBM efficiency, over one GPU's tokens of the step."""
     sub = fr.iloc[idx].reset_index(drop=True)
-    tp = sub["tp"].to_numpy(float) if "tp" in sub else np.ones(len(sub))
+    tp = train_col(sub, "tp")
     tokens = (sim["num_microbatches"].to_numpy(float) * sub["micro_batch"].to_numpy(float)
               * sub["seq_len"].to_numpy(float))
     arch = b.sm_arch[idx]

@@ -34,16 +34,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .inputs import RL_FRAMEWORK, constants
+from .inputs import RL_FRAMEWORK, constants, fsdp
 
 
 def phase_moves(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray) -> dict:
     """Seconds per RL step the per-phase parameter moves add: `log_prob_s` (old log-prob
     pass), `update_s` (the update) and `ref_s` (reference pass). Zero where they do not
     apply."""
-    n = len(tf)
-    zero = tf["zero"].to_numpy(float) if "zero" in tf else np.ones(n)
-    on = (b.rl_framework == RL_FRAMEWORK.index("verl")) & ~(zero >= 3)  # NaN: not FSDP
+    on = (b.rl_framework == RL_FRAMEWORK.index("verl")) & ~fsdp(tf)  # NaN: not FSDP
     weights = sim["params_per_gpu"].to_numpy(float) * 2.0  # bf16 parameter buffers
     slow = float(constants().get("pageable_slowdown", 1.0))
     # load from pinned memory, offload through pageable memory
