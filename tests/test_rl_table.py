@@ -91,7 +91,7 @@ def test_model_and_gpu_spellings():
 def test_published_excerpts_are_read_without_help():
     t = rl.load(EXCERPTS)
     cmp = rl.compare(t)
-    assert len(cmp) == len(t) == 8
+    assert len(cmp) == len(t) == 10
     # a row the catalog cannot price is listed with a one-line reason, not predicted
     reasons = cmp.skipped.tolist()
     assert "unknown model" in reasons[4] and "unknown model" in reasons[5]
@@ -107,6 +107,13 @@ def test_published_excerpts_are_read_without_help():
     # blanks are imputed and said so: the mean response from the published priors
     assert "length_priors.csv" in cmp.imputed[0] and "response mean" in cmp.imputed[0]
     assert "response mean" not in cmp.imputed[2]                  # dpsk.md states 1960
+    # the Miles ROCm blog: "AMD Instinct MI300X" is the catalog's mi300x, "388.50s" a time
+    assert cmp.skipped[8] == "" and cmp.step_time_s[8] == pytest.approx(388.5)
+    assert cmp.gpu[8] == "AMD Instinct MI300X" and np.isfinite(cmp.pred_step_s[8])
+    assert "qwen3-30b-a3b" in cmp.imputed[8]
+    # NeMo RL issue 959 does not name its GPU: listed with the reason, not predicted
+    assert cmp.skipped[9] == "gpu: not stated" and np.isnan(cmp.pred_step_s[9])
+    assert cmp.num_gpus[9] == 64                                   # "8 nodes x 8"
 
 
 def test_no_published_row_is_skipped_for_a_blank_length():
@@ -149,7 +156,8 @@ def test_validate_cli_lists_unpredicted_rows(capsys):
 
     assert main(["validate", "--rl", EXCERPTS]) == 0
     out = capsys.readouterr().out
-    assert "unknown model 'Qwen3.5-9B'" in out and "5 rows predicted" in out
+    assert "unknown model 'Qwen3.5-9B'" in out and "6 rows predicted" in out
+    assert "gpu: not stated" in out   # NeMo RL issue 959 names no GPU
 
 
 def test_a_checkpoint_with_a_published_length_uses_it_under_a_comparable_cap():

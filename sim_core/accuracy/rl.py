@@ -208,6 +208,8 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
         df["rl_framework"] = (df["rl_framework"].astype(str).str.strip().str.lower()
                               .str.replace(r"[\s-]+", "_", regex=True))
+        # miles (radixark/miles) is a fork of slime with the same Megatron actor
+        df["rl_framework"] = df["rl_framework"].replace({"miles": "slime"})
     return df, ["; ".join(x) for x in imputed], np.array(reason, dtype=object)
 
 
