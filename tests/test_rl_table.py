@@ -19,6 +19,8 @@ EXCERPTS = "tests/data/rl_tables/published_excerpts.csv"
     ("60%", "fraction", 0.6), ("0.6", "fraction", 0.6), ("60", "fraction", 0.6),
     ("445 s", "time", 445), ("~290s", "time", 290), ("~9 min", "time", 540),
     ("19h18m", "time", 69480), ("3–4 min", "time", 210), ("0.3 ms", "time", 0.0003),
+    # markdown emphasis as AReaL v0.1's tutorial log and hand-written tables carry it
+    ("*2124.429*s", "time", 2124.429), ("**445 s**", "time", 445),
     (512, "count", 512)])
 def test_numbers_as_published(cell, kind, value):
     v, why = rl_table.parse_number(cell, kind)
@@ -91,7 +93,7 @@ def test_model_and_gpu_spellings():
 def test_published_excerpts_are_read_without_help():
     t = rl.load(EXCERPTS)
     cmp = rl.compare(t)
-    assert len(cmp) == len(t) == 8
+    assert len(cmp) == len(t) == 11
     # a row the catalog cannot price is listed with a one-line reason, not predicted
     reasons = cmp.skipped.tolist()
     assert "unknown model" in reasons[4] and "unknown model" in reasons[5]
@@ -107,6 +109,20 @@ def test_published_excerpts_are_read_without_help():
     # blanks are imputed and said so: the mean response from the published priors
     assert "length_priors.csv" in cmp.imputed[0] and "response mean" in cmp.imputed[0]
     assert "response mean" not in cmp.imputed[2]                  # dpsk.md states 1960
+    # the Miles ROCm blog: "AMD Instinct MI300X" is the catalog's mi300x, "388.50s" a time
+    assert cmp.skipped[8] == "" and cmp.step_time_s[8] == pytest.approx(388.5)
+    assert cmp.gpu[8] == "AMD Instinct MI300X" and np.isfinite(cmp.pred_step_s[8])
+    assert "qwen3-30b-a3b" in cmp.imputed[8]
+    # NeMo RL issue 959 does not name its GPU: listed with the reason, not predicted
+    assert cmp.skipped[9] == "gpu: not stated" and np.isnan(cmp.pred_step_s[9])
+    assert cmp.num_gpus[9] == 64                                   # "8 nodes x 8"
+    # AReaL v0.1's tutorial: its allocation_mode in the placement cell, "*2124.429*s"
+    assert cmp.placement[10] == "split" and cmp.num_gpus[10] == 128
+    assert cmp.step_time_s[10] == pytest.approx(2124.429) and cmp.skipped[10] == ""
+    assert "allocation_mode 'vllm.d16p1m4+d32p2m1' read as split" in cmp.imputed[10]
+    df, _, _ = rl.to_frame(t)
+    assert df.rollout_gpus[10] == 64 and df.rollout_tp[10] == 4 and df.train_pp[10] == 2
+    assert df.max_num_seqs[10] == 128 and (df.max_num_seqs[:10] == 0).all()
 
 
 def test_no_published_row_is_skipped_for_a_blank_length():
@@ -149,7 +165,8 @@ def test_validate_cli_lists_unpredicted_rows(capsys):
 
     assert main(["validate", "--rl", EXCERPTS]) == 0
     out = capsys.readouterr().out
-    assert "unknown model 'Qwen3.5-9B'" in out and "5 rows predicted" in out
+    assert "unknown model 'Qwen3.5-9B'" in out and "7 rows predicted" in out
+    assert "gpu: not stated" in out   # NeMo RL issue 959 names no GPU
 
 
 def test_a_checkpoint_with_a_published_length_uses_it_under_a_comparable_cap():
@@ -269,3 +286,24 @@ def test_deepscaler_rows_take_deepscalers_own_8k_mean():
     assert df.response_mean.tolist() == [4500, 4500]
     assert all("DeepScaleR blog (8K stage)" in s for s in imputed)
     assert df.enforce_eager.astype(str).eq("True").all()
+
+
+@pytest.mark.parametrize("cell,want", [
+    ("vllm.d16p1m4+d32p2m1", dict(rollout_gpus=64, rollout_tp=4, rollout_pp=1, train_gpus=64,
+                                  train_tp=1, train_pp=2, rollout_engine="vllm")),
+    # either order, any order of d/p/m, the SGLang spelling (AReaL v0.3 sglang.d64p1m1+...)
+    ("d8m2p1+sglang.d4m2p1", dict(rollout_gpus=8, rollout_tp=2, train_gpus=16, train_tp=2,
+                                  train_pp=1, rollout_engine="sglang")),
+])
+def test_areal_allocation_mode(cell, want):
+    a = rl_table.parse_allocation(cell)
+    assert a["placement"] == "split"
+    for k, v in want.items():
+        assert a[k] == v, k
+
+
+@pytest.mark.parametrize("cell", ["actor_gen:d4p1m2,*:d4p2m1", "d4p2m1", "vllm.d4p1+d8p2m1",
+                                  "colocated", None])
+def test_not_an_areal_split_allocation(cell):
+    # the colocated (ReaLHF's own generation) and symmetric modes are not a split
+    assert rl_table.parse_allocation(cell) is None

@@ -157,3 +157,19 @@ def test_host_adam_bounds_the_cpu_optimizer_step():
     assert tr["optimizer_host_time_s"][1] == pytest.approx(adam * 2)  # 2 optimizer steps
     assert tr["optimizer_host_time_s"][0] == 0
     assert tr["update_time_s"][1] - tr["update_time_s"][0] > 0.9 * adam * 2
+
+
+def test_slime_pauses_once_around_the_rollout_and_not_per_phase():
+    # slime `--colocate` (offload_train) pauses the whole Megatron state before the rollout
+    # and resumes it after (actor.py sleep / wake_up); verl's Megatron workers also move the
+    # parameters inside every training phase (verl_megatron.py)
+    off = {**VERL, "offload_params": True, "offload_optimizer": True}
+    r = simulate_rl(pd.DataFrame([off, {**off, "rl_framework": "slime"},
+                                  {**VERL, "rl_framework": "slime"}]))
+    # the same round trip around generation for both frameworks
+    assert r.offload_time_s[1] == pytest.approx(r.offload_time_s[0])
+    assert r.offload_time_s[1] > r.offload_time_s[2]
+    # no per-phase moves: slime's training phases are those of the row without offload
+    assert r.old_log_prob_time_s[1] == pytest.approx(r.old_log_prob_time_s[2])
+    assert r.update_time_s[1] == pytest.approx(r.update_time_s[2])
+    assert r.update_time_s[0] > r.update_time_s[1]

@@ -200,6 +200,9 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("critic_remove_padding", False), ("critic_seq_len", 32768),
                    # generation rounds a run states (DAPO dynamic sampling; phases.py)
                    ("gen_rounds", 1), ("max_num_batched_tokens", 0),
+                   # the engine's concurrent-sequence cap a recipe sets (vLLM max_num_seqs,
+                   # AReaL v0.1 actor.vllm.max_num_seqs); 0 = catalogs/rl.yaml's default
+                   ("max_num_seqs", 0),
                    # a stated share of responses at the cap reaches the length law too
                    # (rl/generation.py truncated_fraction), not only the imputed mean
                    ("response_clip_ratio", np.nan)):
@@ -208,6 +211,8 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
         df["rl_framework"] = (df["rl_framework"].astype(str).str.strip().str.lower()
                               .str.replace(r"[\s-]+", "_", regex=True))
+        # miles (radixark/miles) is a fork of slime with the same Megatron actor
+        df["rl_framework"] = df["rl_framework"].replace({"miles": "slime"})
     return df, ["; ".join(x) for x in imputed], np.array(reason, dtype=object)
 
 

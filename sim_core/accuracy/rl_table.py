@@ -31,7 +31,9 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  # verl's micro-batch sizes per GPU (sim_core/rl/verl.py)
                  "micro_batch_seqs", "logprob_micro_batch_seqs", "critic_micro_batch_seqs",
                  # generation rounds per step (DAPO dynamic sampling); vLLM tokens per step
-                 "gen_rounds", "max_num_batched_tokens")
+                 "gen_rounds", "max_num_batched_tokens",
+                 # the engine's concurrent-sequence cap (vLLM max_num_seqs)
+                 "max_num_seqs")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_eager",
                 "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref",
                 "remove_padding", "critic_remove_padding")
@@ -61,6 +63,9 @@ def _clean(cell) -> str:
     s = str(cell).strip().lower()
     s = re.sub(r"[~≈≃]|\bapprox\.?|\babout\b", "", s)     # "~1960", "≈ 7 s"
     s = re.sub(r"\(.*?\)|（.*?）", "", s)                   # "15h34m (+23%)"
+    # markdown emphasis around a cell or its number: "*2124.429*s" (AReaL v0.1's log),
+    # "**445 s**"; an inner "*" stays a product ("1204*8")
+    s = re.sub(r"^\*+\s*(.*?)\s*\*+\s*([a-z%]*)$", r"\1\2", s.strip())
     s = s.replace(",", "").replace("_", "").strip()
     return s
 
@@ -165,6 +170,41 @@ def parse_placement(cell):
             # rollout on GPUs of its own
             return "split", f"placement {cell!r} read as split (an overlapped mode)"
     return (p, "") if p else (np.nan, f"placement {cell!r} not understood")
+
+
+def _dmp(s: str):
+    """AReaL's parallel string 'd16p1m4' (in any order of d, p, m): data, pipeline and model
+    (tensor) parallel degrees, or None."""
+    m = re.fullmatch(r"([dpm])(\d+)([dpm])(\d+)([dpm])(\d+)", s)
+    if not m or {m.group(1), m.group(3), m.group(5)} != {"d", "p", "m"}:
+        return None
+    return {m.group(k): int(m.group(k + 1)) for k in (1, 3, 5)}
+
+
+def parse_allocation(cell):
+    """AReaL's decoupled `allocation_mode` ('vllm.d16p1m4+d32p2m1', either order; 'sglang.'
+    likewise) -> the columns it fixes, or None. d = data, p = pipeline, m = model (tensor)
+    parallel, as realhf reads them (inclusionAI/AReaL 2963a673
+    realhf/experiments/common/utils.py extract_decoupled_vllm_train_allocation /
+    extract_symmetric_allocation): the engine's part runs on GPUs of its own (split)."""
+    if pd.isna(cell):
+        return None
+    s = str(cell).strip().lower().replace(" ", "")
+    m = re.fullmatch(r"(vllm|sglang)\.(\w+?)\+(\w+)", s)
+    if m:
+        engine, gen, train = m.group(1), _dmp(m.group(2)), _dmp(m.group(3))
+    else:
+        m = re.fullmatch(r"(\w+?)\+(vllm|sglang)\.(\w+)", s)
+        if not m:
+            return None
+        engine, gen, train = m.group(2), _dmp(m.group(3)), _dmp(m.group(1))
+    if gen is None or train is None:
+        return None
+    return {"placement": "split", "rollout_engine": engine,
+            "rollout_gpus": float(gen["d"] * gen["p"] * gen["m"]),
+            "rollout_tp": float(gen["m"]), "rollout_pp": float(gen["p"]),
+            "train_gpus": float(train["d"] * train["p"] * train["m"]),
+            "train_tp": float(train["m"]), "train_pp": float(train["p"])}
 
 
 def parse_policy_mode(cell):
@@ -316,6 +356,25 @@ def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]
             out.append(v)
         t[col] = out
 
+    # AReaL's allocation_mode (its own column, or where a table puts it in placement) fixes
+    # the placement, engine and both sides' GPUs and parallel degrees; stated cells win
+    alloc_cells = (t["allocation_mode"] if "allocation_mode" in t.columns
+                   else t.get("placement", pd.Series([np.nan] * n, index=t.index))).tolist()
+    for i, cell in enumerate(alloc_cells):
+        a = parse_allocation(cell)
+        if a is None:
+            continue
+        for col, v in a.items():
+            if col not in t.columns:
+                t[col] = np.nan
+            if col == "placement" or pd.isna(t[col].iloc[i]) or str(t[col].iloc[i]).strip() == "":
+                if isinstance(v, str):
+                    t[col] = t[col].astype(object)
+                t.loc[t.index[i], col] = v
+        notes[i].append(f"allocation_mode {str(cell).strip()!r} read as split: "
+                        f"{a['rollout_engine']} on {a['rollout_gpus']:g} GPUs (tp "
+                        f"{a['rollout_tp']:g}), training on {a['train_gpus']:g} (tp "
+                        f"{a['train_tp']:g}, pp {a['train_pp']:g})")
     enum("placement", parse_placement)
     enum("algorithm", parse_algorithm)
     if "policy_mode" not in t.columns:

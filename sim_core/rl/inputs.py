@@ -31,8 +31,13 @@ ALGORITHM = ("grpo", "dapo", "ppo")
 ENGINE = ("vllm", "sglang", "tensorrt-llm")
 ROLLOUT_PRECISION = ("bf16", "fp8")
 # whose RL-specific training costs apply (nemo_rl.py; verl.py: verl's FSDP workers; skyrl.py:
-# SkyRL's FSDP2 workers)
-RL_FRAMEWORK = ("verl", "nemo_rl", "skyrl")
+# SkyRL's FSDP2 workers). slime (and its fork miles) adds none of its own: colocated, it pauses
+# the whole Megatron state once around the rollout and resumes it after (THUDM/slime 624b824a
+# slime/utils/arguments.py: `--colocate` sets offload_train; megatron_utils/actor.py sleep /
+# wake_up: torch_memory_saver.pause / resume), the one round trip phases.py prices for every
+# colocated offload, and does not move the parameters again per phase as verl's Megatron
+# workers do (verl_megatron.py)
+RL_FRAMEWORK = ("verl", "nemo_rl", "skyrl", "slime")
 
 # column -> default (None = required). Lengths are tokens.
 RL_COLUMNS = {

@@ -81,7 +81,8 @@ class Train(_S):
     # whose RL-specific training costs apply (sim_core/rl/nemo_rl.py): nemo_rl swaps the
     # reference weights in from the host and runs fp32 log-softmaxes over the vocabulary
     # skyrl: SkyRL's FSDP2 workers (sim_core/rl/skyrl.py)
-    rl_framework: Literal["verl", "nemo_rl", "skyrl"] = "verl"
+    # slime: none of its own beyond the colocated round trip (sim_core/rl/inputs.py)
+    rl_framework: Literal["verl", "nemo_rl", "skyrl", "slime"] = "verl"
     # log-prob micro-batch in training micro-batches (NeMo RL logprob_batch_size)
     logprob_batch_size: int = Field(1, gt=0)
     # false: micro-batches of one sequence padded to the batch's longest
