@@ -146,7 +146,7 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
         "refit_host_time_s": rh["refit_host_s"] * keep,
         "refit_chain_time_s": rh["refit_chain_s"] * keep,
         "refit_tensors": rh["refit_tensors"], "refit_groups": rh["refit_groups"],
-        "refit_entries": rh["refit_entries"],
+        "refit_handles": rh["refit_handles"], "refit_entries": rh["refit_entries"],
         "concurrency": gen["concurrency"], "replicas": b.replicas,
         "rollout_gpus": b.rollout_gpus, "train_gpus": b.train_gpus,
         "kv_cache_gib": gen["kv_cache_gib"], "kv_tokens": gen["kv_tokens"],

@@ -9,7 +9,8 @@ model on 16 x 8 H100 with the DTensor worker (one IPC handle per tensor). Nothin
 `rl_runs.csv` enters the fit: its NeMo RL blog rows are the out-of-sample check.
 
 Per point: refit = what the model already prices (bytes: `weight_sync.py`; host moves:
-`phases.py`; the per-tensor collective latency: `refit_host.py`) + tensors x `tensor_s` +
+`phases.py`; the per-tensor collective latency and the measured IPC handle cost:
+`refit_host.py`) + tensors x `tensor_s` +
 controller entries x `controller_entry_s`, both constants unknown and non-negative. Entries on
 the controller's critical path (refit_host.py docstring), W training workers, E engines of tp
 GPUs, n entries per worker:
@@ -67,8 +68,9 @@ def design(pts: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     b = inputs.to_batch(df)
     # the base: what is priced without the two unknowns (the per-tensor collective latency
     # stays in it)
+    ipc = inputs.constants()["refit"]["ipc_handle_s"]  # measured, not fitted
     base = (p["weight_sync_time_s"] + p["offload_time_s"] - p["refit_host_time_s"]
-            + p["refit_chain_time_s"]).to_numpy()
+            + p["refit_chain_time_s"] + p["refit_handles"] * ipc).to_numpy()
     c = {"refit_tensors": p["refit_tensors"].to_numpy(), "refit_entries": p["refit_entries"].to_numpy()}
     n = c["refit_entries"]
     w, tp = b.train_gpus, b.rollout_tp * b.rollout_pp

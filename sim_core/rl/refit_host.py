@@ -136,7 +136,7 @@ def host_time(b, dtensor, free_bytes, train_tp, train_pp, train_ep, dp_shard, ne
     dt = c["refit_tensors"] * (tp_a + _alpha("all_gather", dp_shard, dp_nodes, net))
     chain = np.where(dtensor, dt, meg)
     # (2) Python per HF tensor on every worker (in parallel), (3) the controller's entries
-    py = c["refit_tensors"] * k["tensor_s"]
+    py = c["refit_tensors"] * k["tensor_s"] + c["refit_handles"] * k["ipc_handle_s"]
     ctrl = c["refit_controller_entries"] * k["controller_entry_s"]
     on = ((b.rl_framework == RL_FRAMEWORK.index("nemo_rl")) & (b.placement == 0)).astype(float)
     out = {"refit_host_s": on * (chain + py + ctrl), "refit_chain_s": on * chain,
