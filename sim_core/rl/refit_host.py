@@ -13,12 +13,17 @@ the number of tensors rather than their bytes:
    all-gather over the data-parallel shards and one over TP. Each collective pays the NCCL
    model's latency (`nccl.collective_time` of a one-byte message); the bytes stay priced in
    bulk by `weight_sync.py` (the alpha-beta split: count x alpha + bytes / beta).
-2. **Python per Hugging Face tensor, on every worker in parallel**: Megatron -> HF name and
-   layout conversion (`megatron_to_hf_converter.convert`, splitting fused qkv and gate/up),
-   the copy into the packed IPC buffer or one `reduce_tensor` per tensor (DTensor), and on
-   the engine side the handle rebuild and vLLM 0.9.0's `load_weights` (a `weight_loader` per
-   tensor: name mapping, the TP narrow and a copy; fused MoE per expert and shard). Seconds
-   per tensor: `catalogs/rl.yaml refit.tensor_s`.
+2. **Work per IPC handle and per Hugging Face tensor, on every worker in parallel.** An IPC
+   handle is opened by the engine (`rebuild_cuda_tensor` -> `_new_shared_cuda` ->
+   cudaIpcOpenMemHandle) and closed when its storage is released: DTensor sends one per
+   tensor (`reduce_tensor` on each converted parameter), Megatron one per packed buffer.
+   Seconds per handle: `catalogs/rl.yaml refit.ipc_handle_s`, the driver calls' measured cost
+   (rapidsai/ucx-py issue 334), not fitted. Besides it, Python per tensor: Megatron -> HF name
+   and layout conversion (`megatron_to_hf_converter.convert`, splitting fused qkv and
+   gate/up), the copy into the packed buffer, vLLM 0.9.0's `load_weights` (a `weight_loader`
+   per tensor: name mapping, the TP narrow and a copy; fused MoE per expert and shard):
+   `refit.tensor_s`, fitted (to zero: PR #449's totals leave nothing for it once the handles
+   and the controller are priced; it is below what they resolve).
 3. **Entries through the single controller.** `grpo.py refit_policy_generation` loops over
    groups of keys; per group `lm_policy.get_weights_ipc_handles` gathers every training
    worker's handles into the driver (Ray deserialises them) and `vllm.py
@@ -41,8 +46,8 @@ Qwen2's three q/k/v biases and Qwen3's two q/k norms are not in the catalog and 
 (2-3 of ~11 per dense layer). Megatron keys: fused qkv (with its norm) and o, fused gate/up
 (with its norm) and down; per MoE layer the norm, the router and 2 keys per local expert.
 
-The two constants are fitted on NeMo RL's own published refit totals (PR #449), never on the
-RL steps of `rl_runs.csv`: `python -m sim_core.rl.refit_fit`. Colocated `rl_framework:
+The two fitted constants come from NeMo RL's own published refit totals (PR #449), never from
+the RL steps of `rl_runs.csv`: `python -m sim_core.rl.refit_fit`. Colocated `rl_framework:
 nemo_rl` rows only: verl's hybrid engine loads the weights into an in-process vLLM
 (`verl/workers/sharding_manager/fsdp_vllm.py update_params`: `model.load_weights` on the
 generator of full tensors, v0.4.0), with no IPC handle and no controller, so (3) does not
