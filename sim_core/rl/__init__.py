@@ -7,5 +7,7 @@ of `sim_core`; the training pass is the pre-training simulator's, called on a de
 Modules: `inputs` (a table of RL configurations -> arrays), `generation` (prefill, decode, KV
 cache, continuous batching, the length tail), `weight_sync` (refit), `training` (log-prob and
 update passes through `sim_core.simulate`), `phases` (placement, asynchrony, memory verdicts,
-the step), `calibrate` (the decode fit on published inference benchmarks).
+the step), `calibrate` (the decode fit on published inference benchmarks), `refit_host` (NeMo
+RL's colocated refit per tensor: collective latency, IPC handles, Ray controller entries) and
+`refit_fit` (its two constants fitted on NeMo RL's published refit totals).
 """

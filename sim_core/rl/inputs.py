@@ -176,7 +176,9 @@ def model_arrays(models: pd.Series) -> dict:
                          top_k=m.top_k, expert_ffn=m.expert_ffn, params=total,
                          active_params=active, routed_params=routed, moe_layers=moe_layers,
                          dense_params=total - routed, kv_elems=kv_elems, mla=float(mla),
-                         attn_dim=attn_dim, replicated_params=replicated))
+                         attn_dim=attn_dim, replicated_params=replicated,
+                         tied_embeddings=float(bool(m.tied_embeddings)),
+                         shared_experts=float(m.shared_experts or 0)))
     table = pd.DataFrame(rows)
     return {c: table[c].to_numpy(dtype=np.float64)[codes] for c in table.columns}
 

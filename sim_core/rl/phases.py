@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import generation, inputs, training, weight_sync
+from . import generation, inputs, refit_host, training, weight_sync
 
 
 def _pcie(b) -> np.ndarray:
@@ -53,6 +53,14 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
                               _train(df, "train_ep"), b.train_gpus)
     colo = b.placement == 0
     split = ~colo
+    # NeMo RL's colocated refit: the per-tensor collectives, Python and controller entries
+    # (refit_host.py); groups are sized on the memory free once the optimizer is offloaded and
+    # the engine's weights are woken
+    free = (b.hbm_gib - tr["train_weights_gib"] - gen["rollout_weights_gib"]) * 2.0 ** 30
+    rh = refit_host.host_time(b, zero >= 3, np.maximum(free, 0.0), ttp, tpp,
+                              _train(df, "train_ep"), np.nan_to_num(shard, nan=1.0),
+                              weight_sync._net(b))
+    ws["weight_sync_time_s"] = ws["weight_sync_time_s"] + rh["refit_host_s"]
 
     # offload / reload around generation (colocated): the engine's weights back in, and the
     # training states the run offloads out and back
@@ -135,6 +143,10 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
         "update_time_s": up * keep,
         "weight_sync_time_s": sync * keep,
         "offload_time_s": t_off * keep,
+        "refit_host_time_s": rh["refit_host_s"] * keep,
+        "refit_chain_time_s": rh["refit_chain_s"] * keep,
+        "refit_tensors": rh["refit_tensors"], "refit_groups": rh["refit_groups"],
+        "refit_handles": rh["refit_handles"], "refit_entries": rh["refit_entries"],
         "concurrency": gen["concurrency"], "replicas": b.replicas,
         "rollout_gpus": b.rollout_gpus, "train_gpus": b.train_gpus,
         "kv_cache_gib": gen["kv_cache_gib"], "kv_tokens": gen["kv_tokens"],

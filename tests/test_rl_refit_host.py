@@ -1,0 +1,116 @@
+"""NeMo RL's colocated refit, per tensor (sim_core/rl/refit_host.py): the counts read from the
+v0.3.0 code and the direction of each cost."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim_core.rl import inputs, refit_fit, refit_host
+from sim_core.rl.phases import simulate_rl
+
+
+def _points(**cols):
+    base = {"point": "t", "model": "llama3.1-8b", "gpu": "h100-sxm", "num_gpus": 8,
+            "train_backend": "megatron", "train_tp": 1, "rollout_tp": 1,
+            "gpu_memory_utilization": 0.6, "max_total_len": 4096, "routing": "own_devices",
+            "refit_s": 1.0}
+    n = max(len(v) for v in cols.values() if isinstance(v, list)) if cols else 1
+    rows = {k: (cols.get(k) if isinstance(cols.get(k), list) else [cols.get(k, v)] * n)
+            for k, v in base.items()}
+    return pd.DataFrame(rows)
+
+
+def _frame(**cols):
+    return refit_fit.frame(_points(**cols))
+
+
+def test_hf_tensor_counts():
+    df = _frame(model=["llama3.1-8b", "qwen3-30b-a3b", "qwen3-4b", "deepseek-v3"])
+    b = inputs.to_batch(df)
+    n = refit_host.hf_tensors(b)
+    # Llama: 32 layers x (q, k, v, o, 2 norms, gate, up, down) + embed, final norm, LM head
+    assert n[0] == 32 * 9 + 3
+    # Qwen3-30B-A3B: 48 layers x (6 + router + 128 x 3) + 3
+    assert n[1] == 48 * (6 + 1 + 128 * 3) + 3
+    # tied embeddings: no LM head tensor
+    assert n[2] == 36 * 9 + 2
+    # DeepSeek-V3: MLA's 7 + 2 norms per layer, 3 dense layers, 58 MoE layers of a router,
+    # 256 x 3 experts and a shared expert
+    assert n[3] == 61 * 9 + 3 * 3 + 58 * (1 + 256 * 3 + 3) + 3
+
+
+def test_megatron_keys_per_ep_rank():
+    b = inputs.to_batch(_frame(model=["llama3.1-8b", "qwen3-30b-a3b"]))
+    non_expert, expert = refit_host.megatron_keys(b, np.array([1.0, 8.0]))
+    assert non_expert[0] == 32 * 6 + 3 and expert[0] == 0
+    # 16 local experts x (fused gate/up, down) per MoE layer
+    assert expert[1] == 48 * 2 * 16
+
+
+def _host(df, free_gib=40.0):
+    b = inputs.to_batch(df)
+    dtensor = df["train_zero"].to_numpy() >= 3
+    n = len(df)
+    return refit_host.host_time(b, dtensor, np.full(n, free_gib * 2.0 ** 30), np.ones(n),
+                                np.ones(n), np.ones(n), np.ones(n),
+                                {"sm_arch": 90.0, "nvlink_bw_gbs": 450.0, "nvls": True,
+                                 "mesh_links": 0.0, "nic_bw_gbs": 50.0,
+                                 "intra_latency_us": 2.0, "inter_latency_us": 5.0})
+
+
+@pytest.mark.parametrize("backend", ["megatron", "dtensor"])
+def test_moe_costs_more_per_gb_than_dense(backend):
+    df = _frame(model=["qwen3-32b", "qwen3-30b-a3b"], train_backend=backend, num_gpus=64)
+    h = _host(df)
+    per_gb = h["refit_host_s"] / inputs.to_batch(df).params
+    assert per_gb[1] > 5 * per_gb[0]
+
+
+def test_handles_dtensor_per_tensor_megatron_per_buffer():
+    df = _frame(model="llama3.1-70b", train_backend=["megatron", "dtensor"])
+    h = _host(df)
+    assert h["refit_handles"][1] == h["refit_tensors"][1]
+    # Megatron packs each group into one buffer once it holds >= 32 tensors
+    assert h["refit_handles"][0] == h["refit_groups"][0] < h["refit_tensors"][0]
+    assert h["refit_host_s"][1] > h["refit_host_s"][0]
+
+
+def test_more_buffer_groups_more_time():
+    df = _frame(model=["llama3.1-70b"] * 2)
+    b = inputs.to_batch(df)
+    free = np.array([60.0, 15.0]) * 2.0 ** 30
+    out = refit_host.host_time(b, np.zeros(2, bool), free, np.ones(2), np.ones(2), np.ones(2),
+                               np.ones(2), {"sm_arch": 90.0, "nvlink_bw_gbs": 450.0,
+                                            "nvls": True, "mesh_links": 0.0,
+                                            "nic_bw_gbs": 50.0, "intra_latency_us": 2.0,
+                                            "inter_latency_us": 5.0})
+    # 0.2 x free memory per group (NRL_REFIT_BUFFER_MEMORY_RATIO): 141 GB in 12 vs 47 groups
+    assert out["refit_groups"][1] > 3 * out["refit_groups"][0]
+    assert out["refit_host_s"][1] > out["refit_host_s"][0]
+
+
+def test_controller_entries_grow_with_training_workers():
+    df = _frame(model="qwen3-30b-a3b", num_gpus=[8, 64])
+    h = _host(df)
+    assert h["refit_controller_s"][1] > 6 * h["refit_controller_s"][0]
+
+
+def test_only_nemo_rl_colocated_rows():
+    df = _frame(model="qwen3-30b-a3b", num_gpus=[16, 16, 16])
+    df["rl_framework"] = ["nemo_rl", "verl", "nemo_rl"]
+    df["placement"] = ["colocated", "colocated", "split"]
+    df["rollout_gpus"] = [0, 0, 8]
+    p = simulate_rl(df)
+    assert p.refit_host_time_s[0] > 1.0
+    assert p.refit_host_time_s[1] == 0.0 and p.refit_host_time_s[2] == 0.0
+
+
+def test_stored_constants_are_the_published_fit():
+    res = refit_fit.fit(refit_fit.points())
+    k = inputs.constants()["refit"]
+    assert k["controller_entry_s"] == pytest.approx(res["controller_entry_s"], rel=2e-3)
+    assert k["tensor_s"] == pytest.approx(res["tensor_s"], abs=1e-6)
+    # before/after PR #449 on each model: the fit ranks every pair and stays within 60%
+    err = res["pred"] / res["measured"] - 1
+    assert np.all(np.abs(err) < 0.6)
+    assert res["pred"][0] > res["pred"][1] and res["pred"][2] > res["pred"][3]
