@@ -57,10 +57,15 @@ def test_sampler_weighs_on_small_models_not_on_large_ones():
     assert share[0] > 0.12 and share[1] < 0.05
 
 
-def test_engines_whose_sampler_was_not_counted_pay_only_the_logits_traffic():
+def test_sglang_logprobs_sort_the_vocabulary_and_tensorrt_llm_is_not_counted():
+    # SGLang v0.4.6 with return_logprob normalises top-p by a full sort of the probabilities:
+    # far more traffic per logit than vLLM's log-softmax; TensorRT-LLM's sampler was not read
     b = inputs.to_batch(pd.DataFrame([{**BASE, "rollout_engine": e, "rollout_logprobs": lp}
-                                      for e in ("sglang", "tensorrt-llm") for lp in (True, False)]))
-    np.testing.assert_array_equal(generation.sampler_bytes(b), [4.0, 4.0, 4.0, 4.0])
+                                      for e in ("vllm", "sglang", "tensorrt-llm")
+                                      for lp in (True, False)]))
+    got = generation.sampler_bytes(b)
+    np.testing.assert_array_equal(got, [80.0, 52.0, 282.0, 44.0, 4.0, 4.0])
+    assert got[2] - got[3] > 3 * (got[0] - got[1])
 
 
 def test_rl_rows_ask_for_logprobs_and_benchmark_frames_do_not():
