@@ -78,3 +78,17 @@ def test_rl_rows_ask_for_logprobs_and_benchmark_frames_do_not():
 def test_bad_logprobs_value_names_the_field():
     with pytest.raises(catalog.CatalogError, match="rollout_logprobs"):
         inputs.to_batch(pd.DataFrame([{**BASE, "rollout_logprobs": "sometimes"}]))
+
+
+def test_run_file_logprobs_reach_the_decode_step(tmp_path):
+    import yaml
+
+    import sweep
+
+    src = yaml.safe_load(open("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml"))
+    with_lp = sweep.simulate("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml")
+    src["rollout"]["logprobs"] = False
+    f = tmp_path / "plain.yaml"
+    f.write_text(yaml.safe_dump(src))
+    plain = sweep.simulate(str(f))
+    assert plain.gen_time_s.iloc[0] < with_lp.gen_time_s.iloc[0]
