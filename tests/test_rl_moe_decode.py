@@ -16,11 +16,13 @@ def _batch(**cols):
 
 def _bytes_read(b, batch, ctx=1.0):
     """Bytes one GPU reads in a decode step (weights + cache), from two bandwidths: the step
-    is memory-bound at these batches, so halving the efficiency adds exactly bytes / bw."""
+    is memory-bound at these batches, so halving the efficiency adds exactly bytes / bw; less
+    the sampler's traffic over the logits (tests/test_rl_decode_sampler.py)."""
     k = generation.decode_constants()
     t1 = generation.step_time(b, batch, ctx, {**k, "hbm_efficiency": 0.9})
     t2 = generation.step_time(b, batch, ctx, {**k, "hbm_efficiency": 0.45})
-    return (t2 - t1) * b.hbm_bw_gbs * 1e9 * 0.9
+    sampler = np.asarray(batch, dtype=float) * b.vocab * generation.sampler_bytes(b)
+    return (t2 - t1) * b.hbm_bw_gbs * 1e9 * 0.9 - sampler
 
 
 def test_mla_down_projections_and_router_are_read_whole_by_every_tp_rank():

@@ -189,7 +189,8 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     # optional columns beyond the (a recipe's settings the table states)
     for col, d in (("train_etp", 0), ("offload_params", False), ("offload_optimizer", False),
                    ("ref_offload", False),
-                   ("enforce_eager", False), ("optimizer_cpu_offload", 0.0),
+                   ("enforce_eager", False), ("rollout_logprobs", True),
+                   ("optimizer_cpu_offload", 0.0),
                    ("train_recompute", "full"), ("train_grad_reduce_fp32", True),
                    ("train_seq_len", np.nan), ("rl_framework", "verl"),
                    ("logprob_batch_size", 1), ("sequence_packing", True),

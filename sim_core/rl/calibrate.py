@@ -66,6 +66,8 @@ def frame(bench: pd.DataFrame) -> pd.DataFrame:
         "rollout_engine": "tensorrt-llm", "max_num_seqs": trtllm_max_batch(kv_req),
         # fixed output lengths (OSL): no truncated-response point mass beyond the cap itself
         "response_clip_ratio": 0.0,
+        # trtllm-bench asks for no log-probabilities (the sampler's plain cost)
+        "rollout_logprobs": False,
     })
     df["gpu_memory_utilization"] = (w + KV_FREE_FRACTION * (hbm - w)) / hbm
     return df
@@ -135,7 +137,8 @@ def _tpot_frame(t: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"model": t.model, "gpu": t.gpu, "num_gpus": t.tp, "rollout_tp": t.tp,
                          "prompts_per_step": 1, "prompt_len": TPOT_CONTEXT,
                          "response_mean": 1, "response_max": 1,
-                         "rollout_precision": t.precision, "rollout_engine": t.engine})
+                         "rollout_precision": t.precision, "rollout_engine": t.engine,
+                         "rollout_logprobs": False})  # serving benchmarks: no logprobs
 
 
 def load_tpot(path=None) -> pd.DataFrame:
@@ -191,7 +194,7 @@ def _moe_step_ms(t: pd.DataFrame, xnode_s=None) -> np.ndarray:
     df = pd.DataFrame({"model": t.model, "gpu": t.gpu, "num_gpus": t.tp, "rollout_tp": t.tp,
                        "prompts_per_step": 1, "prompt_len": t.isl, "response_mean": 1,
                        "response_max": 1, "rollout_precision": t.precision,
-                       "rollout_engine": t.engine})
+                       "rollout_engine": t.engine, "rollout_logprobs": False})
     b = inputs.to_batch(df)
     k = generation.decode_constants()
     if xnode_s is not None:

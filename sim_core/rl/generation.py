@@ -52,6 +52,7 @@ import numpy as np
 from .. import nccl
 from ..columns import Batch
 from ..compute import roofline_gemm_efficiency
+from . import inputs
 from .inputs import constants
 
 GRID = 48  # points over the tail of the length distribution
@@ -262,7 +263,22 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     # enforce_eager (no CUDA graphs): every kernel of every layer is launched from the host;
     # priced per layer from a published eager-vs-graph decode measurement (catalogs/rl.yaml)
     eager = c(b.enforce_eager) * c(b.layers) * constants()["vllm"]["eager_overhead_per_layer_s"]
-    return t_gemm + kv_read / bw + t_tp + k["step_overhead_s"] + eager
+    t_samp = batch * c(b.vocab) * c(sampler_bytes(b)) / bw
+    return t_gemm + kv_read / bw + t_tp + k["step_overhead_s"] + eager + t_samp
+
+
+def sampler_bytes(b: Batch) -> np.ndarray:
+    """Bytes of HBM traffic per running sequence per vocabulary entry of one decode step's
+    sampler (catalogs/rl.yaml sampler_bytes_per_logit: vLLM's V1 sampler counted op by op; the
+    log-softmax and rank only where the rollout requests log-probabilities). Every GPU of the
+    engine samples over the whole vocabulary (the logits are all-gathered over TP), so it is
+    not divided by TP."""
+    table = constants()["sampler_bytes_per_logit"]
+    eng = np.asarray(b.rollout_engine, dtype=np.int64)
+    lp = np.asarray(b.rollout_logprobs, dtype=float) > 0
+    with_lp = np.array([float(table[e]["logprobs"]) for e in inputs.ENGINE])[eng]
+    plain = np.array([float(table[e]["plain"]) for e in inputs.ENGINE])[eng]
+    return np.where(lp, with_lp, plain)
 
 
 def prefill_time(b: Batch, prompt_tokens, prompt_len) -> np.ndarray:

@@ -84,6 +84,10 @@ RL_COLUMNS = {
     # `ref.megatron.param_offload` / `ref.fsdp_config.param_offload`; verl_megatron.py)
     "ref_offload": False,
     "enforce_eager": False,     # the rollout engine without CUDA graphs (vLLM enforce_eager)
+    # the rollout asks the engine for the sampled tokens' log-probabilities (verl v0.4.0
+    # vllm_rollout_spmd.py SamplingParams logprobs=0): a float32 log-softmax over the vocabulary
+    # of every running sequence at every decode step (catalogs/rl.yaml sampler_bytes_per_logit)
+    "rollout_logprobs": True,
     # fraction of the optimizer states kept on the host through the update, the optimizer
     # step run there (Megatron optimizer_cpu_offload + optimizer_offload_fraction)
     "optimizer_cpu_offload": 0.0,

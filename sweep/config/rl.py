@@ -63,6 +63,9 @@ class Rollout(_S):
     max_num_batched_tokens: int | None = Field(None, gt=0)
     precision: Literal["bf16", "fp8"] = "bf16"
     enforce_eager: bool = False  # vLLM without CUDA graphs (a per-layer launch cost per step)
+    # the sampled tokens' log-probabilities asked of the engine (verl, NeMo RL, AReaL do): a
+    # float32 log-softmax over the vocabulary per running sequence per step
+    logprobs: bool = True
 
 
 class Train(_S):
@@ -199,7 +202,7 @@ class RLConfig(_S):
             "use_ref": self.train.use_ref, "offload_params": self.train.offload_params,
             "offload_optimizer": self.train.offload_optimizer,
             "ref_offload": self.train.ref_offload,
-            "enforce_eager": r.enforce_eager,
+            "enforce_eager": r.enforce_eager, "rollout_logprobs": r.logprobs,
             "optimizer_cpu_offload": self.train.optimizer_cpu_offload,
             "train_framework": self.train.framework,
             "train_seq_len": self.train.seq_len or float("nan"),
