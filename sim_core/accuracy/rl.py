@@ -202,9 +202,18 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("gen_rounds", 1), ("max_num_batched_tokens", 0),
                    # a stated share of responses at the cap reaches the length law too
                    # (rl/generation.py truncated_fraction), not only the imputed mean
-                   ("response_clip_ratio", np.nan)):
+                   ("response_clip_ratio", np.nan),
+                   # the rollout engine's expert parallelism and max_num_seqs, in-flight weight
+                   # updates of an async run, GPUs per NVLink domain (blank: the GPU's
+                   # cluster, inputs.to_batch), the training precision and its FP8 recipe
+                   ("rollout_ep", 1), ("max_num_seqs", 0), ("partial_rollout", True),
+                   ("gpus_per_node", np.nan), ("train_precision", "bf16"),
+                   ("train_fp8_recipe", np.nan)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
+    if "train_precision" in df.columns:  # "FP8", "bfloat16" -> the simulator's names
+        df["train_precision"] = (df["train_precision"].astype(str).str.strip().str.lower()
+                                 .replace({"bfloat16": "bf16", "float8": "fp8", "e4m3": "fp8"}))
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
         df["rl_framework"] = (df["rl_framework"].astype(str).str.strip().str.lower()
                               .str.replace(r"[\s-]+", "_", regex=True))

@@ -31,10 +31,16 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  # verl's micro-batch sizes per GPU (sim_core/rl/verl.py)
                  "micro_batch_seqs", "logprob_micro_batch_seqs", "critic_micro_batch_seqs",
                  # generation rounds per step (DAPO dynamic sampling); vLLM tokens per step
-                 "gen_rounds", "max_num_batched_tokens")
+                 "gen_rounds", "max_num_batched_tokens",
+                 # the rollout engine's expert parallelism (vLLM `expert_parallel_size`) and
+                 # `max_num_seqs` (NeMo RL vllm_kwargs); GPUs per NVLink domain (inputs.py)
+                 "rollout_ep", "max_num_seqs", "gpus_per_node")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_eager",
                 "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref",
-                "remove_padding", "critic_remove_padding")
+                "remove_padding", "critic_remove_padding",
+                # in-flight requests survive a weight sync (NeMo RL async_grpo
+                # `in_flight_weight_updates`, verl fully_async `partial_rollout`)
+                "partial_rollout")
 
 PLACEMENTS = {
     "colocated": ("colocated", "colocate", "co-located", "co-locate", "hybrid", "hybrid_engine",
@@ -275,7 +281,7 @@ def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]
     for c in (LENGTH_COLUMNS + TIME_COLUMNS + COUNT_COLUMNS
               + ("gpu_memory_utilization", "precision", "train_backend", "rollout_engine")):
         if c not in t.columns and c not in ("train_seq_len", "train_etp",
-                                            "optimizer_cpu_offload"):
+                                            "optimizer_cpu_offload", "gpus_per_node"):
             t[c] = np.nan
     n = len(t)
     notes: list[list[str]] = [[] for _ in range(n)]

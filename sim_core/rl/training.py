@@ -41,7 +41,10 @@ TRAIN_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "recompute"
                 "sequence_parallel", "framework", "precision",
                 # the main-grad buffer's dtype (Megatron DDP `grad_reduce_in_fp32`: NeMo RL
                 # v0.3.0 grpo_math_1B_megatron.yaml sets it false -> bf16 grads)
-                "grad_reduce_fp32")
+                "grad_reduce_fp32",
+                # FP8 training's scaling recipe (NeMo RL megatron_cfg.fp8_cfg.fp8_recipe
+                # `blockwise` in its FP8 recipes); blank = the framework profile's
+                "fp8_recipe")
 
 
 def pack_budget(df: pd.DataFrame, b) -> np.ndarray:
@@ -73,7 +76,7 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
     out["gpus_per_node"] = b.gpus_per_node
     for f in TRAIN_FIELDS:
         col = f"train_{f}"
-        if col in df.columns:
+        if col in df.columns and df[col].notna().any():
             out[f] = df[col].to_numpy()
     pack = pack_budget(df, b)
     mean_len = b.prompt_len + b.response_mean
