@@ -207,6 +207,7 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    # updates of an async run, GPUs per NVLink domain (blank: the GPU's
                    # cluster, inputs.to_batch), the training precision and its FP8 recipe
                    ("rollout_ep", 1), ("max_num_seqs", 0), ("partial_rollout", True),
+                   ("rollout_log_probs", False),
                    ("gpus_per_node", np.nan), ("train_precision", "bf16"),
                    ("train_fp8_recipe", np.nan)):
         if col in t.columns:
@@ -301,4 +302,7 @@ def summary(cmp: pd.DataFrame) -> dict:
         cmp.step_err[ok]))) if ok.any() else float("nan"), "by_source": by_src,
         "median_abs_gen_share_pts": float(np.median(np.abs(share))) if len(share) else None,
         "gen_share_rows": int(len(share)), "skipped": int((cmp.skipped != "").sum()),
+        # rows priced with or without a measured step (a table of recipes states none)
+        "priced": int(cmp.pred_step_s.notna().sum()),
+        "priced_fit": int((cmp.pred_step_s.notna() & cmp.fits.eq(True)).sum()),
         "ranking": ranking(cmp), "mode_ranking": mode_ranking(cmp)}

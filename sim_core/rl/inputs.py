@@ -51,6 +51,11 @@ RL_COLUMNS = {
     # async: in-flight requests survive a weight sync (verl fully_async `partial_rollout`,
     # NeMo RL `in_flight_weight_updates`); false: every sync drains them first
     "partial_rollout": True,
+    # the old policy's log-probs taken from the rollout engine, no trainer pass (verl v0.7.0
+    # recipe/fully_async_policy `async_training.use_rollout_log_probs: True`, its default:
+    # ray_trainer.py `_process_batch_common` sets old_log_probs = rollout_log_probs unless
+    # compute_prox_log_prob)
+    "rollout_log_probs": False,
     "rollout_engine": "vllm",
     "rollout_tp": 1,
     "rollout_pp": 1,

@@ -192,6 +192,8 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     old = np.where(son, s["old_log_prob_s"], old)
     ref = np.where(son, s["ref_s"], ref)
     update = np.where(son, s["update_s"], update)
+    # old log-probs from the rollout engine (verl fully_async use_rollout_log_probs): no pass
+    old = np.where(b.rollout_log_probs > 0, 0.0, old)
     # FSDP2 cpu_offload: weights, grads and optimizer states never on the GPU between passes
     on_host = s["states_on_host"]
     state_cols = ("mem_weights", "mem_grads", "mem_optimizer")
@@ -229,4 +231,6 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
         - np.where(on_host, states, 0.0),
         "train_optimizer_gib": np.where(on_host, 0.0, (1 - f) * sim["mem_optimizer"].to_numpy()),
         "train_weights_gib": sim["mem_weights"].to_numpy(),
+        # (FSDP2 cpu_offload: already counted off the GPU in train_states_gib)
+        "train_grads_gib": np.where(on_host, 0.0, sim["mem_grads"].to_numpy()),
     }
