@@ -87,8 +87,10 @@ def sync_time(b: Batch, train_tp, train_pp, train_dp_shard, train_ep=None,
     # memory, at most 5 GiB, two in flight), the engines `packed_broadcast_consumer`
     nemo = b.rl_framework == RL_FRAMEWORK.index("nemo_rl")
     members = np.where(nemo, b.num_gpus, b.rollout_gpus + 1)
-    r_nodes = np.where(nemo, np.ceil(b.num_gpus / b.gpus_per_node),
-                       np.ceil(b.rollout_gpus / b.gpus_per_node) + 1)
+    # (the actor's rank 0 on a node of its own, unless the whole job fits in fewer nodes)
+    all_nodes = np.ceil(b.num_gpus / b.gpus_per_node)
+    r_nodes = np.where(nemo, all_nodes,
+                       np.minimum(np.ceil(b.rollout_gpus / b.gpus_per_node) + 1, all_nodes))
     bcast = nccl.collective_time("broadcast", full, members, r_nodes, net)["time_s"]
     transfer = np.where(split, bcast, 0.0)
     return {"weight_sync_time_s": gather + transfer + load, "sync_gather_s": gather,
