@@ -193,3 +193,21 @@ def test_cli_prices_a_table_without_measured_steps(capsys):
     assert run_rl(A()) == 0
     out = capsys.readouterr().out
     assert "40 rows priced in all (40 fit in memory), 40 without a measured step" in out
+
+
+def test_mtp_speculative_decoding_shortens_decode(frame, table):
+    """NeMo RL's DeepSeek-V3 recipes draft one MTP token per step (vLLM deepseek_mtp, k 1):
+    1 + a tokens per step at acceptance a (catalogs/rl.yaml spec.acceptance, vLLM PR 12755),
+    each step verifying two tokens per sequence; never better than 1 + a."""
+    from sim_core.rl import generation
+    df, _ = frame
+    r = _row(df, "grpo-deepseek-v3-32n8g.yaml", table)
+    assert r.spec_tokens[0] == 1
+    b = inputs.to_batch(r)
+    a = inputs.constants()["spec"]["acceptance"]
+    assert generation.tokens_per_step(b)[0] == pytest.approx(1 + a)
+    on = simulate_rl(r).decode_time_s[0]
+    off = simulate_rl(r.assign(spec_tokens=0)).decode_time_s[0]
+    assert off / (1 + a) < on < off
+    half = simulate_rl(r.assign(spec_acceptance=0.5)).decode_time_s[0]
+    assert on < half < off * 1.0 + 1e-9

@@ -34,7 +34,9 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  "gen_rounds", "max_num_batched_tokens",
                  # the rollout engine's expert parallelism (vLLM `expert_parallel_size`) and
                  # `max_num_seqs` (NeMo RL vllm_kwargs); GPUs per NVLink domain (inputs.py)
-                 "rollout_ep", "max_num_seqs", "gpus_per_node")
+                 "rollout_ep", "max_num_seqs", "gpus_per_node",
+                 # speculative decoding: drafted tokens per step (vLLM num_speculative_tokens)
+                 "spec_tokens")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_eager",
                 "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref",
                 "remove_padding", "critic_remove_padding",
@@ -306,6 +308,7 @@ def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]
         num(c, "count")
     num("gpu_memory_utilization", "fraction")
     num("response_clip_ratio", "fraction")
+    num("spec_acceptance", "fraction")
     for c in BOOL_COLUMNS:
         if c in t.columns:
             t[c] = [parse_bool(x) for x in t[c].tolist()]

@@ -87,6 +87,11 @@ RL_COLUMNS = {
     # `ref.megatron.param_offload` / `ref.fsdp_config.param_offload`; verl_megatron.py)
     "ref_offload": False,
     "enforce_eager": False,     # the rollout engine without CUDA graphs (vLLM enforce_eager)
+    # speculative decoding: drafted tokens per step (vLLM speculative_config
+    # num_speculative_tokens; NeMo RL's DeepSeek-V3 recipes: deepseek_mtp, 1) and the chance
+    # a drafted token is accepted (NaN = catalogs/rl.yaml spec.acceptance)
+    "spec_tokens": 0,
+    "spec_acceptance": float("nan"),
     # fraction of the optimizer states kept on the host through the update, the optimizer
     # step run there (Megatron optimizer_cpu_offload + optimizer_offload_fraction)
     "optimizer_cpu_offload": 0.0,

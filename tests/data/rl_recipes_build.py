@@ -83,7 +83,8 @@ def row(d, name, tag):
     vprec = str(_ref(d, V.get("precision"))).lower()
     spec = _get(P, "generation.vllm_kwargs.speculative_config")
     if spec:
-        notes.append(f"vLLM speculative decoding {spec} (not modelled)")
+        notes.append(f"vLLM speculative decoding {spec} -> spec_tokens (acceptance: "
+                     "catalogs/rl.yaml spec.acceptance)")
     dyn_s = bool(_get(d, "grpo.use_dynamic_sampling", False))
     if dyn_s:
         notes.append("use_dynamic_sampling true, dynamic_sampling_max_gen_batches "
@@ -137,6 +138,7 @@ def row(d, name, tag):
         "use_ref": float(d["loss_fn"].get("reference_policy_kl_penalty") or 0) > 0,
         "enforce_eager": V.get("enforce_eager", False),
         "max_num_seqs": kw.get("max_num_seqs", ""),
+        "spec_tokens": (spec or {}).get("num_speculative_tokens", 0) if spec else 0,
         "source": f"NeMo RL {tag} performance recipes",
         "url": f"https://github.com/NVIDIA-NeMo/RL/blob/{tag}/{PERF}{name}.yaml",
         "notes": "; ".join([f"{PERF}{name}.yaml@{tag} (defaults chain merged)",
