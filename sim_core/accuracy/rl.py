@@ -213,6 +213,20 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("train_fp8_recipe", np.nan)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
+    # Megatron sequence parallelism: stated, else verl's Megatron default (v0.7.0
+    # _generated_ppo_megatron_trainer.yaml actor/ref `megatron.sequence_parallel: true`; it
+    # acts only with TP > 1), else off (NeMo RL grpo_math_1B.yaml megatron_cfg
+    # sequence_parallel false; its recipes set it with TP)
+    sp = t["train_sequence_parallel"] if "train_sequence_parallel" in t.columns \
+        else pd.Series(np.nan, index=t.index)
+    fw = df["rl_framework"].astype(str) if "rl_framework" in df.columns \
+        else pd.Series("verl", index=t.index)
+    verl_mcore = fw.str.lower().str.replace("-", "_").eq("verl").to_numpy() & \
+        backend.eq("megatron").to_numpy()
+    # (Megatron turns it off at TP 1: megatron/training/arguments.py `if
+    # args.tensor_model_parallel_size == 1: args.sequence_parallel = False`)
+    df["train_sequence_parallel"] = np.where(sp.notna(), sp.astype(object).eq(True), verl_mcore) \
+        & (pd.to_numeric(df["train_tp"]).fillna(1).to_numpy() > 1)
     if "train_precision" in df.columns:  # "FP8", "bfloat16" -> the simulator's names
         df["train_precision"] = (df["train_precision"].astype(str).str.strip().str.lower()
                                  .replace({"bfloat16": "bf16", "float8": "fp8", "e4m3": "fp8"}))

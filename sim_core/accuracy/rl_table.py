@@ -42,7 +42,7 @@ BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_e
                 "remove_padding", "critic_remove_padding",
                 # in-flight requests survive a weight sync (NeMo RL async_grpo
                 # `in_flight_weight_updates`, verl fully_async `partial_rollout`)
-                "partial_rollout", "rollout_log_probs")
+                "partial_rollout", "rollout_log_probs", "train_sequence_parallel")
 
 PLACEMENTS = {
     "colocated": ("colocated", "colocate", "co-located", "co-locate", "hybrid", "hybrid_engine",

@@ -105,6 +105,7 @@ def row(d, name, tag):
         "train_tp": M["tensor_model_parallel_size"], "train_cp": M["context_parallel_size"],
         "train_ep": M["expert_model_parallel_size"], "train_pp": M["pipeline_model_parallel_size"],
         "train_etp": M.get("expert_tensor_parallel_size") or 1,
+        "train_sequence_parallel": bool(M.get("sequence_parallel", False)),
         "prompts_per_step": d["grpo"]["num_prompts_per_step"],
         "responses_per_prompt": d["grpo"]["num_generations_per_prompt"],
         "rollout_batch_seqs": d["grpo"]["num_prompts_per_step"]
