@@ -1,8 +1,9 @@
 """The RL model on the frameworks' own shipped recipes (tests/data/rl_recipes.csv): every
 recipe prices, fits on the cluster it is shipped for, and composes its phases as its mode says.
 
-The table holds one row per recipe (NeMo RL v0.7.0 `examples/configs/recipes/llm/performance`,
-written by tests/data/rl_recipes_build.py from the merged configs; verl v0.7.0
+The table holds one row per recipe (NeMo RL v0.7.0 `examples/configs/recipes/llm/performance`
+and the GRPO/DAPO recipes of its nightly and release suites, written by
+tests/data/rl_recipes_build.py from the merged configs; verl v0.7.0
 `recipe/fully_async_policy` and `examples/grpo_trainer` scripts), every field from the recipe
 (file@tag in `notes`), nothing measured: these tests check that the model can price the runs a
 held-out check of that kind would hold, not its accuracy.
@@ -54,8 +55,11 @@ def test_rows_are_recipes_with_nothing_measured(table):
     assert table.policy_mode.eq("sync").any() and table.policy_mode.str.startswith("async").any()
     assert {"h100-sxm", "gb200"} <= set(table.gpu)
     assert table.precision.eq("fp8").any() and table.train_precision.eq("fp8").any()
-    for m in ("Llama-3.1-8B", "Qwen3-32B", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "DeepSeek-V3"):
+    for m in ("Llama-3.1-8B", "Qwen3-32B", "Qwen3-30B-A3B", "Qwen3-235B-A22B", "DeepSeek-V3",
+              "Qwen2.5-32B"):
         assert table.model.str.contains(m).any(), m
+    assert {"megatron", "dtensor", "fsdp2"} <= set(table.train_backend)
+    assert pd.to_numeric(table.kv_cache_bytes).eq(1).any()  # an FP8 KV cache (vLLM kv_cache_dtype fp8)
 
 
 # verl example scripts the memory model still puts over 96 GB although verl says they ran on
@@ -204,7 +208,7 @@ def test_cli_prices_a_table_without_measured_steps(capsys):
         dataset = str(DATA)
     assert run_rl(A()) == 0
     out = capsys.readouterr().out
-    assert "40 rows priced in all (38 fit in memory), 40 without a measured step" in out
+    assert "62 rows priced in all (60 fit in memory), 62 without a measured step" in out
 
 
 def test_mtp_speculative_decoding_shortens_decode(frame, table):
@@ -223,3 +227,12 @@ def test_mtp_speculative_decoding_shortens_decode(frame, table):
     assert off / (1 + a) < on < off
     half = simulate_rl(r.assign(spec_acceptance=0.5)).decode_time_s[0]
     assert on < half < off * 1.0 + 1e-9
+
+
+def test_fp8_kv_cache_doubles_the_cached_tokens(frame, table):
+    df, _ = frame
+    r = _row(df, "grpo-qwen3-8b-base-1n8g-fp8-kvcache-megatron", table)
+    assert r.kv_cache_bytes[0] == 1
+    fp8 = simulate_rl(r)
+    bf16 = simulate_rl(r.assign(kv_cache_bytes=2))
+    assert fp8.kv_tokens[0] == pytest.approx(2 * bf16.kv_tokens[0])

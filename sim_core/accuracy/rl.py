@@ -208,7 +208,7 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    # cluster, inputs.to_batch), the training precision and its FP8 recipe
                    ("rollout_ep", 1), ("max_num_seqs", 0), ("partial_rollout", True),
                    ("rollout_log_probs", False), ("spec_tokens", 0),
-                   ("spec_acceptance", np.nan),
+                   ("spec_acceptance", np.nan), ("kv_cache_bytes", 2),
                    ("gpus_per_node", np.nan), ("train_precision", "bf16"),
                    ("train_fp8_recipe", np.nan)):
         if col in t.columns:

@@ -36,7 +36,9 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  # `max_num_seqs` (NeMo RL vllm_kwargs); GPUs per NVLink domain (inputs.py)
                  "rollout_ep", "max_num_seqs", "gpus_per_node",
                  # speculative decoding: drafted tokens per step (vLLM num_speculative_tokens)
-                 "spec_tokens")
+                 "spec_tokens",
+                 # bytes per cached KV element (vLLM kv_cache_dtype: 2 auto/bf16, 1 fp8)
+                 "kv_cache_bytes")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_eager",
                 "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref",
                 "remove_padding", "critic_remove_padding",

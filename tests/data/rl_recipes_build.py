@@ -63,9 +63,13 @@ def _ref(d, v):
     return v
 
 
-def row(d, name, tag):
+def row(d, name, tag, suite="performance"):
     P, M = d["policy"], d["policy"]["megatron_cfg"]
+    D = P.get("dtensor_cfg") or {}
+    dt = not M.get("enabled", False)
     V = P["generation"]["vllm_cfg"]
+    sg = P["generation"]["backend"] == "sglang"
+    S = P["generation"].get("sglang_cfg") or {}
     kw = P["generation"].get("vllm_kwargs") or {}
     cl = d["cluster"]
     n = cl["num_nodes"] * cl["gpus_per_node"]
@@ -76,7 +80,7 @@ def row(d, name, tag):
     mtl = P["max_total_sequence_length"]
     notes = []
     model = P["model_name"]
-    if "deepseek" in name:
+    if "deepseek.md" in str(model):
         # the DeepSeek recipes name docs/guides/deepseek.md (a converted DeepSeek-V3 checkpoint)
         model = "deepseek-ai/DeepSeek-V3"
         notes.append("model_name points to docs/guides/deepseek.md: DeepSeek-V3")
@@ -91,21 +95,30 @@ def row(d, name, tag):
                      f"{_get(d, 'grpo.dynamic_sampling_max_gen_batches')}: rounds per step not "
                      "stated (1 priced)")
     gpu = "h100-sxm" if cl["gpus_per_node"] == 8 else "gb200"
-    cpu_off = _get(M, "optimizer.optimizer_cpu_offload", False)
+    cpu_off = _get(M, "optimizer.optimizer_cpu_offload", False) and not dt
+    if dt and D.get("cpu_offload"):
+        notes.append("dtensor_cfg.cpu_offload true (FSDP2 CPUOffloadPolicy: its per-pass host "
+                     "moves are not priced for NeMo RL)")
     return {
         "algorithm": "dapo" if name.startswith("dapo") else "grpo",
         "model": model, "gpu": gpu, "num_gpus": n,
         "placement": "colocated" if colo else "split",
         "rollout_gpus": "" if colo else rollout, "train_gpus": "" if colo else n - rollout,
         "rollout_engine": P["generation"]["backend"],
-        "rollout_tp": V["tensor_parallel_size"], "rollout_pp": V["pipeline_parallel_size"],
-        "rollout_ep": V.get("expert_parallel_size", 1),
-        "gpu_memory_utilization": V["gpu_memory_utilization"],
-        "train_backend": "megatron" if M["enabled"] else "dtensor",
-        "train_tp": M["tensor_model_parallel_size"], "train_cp": M["context_parallel_size"],
-        "train_ep": M["expert_model_parallel_size"], "train_pp": M["pipeline_model_parallel_size"],
-        "train_etp": M.get("expert_tensor_parallel_size") or 1,
-        "train_sequence_parallel": bool(M.get("sequence_parallel", False)),
+        # SGLang: sglang_cfg tp_size and mem_fraction_static (its gpu_memory_utilization)
+        "rollout_tp": S["tp_size"] if sg else V["tensor_parallel_size"],
+        "rollout_pp": 1 if sg else V["pipeline_parallel_size"],
+        "rollout_ep": 1 if sg else V.get("expert_parallel_size", 1),
+        "gpu_memory_utilization": S["mem_fraction_static"] if sg else V["gpu_memory_utilization"],
+        "kv_cache_bytes": 1 if str(V.get("kv_cache_dtype", "auto")).startswith("fp8") and not sg
+        else 2,
+        "train_backend": "dtensor" if dt else "megatron",
+        "train_tp": D["tensor_parallel_size"] if dt else M["tensor_model_parallel_size"],
+        "train_cp": D["context_parallel_size"] if dt else M["context_parallel_size"],
+        "train_ep": 1 if dt else M["expert_model_parallel_size"],
+        "train_pp": 1 if dt else M["pipeline_model_parallel_size"],
+        "train_etp": 1 if dt else (M.get("expert_tensor_parallel_size") or 1),
+        "train_sequence_parallel": bool((D if dt else M).get("sequence_parallel", False)),
         "prompts_per_step": d["grpo"]["num_prompts_per_step"],
         "responses_per_prompt": d["grpo"]["num_generations_per_prompt"],
         "rollout_batch_seqs": d["grpo"]["num_prompts_per_step"]
@@ -127,7 +140,7 @@ def row(d, name, tag):
         # colocated NeMo RL moves grads + optimizer states to the host before refit and the
         # weights after it (offload_before_refit / offload_after_refit): as rl_runs.csv
         "offload_params": colo, "offload_optimizer": colo,
-        "train_recompute": "full" if M["activation_checkpointing"] else "none",
+        "train_recompute": "full" if (D if dt else M).get("activation_checkpointing") else "none",
         "optimizer_cpu_offload": (_get(M, "optimizer.optimizer_offload_fraction", 0.0)
                                   if cpu_off else 0.0),
         "train_grad_reduce_fp32": _get(M, "distributed_data_parallel_config.grad_reduce_in_fp32",
@@ -140,12 +153,48 @@ def row(d, name, tag):
         "enforce_eager": V.get("enforce_eager", False),
         "max_num_seqs": kw.get("max_num_seqs", ""),
         "spec_tokens": (spec or {}).get("num_speculative_tokens", 0) if spec else 0,
-        "source": f"NeMo RL {tag} performance recipes",
-        "url": f"https://github.com/NVIDIA-NeMo/RL/blob/{tag}/{PERF}{name}.yaml",
-        "notes": "; ".join([f"{PERF}{name}.yaml@{tag} (defaults chain merged)",
+        "source": f"NeMo RL {tag} {suite} recipes",
+        "url": f"https://github.com/NVIDIA-NeMo/RL/blob/{tag}/{_dir(suite)}{name}.yaml",
+        "notes": "; ".join([f"{_dir(suite)}{name}.yaml@{tag} (defaults chain merged)",
                             f"cluster {cl['num_nodes']}x{cl['gpus_per_node']} -> {gpu} "
-                            "(tests/test_suites/performance*.txt)"] + notes),
+                            + ("(tests/test_suites/performance*.txt)" if suite == "performance"
+                               else f"(listed in tests/test_suites/{suite}.txt; the suite does "
+                                    "not name its GPU: the n8g cluster performance.txt calls "
+                                    "H100)")] + notes),
     }
+
+
+# GRPO / DAPO recipes of the nightly and release suites, the same n8g cluster. Left out:
+# data-plane variants (-tq_*: the same physics), LoRA, Eagle3 drafts, Megatron generation,
+# AutoModel, and models the catalog has no entry for (Nemotron, Gemma, Moonlight, Qwen3.5, GLM,
+# gpt-oss, MiniMax, Mistral)
+SUITE_SKIP = ("tq_", "lora", "eagle3", "megatron_generation", "automodel", "nemotron", "gemma",
+              "moonlight", "nano", "qwen3.5", "glm", "gptoss", "minimax", "mistral", "swe",
+              "gym", "super-rl", "yarn", "nvfp4", "cispo",
+              # Qwen2.5-Math-1.5B: no catalog entry (its tied head differs from the
+              # DeepSeek-R1-Distill-Qwen-1.5B entry)
+              "qwen2.5-math-1.5b")
+
+
+def _dir(suite):
+    return PERF if suite == "performance" else "examples/configs/recipes/llm/"
+
+
+def suite_names(git_dir, tag):
+    out = set()
+    for suite in ("nightly", "release"):
+        text = _show(git_dir, tag, f"tests/test_suites/{suite}.txt")
+        for line in text.splitlines():
+            m = line.strip()
+            if not m.startswith("tests/test_suites/llm/"):
+                continue
+            name = posixpath.basename(m)[:-3]
+            if name.startswith(("grpo-", "dapo-")) and not any(k in name for k in SUITE_SKIP):
+                out.add((name, suite))
+    names = {}
+    for name, suite in sorted(out):
+        names.setdefault(name, suite)  # nightly first
+    return sorted(names.items())
 
 
 def main(argv):
@@ -160,6 +209,9 @@ def main(argv):
         if "nemotron" in name:  # a Mamba hybrid: no catalog entry (docs/rl.md)
             continue
         rows.append(row(d, name, tag))
+    for name, suite in suite_names(git_dir, tag):
+        d = load(git_dir, tag, f"{_dir(suite)}{name}.yaml")
+        rows.append(row(d, name, tag, suite))
     w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]), lineterminator="\n")
     w.writeheader()
     w.writerows(rows)
