@@ -1,10 +1,12 @@
 """Regenerate the NeMo RL rows of tests/data/rl_recipes.csv from NeMo RL's own recipe configs.
 
-Reads every `examples/configs/recipes/llm/performance/*.yaml` of NVIDIA-NeMo/RL at a tag (its
-`defaults:` chain merged as NeMo RL's `load_config` does: a recipe overrides its parent key by
-key), one row per recipe, each field from the merged config; nothing measured (the measured
-columns stay blank). The cluster: `*n8g` recipes are listed under "H100" in
-`tests/test_suites/performance.txt`, `*n4g` under "GB200" in `performance_gb200.txt`.
+Reads every `examples/configs/recipes/llm/performance/*.yaml` of NVIDIA-NeMo/RL at a tag, and
+the GRPO/DAPO recipes its `tests/test_suites/{nightly,release}.txt` list (SUITE_SKIP says which
+are left out), each with its `defaults:` chain merged as NeMo RL's `load_config` does (a recipe
+overrides its parent key by key): one row per recipe, each field from the merged config;
+nothing measured (the measured columns stay blank). The cluster: `*n8g` recipes are listed
+under "H100" in `tests/test_suites/performance.txt`, `*n4g` under "GB200" in
+`performance_gb200.txt`; the nightly/release suites run the n8g cluster and name no GPU.
 
     python tests/data/rl_recipes_build.py GIT_DIR [TAG] > rows.csv
 
