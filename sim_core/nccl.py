@@ -341,6 +341,14 @@ def _analytical(op, S, n, N, net, families=("ring", "tree", "nvls", "p2p")):
         # ring once more; Echo's eta for the ring
         loops = np.maximum(np.ceil(S / (nc_used * (chunk * ranks_per_loop))), 1.0)
         lat = base + loops * hops
+        if any_bc:
+            # a ring broadcast pipelines its loops down the chain: each rank forwards chunk
+            # after chunk (NCCL src/device/broadcast.h runRing, recvCopySend per chunk through
+            # NCCL_STEPS FIFO slots) while the next rank works on the previous one, so the
+            # chain's nsteps hops are paid once per call (as NCCL's own model counts ring
+            # latency, src/graph/tuning.cc: nsteps x hwLat + baseLat per call) and each further
+            # loop adds one hop at the root. Only RL's weight sync broadcasts (rl/weight_sync.py)
+            lat = lat + is_bc * (base + hops + (loops - 1.0) * bc_hop - lat)
         if p == SIMPLE:
             plateau = multi * is_ar * (S >= 64.0 * nc * n)
             lat = lat * (1.0 + (RING_PLATEAU - 1.0) * plateau)

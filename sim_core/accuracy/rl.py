@@ -206,9 +206,34 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("max_num_seqs", 0),
                    # a stated share of responses at the cap reaches the length law too
                    # (rl/generation.py truncated_fraction), not only the imputed mean
-                   ("response_clip_ratio", np.nan)):
+                   ("response_clip_ratio", np.nan),
+                   # the rollout engine's expert parallelism and max_num_seqs, in-flight weight
+                   # updates of an async run, GPUs per NVLink domain (blank: the GPU's
+                   # cluster, inputs.to_batch), the training precision and its FP8 recipe
+                   ("rollout_ep", 1), ("max_num_seqs", 0), ("partial_rollout", True),
+                   ("use_rollout_log_probs", False), ("spec_tokens", 0),
+                   ("spec_acceptance", np.nan), ("kv_cache_bytes", 2),
+                   ("gpus_per_node", np.nan), ("train_precision", "bf16"),
+                   ("train_fp8_recipe", np.nan)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
+    # Megatron sequence parallelism: stated, else verl's Megatron default (v0.7.0
+    # _generated_ppo_megatron_trainer.yaml actor/ref `megatron.sequence_parallel: true`; it
+    # acts only with TP > 1), else off (NeMo RL grpo_math_1B.yaml megatron_cfg
+    # sequence_parallel false; its recipes set it with TP)
+    sp = t["train_sequence_parallel"] if "train_sequence_parallel" in t.columns \
+        else pd.Series(np.nan, index=t.index)
+    fw = df["rl_framework"].astype(str) if "rl_framework" in df.columns \
+        else pd.Series("verl", index=t.index)
+    verl_mcore = fw.str.lower().str.replace("-", "_").eq("verl").to_numpy() & \
+        backend.eq("megatron").to_numpy()
+    # (Megatron turns it off at TP 1: megatron/training/arguments.py `if
+    # args.tensor_model_parallel_size == 1: args.sequence_parallel = False`)
+    df["train_sequence_parallel"] = np.where(sp.notna(), sp.astype(object).eq(True), verl_mcore) \
+        & (pd.to_numeric(df["train_tp"]).fillna(1).to_numpy() > 1)
+    if "train_precision" in df.columns:  # "FP8", "bfloat16" -> the simulator's names
+        df["train_precision"] = (df["train_precision"].astype(str).str.strip().str.lower()
+                                 .replace({"bfloat16": "bf16", "float8": "fp8", "e4m3": "fp8"}))
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
         df["rl_framework"] = (df["rl_framework"].astype(str).str.strip().str.lower()
                               .str.replace(r"[\s-]+", "_", regex=True))
@@ -298,4 +323,7 @@ def summary(cmp: pd.DataFrame) -> dict:
         cmp.step_err[ok]))) if ok.any() else float("nan"), "by_source": by_src,
         "median_abs_gen_share_pts": float(np.median(np.abs(share))) if len(share) else None,
         "gen_share_rows": int(len(share)), "skipped": int((cmp.skipped != "").sum()),
+        # rows priced with or without a measured step (a table of recipes states none)
+        "priced": int(cmp.pred_step_s.notna().sum()),
+        "priced_fit": int((cmp.pred_step_s.notna() & cmp.fits.eq(True)).sum()),
         "ranking": ranking(cmp), "mode_ranking": mode_ranking(cmp)}

@@ -32,11 +32,21 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  "micro_batch_seqs", "logprob_micro_batch_seqs", "critic_micro_batch_seqs",
                  # generation rounds per step (DAPO dynamic sampling); vLLM tokens per step
                  "gen_rounds", "max_num_batched_tokens",
-                 # the engine's concurrent-sequence cap (vLLM max_num_seqs)
-                 "max_num_seqs")
+                 # the rollout engine's expert parallelism (vLLM `expert_parallel_size`) and
+                 # `max_num_seqs` (NeMo RL vllm_kwargs); GPUs per NVLink domain (inputs.py)
+                 "rollout_ep", "max_num_seqs", "gpus_per_node",
+                 # speculative decoding: drafted tokens per step (vLLM num_speculative_tokens)
+                 "spec_tokens",
+                 # bytes per cached KV element (vLLM kv_cache_dtype: 2 auto/bf16, 1 fp8)
+                 "kv_cache_bytes")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_eager",
                 "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref",
-                "remove_padding", "critic_remove_padding", "rollout_logprobs")
+                "remove_padding", "critic_remove_padding",
+                # in-flight requests survive a weight sync (NeMo RL async_grpo
+                # `in_flight_weight_updates`, verl fully_async `partial_rollout`)
+                "partial_rollout", "use_rollout_log_probs", "train_sequence_parallel",
+                # the engine returns the sampled tokens' log-probabilities (sampler cost)
+                "rollout_logprobs")
 
 PLACEMENTS = {
     "colocated": ("colocated", "colocate", "co-located", "co-locate", "hybrid", "hybrid_engine",
@@ -315,7 +325,7 @@ def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]
     for c in (LENGTH_COLUMNS + TIME_COLUMNS + COUNT_COLUMNS
               + ("gpu_memory_utilization", "precision", "train_backend", "rollout_engine")):
         if c not in t.columns and c not in ("train_seq_len", "train_etp",
-                                            "optimizer_cpu_offload"):
+                                            "optimizer_cpu_offload", "gpus_per_node"):
             t[c] = np.nan
     n = len(t)
     notes: list[list[str]] = [[] for _ in range(n)]
@@ -340,6 +350,7 @@ def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]
         num(c, "count")
     num("gpu_memory_utilization", "fraction")
     num("response_clip_ratio", "fraction")
+    num("spec_acceptance", "fraction")
     for c in BOOL_COLUMNS:
         if c in t.columns:
             t[c] = [parse_bool(x) for x in t[c].tolist()]

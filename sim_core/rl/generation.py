@@ -210,6 +210,12 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     two_d = np.ndim(batch) == 2
     c = _col if two_d else (lambda x: np.asarray(x, dtype=np.float64))
     batch = np.maximum(np.asarray(batch, dtype=np.float64), 1e-9)
+    # speculative decoding: each sequence's step verifies its k drafted tokens with the last
+    # accepted one (k + 1 query tokens through the GEMMs, the experts, TP and EP traffic; the
+    # cache is read once per sequence), after k draft passes (spec_draft_cost)
+    spec_k = c(spec_tokens(b))
+    seqs = batch
+    batch = batch * (1.0 + spec_k)
     tp, pp = c(b.rollout_tp), c(b.rollout_pp)
     wb = c(weight_bytes(b))
     routed = c(b.routed_params)
@@ -224,7 +230,7 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     repl = c(b.replicated_params)
     w_read = ((c(b.dense_params) - repl) / tp + repl
               + routed * touched * pp / c(expert_shards(b))) * wb
-    kv_read = batch * ctx * c(b.layers) * c(b.kv_elems) * c(b.kv_cache_bytes) / (
+    kv_read = seqs * ctx * c(b.layers) * c(b.kv_elems) * c(b.kv_cache_bytes) / (
         pp * c(kv_split(b)))
     bw = c(b.hbm_bw_gbs) * 1e9 * k["hbm_efficiency"]
     fp8 = c(b.rollout_precision) == 1
@@ -264,7 +270,28 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     # priced per layer from a published eager-vs-graph decode measurement (catalogs/rl.yaml)
     eager = c(b.enforce_eager) * c(b.layers) * constants()["vllm"]["eager_overhead_per_layer_s"]
     t_samp = batch * c(b.vocab) * c(sampler_bytes(b)) / bw
-    return t_gemm + kv_read / bw + t_tp + k["step_overhead_s"] + eager + t_samp
+    step = t_gemm + kv_read / bw + t_tp + k["step_overhead_s"] + eager + t_samp
+    # the draft: DeepSeek-V3's MTP module is one transformer block + a projection on the
+    # main model's hidden state (DeepSeek-V3 technical report, arXiv 2412.19437, sec. 2.2),
+    # run once per drafted token: ~1/layers of a step each
+    return step * (1.0 + spec_k / c(b.layers))
+
+
+def spec_tokens(b: Batch) -> np.ndarray:
+    """Drafted tokens per decode step (vLLM `speculative_config.num_speculative_tokens`; 0 =
+    no speculative decoding)."""
+    return np.nan_to_num(np.asarray(b.get("spec_tokens", np.zeros(len(b))), dtype=float))
+
+
+def tokens_per_step(b: Batch) -> np.ndarray:
+    """Tokens a sequence gains per decode step: 1 + a + a^2 + ... + a^k for k drafted tokens
+    each accepted with probability a given the previous (the run's `spec_acceptance`, else
+    catalogs/rl.yaml spec.acceptance)."""
+    k_ = spec_tokens(b)
+    a0 = float(constants().get("spec", {}).get("acceptance", 0.0))
+    a = np.asarray(b.get("spec_acceptance", np.full(len(b), np.nan)), dtype=float)
+    a = np.clip(np.where(np.isnan(a), a0, a), 0.0, 0.999)
+    return np.where(k_ > 0, (1.0 - a ** (k_ + 1.0)) / (1.0 - a), 1.0)
 
 
 def sampler_bytes(b: Batch) -> np.ndarray:
@@ -341,8 +368,12 @@ def generate(b: Batch, overrides: dict | None = None) -> dict:
     # prefill of the unique prompts of this replica (prefix caching shares a prompt's n copies)
     prompts = np.ceil(b.prompts_per_step / reps)
     t_pre = prefill_time(b, prompts * b.prompt_len, b.prompt_len)
+    # speculative decoding: every step advances a sequence by tokens_per_step tokens
+    tps = tokens_per_step(b)
+    t_sat = t_sat / tps
+    t_tail = t_tail / tps
     decode = t_sat + t_tail
-    thr = n_seq * m1 / conc * step_time(b, conc, inflight_ctx, k)
+    thr = n_seq * m1 / conc * step_time(b, conc, inflight_ctx, k) / tps
     return {
         "gen_time_s": t_pre + decode,
         "gen_time_throughput_s": t_pre + thr,

@@ -141,8 +141,11 @@ def update_floor(layers, micro_batches, checkpointing) -> np.ndarray:
 
 def memory_bytes_per_s(b) -> np.ndarray:
     """Host memory bandwidth one GPU's training process gets: the node's
-    (`catalogs/rl.yaml host_dram_gbs`) shared by its GPUs' processes."""
-    return constants()["host_dram_gbs"] * 1e9 / np.maximum(b.gpus_per_node, 1.0)
+    (`catalogs/rl.yaml host_dram_gbs`) shared by the GPUs that host serves
+    (`host_gpus`: the DGX H100's 8), not the NVLink domain `gpus_per_node` counts (72 GPUs
+    of a GB200 rack sit on 36 Grace CPUs)."""
+    k = constants()
+    return k["host_dram_gbs"] * 1e9 / float(k.get("host_gpus", 8)) * np.ones(np.shape(b.gpus_per_node))
 
 
 def adam_seconds(params, bytes_per_s) -> np.ndarray:

@@ -45,7 +45,10 @@ RL_COLUMNS = {
     "model": None,
     "gpu": None,
     "num_gpus": None,
-    "gpus_per_node": 8,
+    # GPUs per node as the NCCL model counts them (one NVLink domain); NaN = the GPU's default
+    # cluster (catalogs/clusters.yaml: 8 for HGX/DGX, 72 for GB200 NVL72, whose rack is one
+    # NVLink domain, 16 for Atlas 800T A3), as the pre-training frame takes it
+    "gpus_per_node": float("nan"),
     "placement": "colocated",
     "rollout_gpus": 0,          # split: GPUs that generate (colocated: all of them)
     "asynchrony": "sync",
@@ -53,6 +56,11 @@ RL_COLUMNS = {
     # async: in-flight requests survive a weight sync (verl fully_async `partial_rollout`,
     # NeMo RL `in_flight_weight_updates`); false: every sync drains them first
     "partial_rollout": True,
+    # the old policy's log-probs taken from the rollout engine, no trainer pass (verl v0.7.0
+    # recipe/fully_async_policy `async_training.use_rollout_log_probs: True`, its default:
+    # ray_trainer.py `_process_batch_common` sets old_log_probs = rollout_log_probs unless
+    # compute_prox_log_prob)
+    "use_rollout_log_probs": False,
     "rollout_engine": "vllm",
     "rollout_tp": 1,
     "rollout_pp": 1,
@@ -88,6 +96,11 @@ RL_COLUMNS = {
     # vllm_rollout_spmd.py SamplingParams logprobs=0): a float32 log-softmax over the vocabulary
     # of every running sequence at every decode step (catalogs/rl.yaml sampler_bytes_per_logit)
     "rollout_logprobs": True,
+    # speculative decoding: drafted tokens per step (vLLM speculative_config
+    # num_speculative_tokens; NeMo RL's DeepSeek-V3 recipes: deepseek_mtp, 1) and the chance
+    # a drafted token is accepted (NaN = catalogs/rl.yaml spec.acceptance)
+    "spec_tokens": 0,
+    "spec_acceptance": float("nan"),
     # fraction of the optimizer states kept on the host through the update, the optimizer
     # step run there (Megatron optimizer_cpu_offload + optimizer_offload_fraction)
     "optimizer_cpu_offload": 0.0,
@@ -195,7 +208,10 @@ def gpu_arrays(gpus: pd.Series) -> dict:
             "nvlink_bw_gbs", "nvls", "mesh_links", "gemm_max_bf16", "gemm_max_fp8",
             "price_per_hour", "nics_per_node", "nic_bw_gbs", "intra_latency_us",
             "inter_latency_us")
-    return {c: table.loc[names, c].to_numpy(dtype=np.float64)[codes] for c in cols}
+    out = {c: table.loc[names, c].to_numpy(dtype=np.float64)[codes] for c in cols}
+    out["cluster_gpus_per_node"] = table.loc[names, "gpus_per_node"].to_numpy(
+        dtype=np.float64)[codes]
+    return out
 
 
 def check_frame(df: pd.DataFrame) -> None:
@@ -229,6 +245,10 @@ def to_batch(df: pd.DataFrame) -> Batch:
             b[name] = num.to_numpy(dtype=np.float64)
     b.update(model_arrays(df["model"]))
     b.update(gpu_arrays(df["gpu"]))
+    # gpus_per_node not stated: the GPU's default cluster (gpu_arrays' NIC counts are that
+    # cluster's, so the NIC bandwidth per GPU, nics x bw / gpus_per_node, stays its own)
+    b["gpus_per_node"] = np.where(np.isnan(b.gpus_per_node), b.cluster_gpus_per_node,
+                                  b.gpus_per_node)
     k = constants()["vllm"]
     b["max_num_seqs"] = np.where(b.max_num_seqs > 0, b.max_num_seqs, k["max_num_seqs"])
     split = b.placement == 1

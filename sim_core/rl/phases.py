@@ -65,7 +65,12 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     # offload / reload around generation (colocated): the engine's weights back in, and the
     # training states the run offloads out and back
     gib = 2.0 ** 30
-    off_gib = (b.offload_params * tr["train_weights_gib"]
+    # the gradient buffers leave the GPU with the parameters: NeMo RL's offload_before_refit
+    # moves them out (v0.7.0 megatron_policy_worker.py `move_model(..., move_grads=True)`, "get
+    # rid of grad buffers"; Megatron frees them, storage().resize_(0)), verl's recipes set
+    # `megatron.grad_offload=${offload}` with `param_offload` (run_qwen3-235b_megatron_96gb.sh,
+    # run_deepseek671b_math_megatron_80gb.sh ALL_OFFLOAD at v0.7.0): memory only, no copy priced
+    off_gib = (b.offload_params * (tr["train_weights_gib"] + tr["train_grads_gib"])
                + b.offload_optimizer * tr["train_optimizer_gib"])
     # weights through pinned buffers at PCIe rate; optimizer states through pageable memory
     # (catalogs/rl.yaml pageable_slowdown: NeMo RL's `v.to("cpu")` and back)

@@ -41,7 +41,10 @@ TRAIN_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "recompute"
                 "sequence_parallel", "framework", "precision",
                 # the main-grad buffer's dtype (Megatron DDP `grad_reduce_in_fp32`: NeMo RL
                 # v0.3.0 grpo_math_1B_megatron.yaml sets it false -> bf16 grads)
-                "grad_reduce_fp32")
+                "grad_reduce_fp32",
+                # FP8 training's scaling recipe (NeMo RL megatron_cfg.fp8_cfg.fp8_recipe
+                # `blockwise` in its FP8 recipes); blank = the framework profile's
+                "fp8_recipe")
 
 
 def pack_budget(df: pd.DataFrame, b) -> np.ndarray:
@@ -73,7 +76,7 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
     out["gpus_per_node"] = b.gpus_per_node
     for f in TRAIN_FIELDS:
         col = f"train_{f}"
-        if col in df.columns:
+        if col in df.columns and df[col].notna().any():
             out[f] = df[col].to_numpy()
     pack = pack_budget(df, b)
     mean_len = b.prompt_len + b.response_mean
@@ -189,6 +192,8 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     old = np.where(son, s["old_log_prob_s"], old)
     ref = np.where(son, s["ref_s"], ref)
     update = np.where(son, s["update_s"], update)
+    # old log-probs from the rollout engine (verl fully_async use_rollout_log_probs): no pass
+    old = np.where(b.use_rollout_log_probs > 0, 0.0, old)
     # FSDP2 cpu_offload: weights, grads and optimizer states never on the GPU between passes
     on_host = s["states_on_host"]
     state_cols = ("mem_weights", "mem_grads", "mem_optimizer")
@@ -226,4 +231,6 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
         - np.where(on_host, states, 0.0),
         "train_optimizer_gib": np.where(on_host, 0.0, (1 - f) * sim["mem_optimizer"].to_numpy()),
         "train_weights_gib": sim["mem_weights"].to_numpy(),
+        # (FSDP2 cpu_offload: already counted off the GPU in train_states_gib)
+        "train_grads_gib": np.where(on_host, 0.0, sim["mem_grads"].to_numpy()),
     }

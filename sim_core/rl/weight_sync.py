@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import nccl
 from ..columns import Batch
+from .inputs import RL_FRAMEWORK
 
 GIB = 2.0 ** 30
 
@@ -77,8 +78,20 @@ def sync_time(b: Batch, train_tp, train_pp, train_dp_shard, train_ep=None,
     shard = full * np.where(b.rollout_precision == 1, 0.5, 1.0) / (b.rollout_tp * b.rollout_pp)
     load = 2 * shard / (b.hbm_bw_gbs * 1e9)
     split = b.placement == 1
-    r_nodes = np.ceil(b.rollout_gpus / b.gpus_per_node) + 1
-    bcast = nccl.collective_time("broadcast", full, b.rollout_gpus + 1, r_nodes, net)["time_s"]
+    # verl: rank 0 of the actor and the rollout GPUs. NeMo RL non-colocated: one NCCL group of
+    # every training and every inference GPU (NVIDIA-NeMo/RL v0.7.0 nemo_rl/algorithms/grpo.py
+    # `world_size = train_world_size + inference_world_size` -> init_collective), into which
+    # every training worker runs `packed_broadcast_producer(..., src=0)`
+    # (models/policy/workers/megatron_policy_worker.py broadcast_weights_for_collective;
+    # utils/packed_tensor.py: the full bf16 tensors packed into buffers of 2% of the GPU's
+    # memory, at most 5 GiB, two in flight), the engines `packed_broadcast_consumer`
+    nemo = b.rl_framework == RL_FRAMEWORK.index("nemo_rl")
+    members = np.where(nemo, b.num_gpus, b.rollout_gpus + 1)
+    # (the actor's rank 0 on a node of its own, unless the whole job fits in fewer nodes)
+    all_nodes = np.ceil(b.num_gpus / b.gpus_per_node)
+    r_nodes = np.where(nemo, all_nodes,
+                       np.minimum(np.ceil(b.rollout_gpus / b.gpus_per_node) + 1, all_nodes))
+    bcast = nccl.collective_time("broadcast", full, members, r_nodes, net)["time_s"]
     transfer = np.where(split, bcast, 0.0)
     return {"weight_sync_time_s": gather + transfer + load, "sync_gather_s": gather,
             "sync_transfer_s": transfer, "sync_load_s": load}

@@ -123,6 +123,9 @@ def run_rl(args) -> int:
           "in-sample); generation share " + (f"median |error| {share:.1f} points over "
                                              f"{s['gen_share_rows']} sync rows"
                                              if share is not None else "not measured"))
+    if s["priced"] > s["rows"]:
+        print(f"{s['priced']} rows priced in all ({s['priced_fit']} fit in memory), "
+              f"{s['priced'] - s['rows']} without a measured step")
     for src, e in s["by_source"].items():
         print(f"  source {src}: median |step error| {e:.1%}")
     for r in s["ranking"]:
