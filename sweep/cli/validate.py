@@ -118,11 +118,11 @@ def run_rl(args) -> int:
             print(f"  row {i}: {note or 'no measured step time'}")
     s = rl.summary(cmp)
     share = s["median_abs_gen_share_pts"]
-    print(f"\n{s['rows']} rows predicted ({s['skipped']} skipped): median |step error| "
-          f"{s['median_abs_step_err']:.1%} (nothing fitted on them: leave-one-source-out = "
-          "in-sample); generation share " + (f"median |error| {share:.1f} points over "
-                                             f"{s['gen_share_rows']} sync rows"
-                                             if share is not None else "not measured"))
+    err = (f"median |step error| {s['median_abs_step_err']:.1%} (nothing fitted on them: "
+           "leave-one-source-out = in-sample)" if s["rows"] else "no measured step to compare")
+    print(f"\n{s['rows']} rows predicted ({s['skipped']} skipped): {err}; generation share "
+          + (f"median |error| {share:.1f} points over {s['gen_share_rows']} sync rows"
+             if share is not None else "not measured"))
     if s["priced"] > s["rows"]:
         print(f"{s['priced']} rows priced in all ({s['priced_fit']} fit in memory), "
               f"{s['priced'] - s['rows']} without a measured step")
