@@ -114,3 +114,23 @@ def test_stored_constants_are_the_published_fit():
     err = res["pred"] / res["measured"] - 1
     assert np.all(np.abs(err) < 0.6)
     assert res["pred"][0] > res["pred"][1] and res["pred"][2] > res["pred"][3]
+
+
+def test_store_constants_rewrites_only_the_values(tmp_path):
+    """The fits' --write: each key's value replaced in place, comments and other keys kept."""
+    from importlib import resources
+
+    from sim_core import catalog_yaml
+    from sim_core.rl import inputs
+
+    src = resources.files("sim_core").joinpath("catalogs/rl.yaml").read_text()
+    path = tmp_path / "rl.yaml"
+    path.write_text(src)
+    inputs.store_constants({"step_overhead_s": "0.001234", "controller_entry_s": "7e-06"}, path)
+    out = path.read_text()
+    new, old = catalog_yaml.read(out), catalog_yaml.read(src)
+    assert new["decode"]["step_overhead_s"] == 0.001234
+    assert new["refit"]["controller_entry_s"] == 7e-06
+    assert new["decode"]["hbm_efficiency"] == old["decode"]["hbm_efficiency"]
+    assert len(out.splitlines()) == len(src.splitlines())
+    assert "# per decode step" in out

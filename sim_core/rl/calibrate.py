@@ -17,7 +17,6 @@ page's default) of the memory free after the weights, converted here into vLLM's
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from importlib import resources
 
@@ -252,16 +251,10 @@ def leave_one_engine_out(path=None) -> pd.DataFrame:
 
 
 def write_constants(eff: float, ovh: float, xnode: float | None = None) -> None:
-    path = resources.files("sim_core").joinpath("catalogs/rl.yaml")
-    text = path.read_text()
-    text = re.sub(r"hbm_efficiency: [0-9.]+", f"hbm_efficiency: {eff:.4f}", text)
-    text = re.sub(r"step_overhead_s: [0-9.]+", f"step_overhead_s: {ovh:.6f}", text)
+    vals = {"hbm_efficiency": f"{eff:.4f}", "step_overhead_s": f"{ovh:.6f}"}
     if xnode is not None:
-        text = re.sub(r"internode_collective_s: [0-9.]+", f"internode_collective_s: {xnode:.6f}",
-                      text)
-    with open(str(path), "w") as f:
-        f.write(text)
-    inputs.constants.cache_clear()
+        vals["internode_collective_s"] = f"{xnode:.6f}"
+    inputs.store_constants(vals)
 
 
 def main(argv=None) -> int:
@@ -269,12 +262,12 @@ def main(argv=None) -> int:
     p.add_argument("--write", action="store_true", help="store the fit in catalogs/rl.yaml")
     a = p.parse_args(argv)
     bench = load()
-    r = report(bench)
-    print(f"decode fit on {r['rows']} published rows: hbm_efficiency {r['hbm_efficiency']:.2f}, "
-          f"step_overhead {r['step_overhead_s'] * 1e3:.1f} ms")
-    print(f"median |throughput error|: in-sample {r['in_sample_median']:.1%}, "
-          f"leave-one-model-out {r['loso_median']:.1%}")
-    for (m, gpu), part in bench.assign(ins=r["in_sample"], held=r["held_out"]).groupby(
+    res = report(bench)
+    print(f"decode fit on {res['rows']} published rows: hbm_efficiency {res['hbm_efficiency']:.2f}, "
+          f"step_overhead {res['step_overhead_s'] * 1e3:.1f} ms")
+    print(f"median |throughput error|: in-sample {res['in_sample_median']:.1%}, "
+          f"leave-one-model-out {res['loso_median']:.1%}")
+    for (m, gpu), part in bench.assign(ins=res["in_sample"], held=res["held_out"]).groupby(
             ["model", "gpu"]):
         print(f"  {m:14s} {gpu:9s} in-sample {np.median(part.ins):6.1%}  "
               f"held out {np.median(part.held):6.1%}")
@@ -311,7 +304,7 @@ def main(argv=None) -> int:
           f"{lo['trt_from_tpot']:.1%}; SGLang/vLLM TPOT from the TensorRT-LLM fit: "
           f"{lo['tpot_from_trt']:.1%}")
     if a.write:
-        write_constants(r["hbm_efficiency"], r["step_overhead_s"], x_fit)
+        write_constants(res["hbm_efficiency"], res["step_overhead_s"], x_fit)
         print("wrote catalogs/rl.yaml decode constants")
     return 0
 

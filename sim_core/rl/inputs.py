@@ -9,6 +9,8 @@ pre-training simulator.
 
 from __future__ import annotations
 
+import re
+
 import functools
 from importlib import resources
 
@@ -141,6 +143,21 @@ RL_COLUMNS = {
 def constants() -> dict:
     text = resources.files("sim_core").joinpath("catalogs/rl.yaml").read_text()
     return catalog_yaml.read(text)
+
+
+def store_constants(values: dict, path=None) -> None:
+    """Write fitted values into catalogs/rl.yaml (or `path`) in place (`key: value`, the line's
+    comment kept), for the fits that own them (`calibrate.py`, `refit_fit.py`); keys are
+    unique there."""
+    path = path or resources.files("sim_core").joinpath("catalogs/rl.yaml")
+    text = path.read_text()
+    for key, value in values.items():
+        # YAML 1.1 reads '7e-06' as a string: give the mantissa a dot
+        value = re.sub(r"^(-?\d+)(e[-+]?\d+)$", r"\1.0\2", str(value))
+        text = re.sub(rf"(\n\s*{key}: )[^\s#]*", rf"\g<1>{value}", text, count=1)
+    with open(str(path), "w") as f:
+        f.write(text)
+    constants.cache_clear()
 
 
 def train_col(tf: pd.DataFrame, name: str) -> np.ndarray:

@@ -26,7 +26,6 @@ before - after identify the entry cost, the after points the per-tensor one.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from importlib import resources
 
@@ -106,11 +105,7 @@ def fit(pts: pd.DataFrame) -> dict:
 
 
 def write(res: dict) -> None:
-    path = resources.files("sim_core").joinpath("catalogs/rl.yaml")
-    text = path.read_text()
-    for key in ("controller_entry_s", "tensor_s"):
-        text = re.sub(rf"(\n  {key}: )[^\n]*", rf"\g<1>{res[key]:.3g}", text, count=1)
-    path.write_text(text)
+    inputs.store_constants({k: f"{res[k]:.3g}" for k in ("controller_entry_s", "tensor_s")})
 
 
 def main(argv=None) -> int:
