@@ -85,6 +85,8 @@ def test_recipe_keys_come_from_the_frameworks_definitions():
     cfg.space = {"placement": ["colocated", "split"], "rollout_gpus": [32],
                  "asynchrony": ["sync", "one_step_off"]}
     df = evaluate(cfg)
+    # a prediction that resolves an input replaces it (no duplicate columns in results.csv)
+    assert df.columns.is_unique and df.train_seq_len.notna().all()
     df = df[df.valid].reset_index(drop=True)
     assert set(df.placement) == {"colocated", "split"}
     for _, row in df.iterrows():

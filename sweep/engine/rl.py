@@ -30,8 +30,9 @@ def evaluate(cfg) -> pd.DataFrame:
         pred = simulate_rl(df)
     except ValueError as exc:  # sim_core.catalog.CatalogError: one line naming the field
         raise SweepError(str(exc).splitlines()[0]) from None
-    return pd.concat([df, pred.drop(columns=[c for c in ("rollout_gpus",) if c in pred])],
-                     axis=1).assign(rollout_gpus=pred["rollout_gpus"])
+    # a prediction that resolves an input (rollout_gpus, the packing budget train_seq_len)
+    # replaces it: one column each in results and ranking
+    return pd.concat([df.drop(columns=[c for c in pred if c in df]), pred], axis=1)
 
 
 def rank(res: pd.DataFrame, objective: str) -> pd.DataFrame:
