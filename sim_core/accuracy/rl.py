@@ -191,6 +191,9 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("ref_offload", False),
                    ("enforce_eager", False), ("optimizer_cpu_offload", 0.0),
                    ("train_recompute", "full"), ("train_grad_reduce_fp32", True),
+                   # stated sequence parallelism (NeMo RL dtensor_cfg.sequence_parallel);
+                   # blank: the framework's default (sim_core/rl/nemo_rl.py dtensor_fields)
+                   ("train_sequence_parallel", np.nan),
                    ("train_seq_len", np.nan), ("rl_framework", "verl"),
                    ("logprob_batch_size", 1), ("sequence_packing", True),
                    ("dynamic_batching", False),
