@@ -88,7 +88,7 @@ def test_dynamic_microbatches_match_the_greedy_over_sorted_strided_lengths(mean,
     lengths = np.minimum(np.ceil(raw / 64) * 64, width)
     want_n, want_padded = _greedy(lengths, budget)
     assert n[0] == want_n
-    assert padded[0] == pytest.approx(want_padded)
+    assert padded[0] == pytest.approx(want_padded, rel=0.05)  # runs sampled, not summed
     # padding never removes tokens: at least the rank's real tokens
     assert padded[0] >= size * (b.prompt_len[0] + mean) * 0.97
 

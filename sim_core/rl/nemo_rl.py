@@ -227,14 +227,21 @@ def dtensor_fields(b, tf: pd.DataFrame) -> None:
 # longest is its last. The lengths come from the response-length law (generation.length_law:
 # a point mass at the cap plus a clipped exponential body) at the quantile of each index.
 SEQUENCE_LENGTH_ROUND = 64.0
+RUN_SAMPLES = 17
 
 
-def _quantile_length(b, u: np.ndarray) -> np.ndarray:
-    """Prompt + response length at quantile u of the response-length mixture."""
+def _law(b):
+    """(p, theta, cap) of the response-length mixture (generation.length_law)."""
     from .generation import length_law, truncated_fraction
     p = truncated_fraction(b)
-    mx = b.response_max
-    th, _, _ = length_law(b.response_mean, mx, p)
+    th, _, _ = length_law(b.response_mean, b.response_max, p)
+    return p, th, b.response_max
+
+
+def _quantile_length(b, u: np.ndarray, law=None) -> np.ndarray:
+    """Prompt + response length at quantile u of the response-length mixture (`law`: _law's
+    result, when the caller has it)."""
+    p, th, mx = _law(b) if law is None else law
     body = np.clip(u / np.maximum(1.0 - p, 1e-9), 0.0, 1.0 - 1e-12)
     resp = np.minimum(-th * np.log1p(-body), mx)
     return b.prompt_len + resp
@@ -245,18 +252,36 @@ def dynamic_microbatches(b, chunk: np.ndarray, shards: np.ndarray, budget: np.nd
     """(micro-batches, padded tokens) every rank runs for one chunk of `chunk` sequences dealt
     over `shards` DP ranks, with micro-batches of at most `budget` padded tokens; `width` is
     the longest a sequence can be (`max_total_sequence_length`: prompt + response, the
-    batch's padded width, which bounds a rounded length). Vectorized over rows; the loop runs
-    over micro-batches (tens), each sized by a bisection."""
+    batch's padded width, which bounds a rounded length). Vectorized over rows.
+
+    The greedy walks the sorted shard indices; as lengths only grow, the count c of a
+    micro-batch never grows either, and a run of micro-batches of the same c lasts while
+    their longest stays <= budget / c: the loop runs over runs (at most budget / shortest
+    length of them), the first c of each found by bisection and the run's end from the
+    length law's CDF. The micro-batch count is the greedy's exactly; a run's padded tokens
+    are c x its micro-batches x the mean longest of RUN_SAMPLES of them evenly spread (each
+    lies in (budget / (c + 1), budget / c]; within 1% of the greedy's on 300 random layouts,
+    tests/test_rl_nemo_dtensor.py)."""
     chunk = np.maximum(np.asarray(chunk, dtype=float), 1.0)
     shards = np.maximum(np.asarray(shards, dtype=float), 1.0)
     size = np.maximum(np.floor(chunk / shards), 1.0)  # shard_size = batch_size // shards
     width = np.asarray(width, dtype=float)
     budget = np.maximum(np.asarray(budget, dtype=float), 1.0)
+    law = _law(b)
+    p, th, mx = law
+    r = SEQUENCE_LENGTH_ROUND
 
     def longest(idx):  # rounded longest length over all shards at shard index idx (0-based)
         u = ((idx + 1.0) * shards - 0.5) / (size * shards)
-        raw = np.minimum(_quantile_length(b, np.clip(u, 0.0, 1.0)), width)
-        return np.minimum(np.ceil(raw / SEQUENCE_LENGTH_ROUND) * SEQUENCE_LENGTH_ROUND, width)
+        raw = np.minimum(_quantile_length(b, np.clip(u, 0.0, 1.0), law), width)
+        return np.minimum(np.ceil(raw / r) * r, width)
+
+    def last_within(x):  # the last shard index whose rounded longest is <= x (-1: none)
+        y = np.floor(x / r) * r - b.prompt_len  # round up <= x  <=>  raw <= floor(x / r) r
+        u = (1.0 - p) * -np.expm1(-np.maximum(y, 0.0) / np.maximum(th, 1e-9))
+        j = np.floor((u * size * shards + 0.5) / shards - 1.0 + 1e-9)
+        j = np.where(y < 0, -1.0, j)
+        return np.where((x >= width) | (y >= mx), size - 1.0, np.minimum(j, size - 1.0))
 
     start = np.zeros_like(size)
     count = np.zeros_like(size)
@@ -272,8 +297,18 @@ def dynamic_microbatches(b, chunk: np.ndarray, shards: np.ndarray, budget: np.nd
             lo = np.where(ok & (mid <= hi), mid, lo)
             hi = np.where(ok, hi, np.maximum(mid - 1.0, lo))
         c = lo
-        padded = padded + np.where(active, c * longest(start + c - 1.0), 0.0)
-        count = count + active
-        start = start + np.where(active, c, 0.0)
+        # micro-batches of c in a row: their last index stays within budget / c and the shard
+        end = np.minimum(last_within(budget / c), size - 1.0)
+        k = np.maximum(np.floor((end - start + 1.0) / c + 1e-9), 1.0)
+        # (the CDF and the direct lengths agree but for rounding: one step back if needed)
+        over = (k > 1) & (c * longest(start + k * c - 1.0) > budget)
+        k = np.where(over, k - 1.0, k)
+        k = np.where(active, k, 0.0)
+        # the run's micro-batches' longest, averaged over RUN_SAMPLES of them evenly spread
+        m = np.round(np.linspace(0.0, 1.0, RUN_SAMPLES)[:, None] * np.maximum(k - 1.0, 0.0))
+        mean_longest = longest(start + m * c + c - 1.0).mean(axis=0)
+        padded = padded + np.where(active, c * k * mean_longest, 0.0)
+        count = count + k
+        start = start + k * c
         active = start < size
     return count, padded
