@@ -29,6 +29,14 @@ own, both read from its code; `rl_framework: nemo_rl` turns them on:
    element below, counted from those kernels (reads + writes); the pre-training step already
    prices its own loss (`workload.LOSS_TRAFFIC_FWD/BWD` of the resolved `loss_impl`), so only the
    difference is added, at the elementwise HBM efficiency of `efficiency.yaml`.
+
+What the training frame is told (not added seconds: inputs to the pre-training step):
+
+3. **The DTensor worker's kernels** (`dtensor_fields`): the Hugging Face model in eager
+   PyTorch 2.7 under FSDP2 + DTensor TP: FlashAttention-2, unfused norm / RoPE / SwiGLU, TP
+   collectives exposed, sequence parallel only where stated.
+4. **Dynamic batching's micro-batches** (`dynamic_microbatches`): sorted, strided over the DP
+   ranks, cut greedily at `train_mb_tokens` padded tokens, each padded to its longest.
 """
 
 from __future__ import annotations
