@@ -129,3 +129,18 @@ def test_dynamic_batching_is_nemo_rls_only():
                                                          "dynamic_batching": False})
     for c in ("global_batch", "micro_batch", "seq_len"):
         assert tf[c][0] == tf[c][1]
+
+
+def test_dynamic_log_prob_passes_count_their_own_micro_batches():
+    df, b, tf = _frame(BIG, {**BIG, "dynamic_batching": False})
+    tok, gathers = nemo_rl.dynamic_logprob_ratios(b, tf, np.full(2, 4096.0))
+    # the whole batch (2048 sequences) over 8 ranks, logprob_mb_tokens = 4096 x 2
+    n_lp, pad_lp = nemo_rl.dynamic_microbatches(b, b.sequences, np.full(2, 8.0),
+                                                np.full(2, 8192.0), np.full(2, 4096.0))
+    n_tr = tf["global_batch"][0] / (8 * tf["micro_batch"][0]) * 4
+    assert gathers[0] == pytest.approx(n_lp[0] / n_tr)
+    assert tok[0] == pytest.approx(pad_lp[0] / (tf["global_batch"][0] * tf["seq_len"][0] / 8 * 4))
+    # twice the budget: fewer micro-batches (gathers) than training's, about as many tokens
+    assert gathers[0] < 0.6 and 0.85 < tok[0] < 1.05
+    # other rows: the training frame's tokens, logprob_batch_size times fewer gathers
+    assert tok[1] == 1.0 and gathers[1] == pytest.approx(0.5)

@@ -320,3 +320,29 @@ def dynamic_microbatches(b, chunk: np.ndarray, shards: np.ndarray, budget: np.nd
         start = start + k * c
         active = start < size
     return count, padded
+
+
+def dynamic_logprob_ratios(b, tf: pd.DataFrame, pack_budget: np.ndarray) -> tuple[np.ndarray,
+                                                                                   np.ndarray]:
+    """Per optimizer step of the training frame: (the log-prob pass's padded tokens over the
+    frame's, its micro-batches (FSDP gathers) over the frame's), one pass being
+    `mini_batches` of these. Dynamic-batching NeMo RL rows: `lm_policy.py get_logprobs`
+    shards the whole batch (`batch_size=None`) with `logprob_mb_tokens` = max_total_sequence_
+    length x logprob_batch_size (grpo_math_1B.yaml at v0.3.0) and `dynamic_microbatches`
+    counts them. Other rows: the same tokens, 1 / logprob_batch_size as many micro-batches
+    (training.py's rule)."""
+    lbs = np.maximum(b.logprob_batch_size, 1.0)
+    tok = np.ones(len(tf))
+    gathers = 1.0 / lbs
+    dyn = (b.dynamic_batching > 0) & (b.rl_framework == RL_FRAMEWORK.index("nemo_rl"))
+    if not dyn.any():
+        return tok, gathers
+    dp = np.maximum(train_col(tf, "dp") if "dp" in tf else np.floor(
+        b.train_gpus / (train_col(tf, "tp") * train_col(tf, "pp") * train_col(tf, "cp"))), 1.0)
+    width = np.minimum(b.prompt_len + b.response_max, pack_budget)
+    n_lp, pad_lp = dynamic_microbatches(b, b.sequences, dp, width * lbs, width)
+    gb, mb = tf["global_batch"].to_numpy(float), tf["micro_batch"].to_numpy(float)
+    n_tr = gb / (dp * mb) * b.mini_batches
+    pad_tr = gb * tf["seq_len"].to_numpy(float) / dp * b.mini_batches
+    return (np.where(dyn, pad_lp / np.maximum(pad_tr, 1.0), tok),
+            np.where(dyn, n_lp / np.maximum(n_tr, 1.0), gathers))

@@ -177,8 +177,11 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     rs_bytes = np.where(_grad_fp32(tf), 4.0, 2.0)
     # the forward gather's share of the DP time, on the ZeRO-3 / FSDP rows only
     gather_share = np.where(fsdp(tf), 2.0 / (2.0 + 2.0 + rs_bytes), 0.0)
-    fwd = fwd + sim["time_dp"].to_numpy() * gather_share / np.maximum(b.logprob_batch_size, 1.0)
     budget = pack_budget(df, b)
+    # NeMo RL's dynamic batching forms the log-prob micro-batches anew (whole batch, budget
+    # logprob_mb_tokens): tokens and gathers per pass relative to the training frame's
+    tok_ratio, gathers = nemo_rl.dynamic_logprob_ratios(b, tf, budget)
+    fwd = fwd * tok_ratio + sim["time_dp"].to_numpy() * gather_share * gathers
     dp = sim["dp"].to_numpy(float)
     ext = nemo_rl.extras(b, tf, sim, pcie, budget)
     lp_pass = fwd * b.mini_batches + ext["logprob_loss_s"] + ext["logprob_bins_s"]
