@@ -91,12 +91,19 @@ def test_unpacked_micro_batches_run_at_the_budget():
 
 def test_dtensor_pads_packed_training_micro_batches_not_log_probs():
     nemo = {**FSDP, "rl_framework": "nemo_rl"}
-    r = run(nemo, {**nemo, "dynamic_batching": True}, FSDP)
-    b, sim = _sim(nemo)
+    df = pd.DataFrame([{**BASE, **nemo}, {**BASE, **nemo, "dynamic_batching": True}])
+    b = inputs.to_batch(df)
+    tf = training.training_frame(df, b)
+    sim = simulate_frame(tf.reset_index(drop=True))
+    ext = nemo_rl.extras(b, tf, sim, training.pcie_bytes_per_s(b), np.full(2, 4096.0))
     filled = 4 * (92 + 795)  # four sequences of the mean fill 3548 of the 4096 tokens
-    pad = sim["time_compute"][0] * (4096 / filled - 1) * 4
-    assert r.update_time_s[0] - r.update_time_s[1] == pytest.approx(pad)
-    assert r.old_log_prob_time_s[0] == pytest.approx(r.old_log_prob_time_s[1])
+    assert ext["update_pad_s"][0] == pytest.approx(sim["time_compute"][0] * (4096 / filled - 1))
+    # dynamic batching pads each micro-batch to its own longest instead: its micro-batches
+    # are the training frame's (nemo_rl.dynamic_microbatches, test_rl_nemo_dtensor.py)
+    assert ext["update_pad_s"][1] == 0
+    # the log-prob passes carry no padding term: only their loss bytes and (Megatron) bins
+    assert set(k for k in ext if k.startswith("logprob")) == {"logprob_loss_s", "logprob_bins_s"}
+    assert ext["logprob_bins_s"][0] == 0
 
 
 def test_unknown_rl_framework_is_a_one_line_error():

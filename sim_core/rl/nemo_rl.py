@@ -29,6 +29,14 @@ own, both read from its code; `rl_framework: nemo_rl` turns them on:
    element below, counted from those kernels (reads + writes); the pre-training step already
    prices its own loss (`workload.LOSS_TRAFFIC_FWD/BWD` of the resolved `loss_impl`), so only the
    difference is added, at the elementwise HBM efficiency of `efficiency.yaml`.
+
+What the training frame is told (not added seconds: inputs to the pre-training step):
+
+3. **The DTensor worker's kernels** (`dtensor_fields`): the Hugging Face model in eager
+   PyTorch 2.7 under FSDP2 + DTensor TP: FlashAttention-2, unfused norm / RoPE / SwiGLU, TP
+   collectives exposed, sequence parallel only where stated.
+4. **Dynamic batching's micro-batches** (`dynamic_microbatches`): sorted, strided over the DP
+   ranks, cut greedily at `train_mb_tokens` padded tokens, each padded to its longest.
 """
 
 from __future__ import annotations
@@ -161,3 +169,180 @@ def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray,
         "logprob_loss_s": on * np.maximum(lp_bytes, 0.0) * logits / hbm,
         "update_loss_s": on * np.maximum(up_bytes, 0.0) * logits / hbm,
     }
+
+
+# ---- the DTensor policy worker (FSDP2 + DTensor TP): what the pre-training step is told -----
+# NeMo RL v0.3.0 `dtensor_policy_worker.py` trains the Hugging Face model itself
+# (`AutoModelForCausalLM.from_config`, transformers >= 4.51 per pyproject.toml), in eager
+# PyTorch 2.7.0 (pyproject.toml / uv.lock `torch==2.7.0`), wrapped by
+# `nemo_rl/models/dtensor/parallelize.py _parallelize_model`: `parallelize_module` with a
+# per-module TP plan, then `fully_shard` per decoder layer and the root. The kernels it runs
+# are therefore not the megatron-core profile's the training frame otherwise resolves to:
+#  - elementwise ops unfused: `LlamaRMSNorm` (cast, pow, mean, add, rsqrt, mul, cast, weight
+#    mul), `apply_rotary_pos_emb` (rotate_half: slices, neg, cat), `LlamaMLP`
+#    down_proj(act_fn(gate_proj(x)) * up_proj(x)): no fused norm, RoPE or SwiGLU kernel;
+#  - attention: `attn_implementation="flash_attention_2"` when sequence packing is on (the
+#    config the worker builds), otherwise transformers' default SDPA, whose causal path
+#    (the worker passes an all-ones mask: "DTensor requires the causal attention kernel to
+#    hit") runs PyTorch's flash backend, FlashAttention-2: fa2 either way;
+#  - TP collectives exposed: DTensor's `redistribute(..., async_op=True)` in the
+#    ColwiseParallel / RowwiseParallel hooks is waited on by the next op; there is no
+#    comm/GEMM overlap without async TP (`_micro_pipeline_tp`, never set by NeMo RL v0.3.0);
+#  - sequence parallel only where `dtensor_cfg.sequence_parallel` says so (default false:
+#    examples/configs/grpo_math_1B.yaml at v0.3.0), and it needs TP > 1.
+# The FSDP2 parts (bf16 all-gathers per layer and micro-batch, fp32 reduce-scatters from
+# `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32, output_dtype=float32)`,
+# `reshard_after_forward` per layer) are what the ZeRO-3 frame with grad_reduce_fp32 already
+# prices. The same field values are torchtitan's profile (frameworks.yaml), also FSDP2 + DTensor.
+DTENSOR_KERNELS = {"attention_kernel": "fa2", "fused_elementwise": False, "fused_glu": False,
+                   "tp_comm_overlap": False}
+
+
+def dtensor_rows(b, tf: pd.DataFrame) -> np.ndarray:
+    """Rows trained by NeMo RL's DTensor worker: `rl_framework: nemo_rl` sharded with FSDP."""
+    return (b.rl_framework == RL_FRAMEWORK.index("nemo_rl")) & fsdp(tf)
+
+
+def dtensor_fields(b, tf: pd.DataFrame) -> None:
+    """Fill the training frame's kernel fields on DTensor rows (in place), where the row does
+    not set them: DTENSOR_KERNELS, and sequence_parallel False unless stated (and never with
+    TP 1). Other rows keep NaN, which the frame's framework profile fills."""
+    on = dtensor_rows(b, tf)
+    if not on.any():
+        return
+    for field, value in DTENSOR_KERNELS.items():
+        have = tf[field] if field in tf else pd.Series(np.nan, index=tf.index, dtype=object)
+        tf[field] = have.astype(object).where(have.notna() | ~on, value).to_numpy()
+    sp = tf["sequence_parallel"] if "sequence_parallel" in tf else \
+        pd.Series(np.nan, index=tf.index, dtype=object)
+    stated = sp.astype(object).where(sp.notna(), False)
+    tp = train_col(tf, "tp")
+    sp_on = np.array([bool(x) for x in stated], dtype=bool) & (tp > 1)
+    tf["sequence_parallel"] = sp.astype(object).where(~on, sp_on).to_numpy()
+
+
+# ---- dynamic batching: the micro-batches NeMo RL forms ---------------------------------------
+# `distributed/batched_data_dict.py shard_by_batch_size(dynamic_batching_args=...)` at v0.3.0:
+# each chunk (an optimizer step's `train_global_batch_size` sequences; the whole batch for
+# log-probs) is sorted by length and dealt strided over the DP shards (`indices[i::shards]`), so
+# shard index i holds the i-th group of `shards` consecutive sorted sequences on every rank.
+# Micro-batches are then cut greedily along the shard index: a micro-batch of c indices costs
+# c x (the longest length among all shards at those indices, rounded up to
+# `sequence_length_round` 64), and a sequence joins the current micro-batch while that stays
+# <= `max_tokens_per_microbatch` (train_mb_tokens; logprob_mb_tokens for log-probs). Every rank
+# runs the same micro-batches ("required for FSDP2"), each padded to its longest sequence
+# (`make_microbatch_iterator_with_dynamic_shapes`). Lengths are sorted, so a micro-batch's
+# longest is its last. The lengths come from the response-length law (generation.length_law:
+# a point mass at the cap plus a clipped exponential body) at the quantile of each index.
+SEQUENCE_LENGTH_ROUND = 64.0
+RUN_SAMPLES = 17
+
+
+def _law(b):
+    """(p, theta, cap) of the response-length mixture (generation.length_law)."""
+    from .generation import length_law, truncated_fraction
+    p = truncated_fraction(b)
+    th, _, _ = length_law(b.response_mean, b.response_max, p)
+    return p, th, b.response_max
+
+
+def _quantile_length(b, u: np.ndarray, law=None) -> np.ndarray:
+    """Prompt + response length at quantile u of the response-length mixture (`law`: _law's
+    result, when the caller has it)."""
+    p, th, mx = _law(b) if law is None else law
+    body = np.clip(u / np.maximum(1.0 - p, 1e-9), 0.0, 1.0 - 1e-12)
+    resp = np.minimum(-th * np.log1p(-body), mx)
+    return b.prompt_len + resp
+
+
+def dynamic_microbatches(b, chunk: np.ndarray, shards: np.ndarray, budget: np.ndarray,
+                         width: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(micro-batches, padded tokens) every rank runs for one chunk of `chunk` sequences dealt
+    over `shards` DP ranks, with micro-batches of at most `budget` padded tokens; `width` is
+    the longest a sequence can be (`max_total_sequence_length`: prompt + response, the
+    batch's padded width, which bounds a rounded length). Vectorized over rows.
+
+    The greedy walks the sorted shard indices; as lengths only grow, the count c of a
+    micro-batch never grows either, and a run of micro-batches of the same c lasts while
+    their longest stays <= budget / c: the loop runs over runs (at most budget / shortest
+    length of them), the first c of each found by bisection and the run's end from the
+    length law's CDF. The micro-batch count is the greedy's exactly; a run's padded tokens
+    are c x its micro-batches x the mean longest of RUN_SAMPLES of them evenly spread (each
+    lies in (budget / (c + 1), budget / c]; within 1% of the greedy's on 300 random layouts,
+    tests/test_rl_nemo_dtensor.py)."""
+    chunk = np.maximum(np.asarray(chunk, dtype=float), 1.0)
+    shards = np.maximum(np.asarray(shards, dtype=float), 1.0)
+    size = np.maximum(np.floor(chunk / shards), 1.0)  # shard_size = batch_size // shards
+    width = np.asarray(width, dtype=float)
+    budget = np.maximum(np.asarray(budget, dtype=float), 1.0)
+    law = _law(b)
+    p, th, mx = law
+    r = SEQUENCE_LENGTH_ROUND
+
+    def longest(idx):  # rounded longest length over all shards at shard index idx (0-based)
+        u = ((idx + 1.0) * shards - 0.5) / (size * shards)
+        raw = np.minimum(_quantile_length(b, np.clip(u, 0.0, 1.0), law), width)
+        return np.minimum(np.ceil(raw / r) * r, width)
+
+    def last_within(x):  # the last shard index whose rounded longest is <= x (-1: none)
+        y = np.floor(x / r) * r - b.prompt_len  # round up <= x  <=>  raw <= floor(x / r) r
+        u = (1.0 - p) * -np.expm1(-np.maximum(y, 0.0) / np.maximum(th, 1e-9))
+        j = np.floor((u * size * shards + 0.5) / shards - 1.0 + 1e-9)
+        j = np.where(y < 0, -1.0, j)
+        return np.where((x >= width) | (y >= mx), size - 1.0, np.minimum(j, size - 1.0))
+
+    start = np.zeros_like(size)
+    count = np.zeros_like(size)
+    padded = np.zeros_like(size)
+    steps = int(np.ceil(np.log2(max(float(size.max()), 2.0)))) + 1
+    active = start < size
+    while active.any():
+        lo = np.ones_like(size)
+        hi = np.maximum(size - start, 1.0)
+        for _ in range(steps):  # the largest c with c x longest(start + c - 1) <= budget
+            mid = np.floor((lo + hi + 1.0) / 2.0)
+            ok = mid * longest(start + mid - 1.0) <= budget
+            lo = np.where(ok & (mid <= hi), mid, lo)
+            hi = np.where(ok, hi, np.maximum(mid - 1.0, lo))
+        c = lo
+        # micro-batches of c in a row: their last index stays within budget / c and the shard
+        end = np.minimum(last_within(budget / c), size - 1.0)
+        k = np.maximum(np.floor((end - start + 1.0) / c + 1e-9), 1.0)
+        # (the CDF and the direct lengths agree but for rounding: one step back if needed)
+        over = (k > 1) & (c * longest(start + k * c - 1.0) > budget)
+        k = np.where(over, k - 1.0, k)
+        k = np.where(active, k, 0.0)
+        # the run's micro-batches' longest, averaged over RUN_SAMPLES of them evenly spread
+        m = np.round(np.linspace(0.0, 1.0, RUN_SAMPLES)[:, None] * np.maximum(k - 1.0, 0.0))
+        mean_longest = longest(start + m * c + c - 1.0).mean(axis=0)
+        padded = padded + np.where(active, c * k * mean_longest, 0.0)
+        count = count + k
+        start = start + k * c
+        active = start < size
+    return count, padded
+
+
+def dynamic_logprob_ratios(b, tf: pd.DataFrame, pack_budget: np.ndarray) -> tuple[np.ndarray,
+                                                                                   np.ndarray]:
+    """Per optimizer step of the training frame: (the log-prob pass's padded tokens over the
+    frame's, its micro-batches (FSDP gathers) over the frame's), one pass being
+    `mini_batches` of these. Dynamic-batching NeMo RL rows: `lm_policy.py get_logprobs`
+    shards the whole batch (`batch_size=None`) with `logprob_mb_tokens` = max_total_sequence_
+    length x logprob_batch_size (grpo_math_1B.yaml at v0.3.0) and `dynamic_microbatches`
+    counts them. Other rows: the same tokens, 1 / logprob_batch_size as many micro-batches
+    (training.py's rule)."""
+    lbs = np.maximum(b.logprob_batch_size, 1.0)
+    tok = np.ones(len(tf))
+    gathers = 1.0 / lbs
+    dyn = (b.dynamic_batching > 0) & (b.rl_framework == RL_FRAMEWORK.index("nemo_rl"))
+    if not dyn.any():
+        return tok, gathers
+    dp = np.maximum(train_col(tf, "dp") if "dp" in tf else np.floor(
+        b.train_gpus / (train_col(tf, "tp") * train_col(tf, "pp") * train_col(tf, "cp"))), 1.0)
+    width = np.minimum(b.prompt_len + b.response_max, pack_budget)
+    n_lp, pad_lp = dynamic_microbatches(b, b.sequences, dp, width * lbs, width)
+    gb, mb = tf["global_batch"].to_numpy(float), tf["micro_batch"].to_numpy(float)
+    n_tr = gb / (dp * mb) * b.mini_batches
+    pad_tr = gb * tf["seq_len"].to_numpy(float) / dp * b.mini_batches
+    return (np.where(dyn, pad_lp / np.maximum(pad_tr, 1.0), tok),
+            np.where(dyn, n_lp / np.maximum(n_tr, 1.0), gathers))

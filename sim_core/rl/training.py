@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..simulate import simulate_frame
 from . import generation, host, nemo_rl, skyrl, verl, verl_megatron
-from .inputs import constants, fsdp
+from .inputs import RL_FRAMEWORK, constants, fsdp
 
 
 def pcie_bytes_per_s(b) -> np.ndarray:
@@ -116,9 +116,24 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
         # (catalogs/rl.yaml length.truncated_fraction x sequences >> 1 in an RL batch)
         mb = np.where(packed, mb, 1.0)
         seq = np.where(packed, np.round(mean_len), pack)
+        # NeMo RL's dynamic batching: the micro-batches its sharding forms (sorted lengths,
+        # each micro-batch padded to its longest; nemo_rl.dynamic_microbatches), as k
+        # sequences of the mean padded length each, k = the rank's sequences / micro-batches
+        gb = np.ceil(seqs / (dp * mb)) * dp * mb
+        dyn = (b.dynamic_batching > 0) & (b.rl_framework == RL_FRAMEWORK.index("nemo_rl"))
+        if dyn.any():
+            width = np.minimum(b.prompt_len + b.response_max, pack)
+            chunk = np.ceil(b.sequences / b.mini_batches)  # (seqs is length-biased here)
+            n_mb, padded = nemo_rl.dynamic_microbatches(b, chunk, dp, pack, width)
+            k = np.maximum(np.round(np.maximum(np.floor(chunk / dp), 1.0) / n_mb), 1.0)
+            mb = np.where(dyn, k, mb)
+            seq = np.where(dyn, padded / (n_mb * k), seq)
+            gb = np.where(dyn, n_mb * k * dp, gb)
         out["seq_len"] = np.ceil(seq / step_len) * step_len
         out["micro_batch"] = mb
-        out["global_batch"] = np.ceil(seqs / (dp * mb)) * dp * mb
+        out["global_batch"] = gb
+    # NeMo RL's DTensor worker runs the Hugging Face model in eager PyTorch (nemo_rl.py)
+    nemo_rl.dtensor_fields(b, out)
     return out
 
 
@@ -165,8 +180,11 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     rs_bytes = np.where(_grad_fp32(tf), 4.0, 2.0)
     # the forward gather's share of the DP time, on the ZeRO-3 / FSDP rows only
     gather_share = np.where(fsdp(tf), 2.0 / (2.0 + 2.0 + rs_bytes), 0.0)
-    fwd = fwd + sim["time_dp"].to_numpy() * gather_share / np.maximum(b.logprob_batch_size, 1.0)
     budget = pack_budget(df, b)
+    # NeMo RL's dynamic batching forms the log-prob micro-batches anew (whole batch, budget
+    # logprob_mb_tokens): tokens and gathers per pass relative to the training frame's
+    tok_ratio, gathers = nemo_rl.dynamic_logprob_ratios(b, tf, budget)
+    fwd = fwd * tok_ratio + sim["time_dp"].to_numpy() * gather_share * gathers
     dp = sim["dp"].to_numpy(float)
     ext = nemo_rl.extras(b, tf, sim, pcie, budget)
     lp_pass = fwd * b.mini_batches + ext["logprob_loss_s"] + ext["logprob_bins_s"]
