@@ -158,6 +158,13 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
         imputed[i].append("train_etp=1")
     t.loc[no_etp, "train_etp"] = 1
     prompt, mean, mx = _imputed_lengths(t, imputed)
+    # vLLM's engine generation (V0's host cost per sequence, rl/generation.py): a row that
+    # runs vLLM without saying which engine gets V1, the default from vLLM 0.8.0
+    v0_col = t["rollout_vllm_v0"] if "rollout_vllm_v0" in t.columns \
+        else pd.Series(np.nan, index=t.index)
+    no_v0 = (v0_col.isna() & t.rollout_engine.astype(str).str.lower().eq("vllm")).to_numpy()
+    for i in np.flatnonzero(no_v0):
+        imputed[i].append("vLLM engine V1 (the default from vLLM 0.8.0; version not stated)")
     backend = t.get("train_backend", pd.Series(np.nan, index=t.index)).astype(str)
     sharded = backend.isin(["fsdp", "fsdp2", "deepspeed"])
     gbs = t.get("train_gbs_seqs", pd.Series(np.nan, index=t.index))
@@ -190,6 +197,7 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     for col, d in (("train_etp", 0), ("offload_params", False), ("offload_optimizer", False),
                    ("ref_offload", False),
                    ("enforce_eager", False), ("rollout_logprobs", True),
+                   ("rollout_vllm_v0", False),
                    ("optimizer_cpu_offload", 0.0),
                    ("train_recompute", "full"), ("train_grad_reduce_fp32", True),
                    ("train_seq_len", np.nan), ("rl_framework", "verl"),

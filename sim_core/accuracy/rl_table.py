@@ -46,7 +46,9 @@ BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_e
                 # `in_flight_weight_updates`, verl fully_async `partial_rollout`)
                 "partial_rollout", "use_rollout_log_probs", "train_sequence_parallel",
                 # the engine returns the sampled tokens' log-probabilities (sampler cost)
-                "rollout_logprobs")
+                "rollout_logprobs",
+                # the rollout engine is vLLM's V0 engine (host cost per running sequence)
+                "rollout_vllm_v0")
 
 PLACEMENTS = {
     "colocated": ("colocated", "colocate", "co-located", "co-locate", "hybrid", "hybrid_engine",

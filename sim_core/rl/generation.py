@@ -271,10 +271,30 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     eager = c(b.enforce_eager) * c(b.layers) * constants()["vllm"]["eager_overhead_per_layer_s"]
     t_samp = batch * c(b.vocab) * c(sampler_bytes(b)) / bw
     step = t_gemm + kv_read / bw + t_tp + k["step_overhead_s"] + eager + t_samp
+    # vLLM V0: Python work per running sequence between GPU steps (scheduling, input
+    # preparation, output processing), serial with them
+    host = c(v0_host_per_seq(b)) * seqs
     # the draft: DeepSeek-V3's MTP module is one transformer block + a projection on the
     # main model's hidden state (DeepSeek-V3 technical report, arXiv 2412.19437, sec. 2.2),
     # run once per drafted token: ~1/layers of a step each
-    return step * (1.0 + spec_k / c(b.layers))
+    return step * (1.0 + spec_k / c(b.layers)) + host
+
+
+def v0_host_per_seq(b: Batch) -> np.ndarray:
+    """Host seconds per running sequence per decode step that vLLM's V0 engine spends between
+    GPU steps (0 for V1, SGLang and TensorRT-LLM): V0 schedules over sequence groups, rebuilds
+    the model's input tensors and sampling metadata from Python objects every step and builds
+    an output object per sequence, all on the thread that launches the next step
+    (catalogs/rl.yaml vllm.v0_host_per_seq_s, read off a published profile of V0's scheduling
+    time against the running requests). With CUDA graphs, V0's asynchronous output processor
+    (vLLM >= 0.6.0) overlaps the output processing with the next GPU step: that share
+    (vllm.v0_async_output_share) is hidden; with enforce_eager vLLM turns it off."""
+    k = constants()["vllm"]
+    v0 = (np.asarray(b.rollout_vllm_v0, dtype=float) > 0) & (
+        np.asarray(b.rollout_engine, dtype=np.int64) == inputs.ENGINE.index("vllm"))
+    eager = np.asarray(b.enforce_eager, dtype=float) > 0
+    hidden = np.where(eager, 0.0, float(k["v0_async_output_share"]))
+    return np.where(v0, float(k["v0_host_per_seq_s"]) * (1.0 - hidden), 0.0)
 
 
 def spec_tokens(b: Batch) -> np.ndarray:

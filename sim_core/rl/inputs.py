@@ -98,6 +98,11 @@ RL_COLUMNS = {
     # vllm_rollout_spmd.py SamplingParams logprobs=0): a float32 log-softmax over the vocabulary
     # of every running sequence at every decode step (catalogs/rl.yaml sampler_bytes_per_logit)
     "rollout_logprobs": True,
+    # the rollout engine is vLLM's V0 engine (vLLM <= 0.7.x by default; 0.8.x falls back to it
+    # with VLLM_USE_V1=0 or VLLM_ATTENTION_BACKEND=XFORMERS): a host cost per running sequence
+    # per decode step, serial with the GPU (catalogs/rl.yaml vllm.v0_host_per_seq_s); false =
+    # V1 (the default from vLLM 0.8.0), SGLang or TensorRT-LLM
+    "rollout_vllm_v0": False,
     # speculative decoding: drafted tokens per step (vLLM speculative_config
     # num_speculative_tokens; NeMo RL's DeepSeek-V3 recipes: deepseek_mtp, 1) and the chance
     # a drafted token is accepted (NaN = catalogs/rl.yaml spec.acceptance)

@@ -66,6 +66,16 @@ class Rollout(_S):
     # the sampled tokens' log-probabilities asked of the engine (verl, NeMo RL, AReaL do): a
     # float32 log-softmax over the vocabulary per running sequence per step
     logprobs: bool = True
+    # vLLM's V0 engine (vLLM <= 0.7.x, or 0.8.x with VLLM_USE_V1=0): Python host work per running
+    # sequence per decode step, serial with the GPU (catalogs/rl.yaml vllm.v0_host_per_seq_s)
+    vllm_v0: bool = False
+
+    @field_validator("vllm_v0")
+    @classmethod
+    def _v0_is_vllm(cls, v, info):
+        if v and info.data.get("engine") != "vllm":
+            raise ValueError("vllm_v0 applies to engine vllm only")
+        return v
 
 
 class Train(_S):
@@ -203,6 +213,7 @@ class RLConfig(_S):
             "offload_optimizer": self.train.offload_optimizer,
             "ref_offload": self.train.ref_offload,
             "enforce_eager": r.enforce_eager, "rollout_logprobs": r.logprobs,
+            "rollout_vllm_v0": r.vllm_v0,
             "optimizer_cpu_offload": self.train.optimizer_cpu_offload,
             "train_framework": self.train.framework,
             "train_seq_len": self.train.seq_len or float("nan"),

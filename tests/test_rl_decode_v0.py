@@ -1,0 +1,97 @@
+"""vLLM V0's host work per running sequence per decode step (issue 40): derived from WukLab's
+published vLLM 0.5.4 profile (data/rl/vllm_v0_host.csv), charged only where the rollout engine
+is vLLM V0, serial with the GPU step, its output-processing share hidden when V0's async
+output processor runs (CUDA graphs). These tests fail if the term reaches V1 or SGLang rows,
+stops growing with the batch, ignores enforce_eager, or drifts from the published figure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim_core.rl import generation, inputs, v0_host
+
+BASE = dict(model="qwen2.5-0.5b", gpu="h100-sxm", num_gpus=8, rollout_tp=1,
+            prompts_per_step=256, responses_per_prompt=8, prompt_len=100, response_mean=200,
+            response_max=1024, gpu_memory_utilization=0.6)
+
+
+def _steps(rows, batch, ctx=300.0):
+    b = inputs.to_batch(pd.DataFrame([{**BASE, **r} for r in rows]))
+    n = len(rows)
+    return generation.step_time(b, np.full(n, float(batch)), np.full(n, ctx),
+                                generation.decode_constants())
+
+
+def test_catalog_constants_are_the_published_profile_less_detokenization():
+    d = v0_host.derive()
+    k = inputs.constants()["vllm"]
+    # the least squares passes within 0.4 ms of the three published points
+    assert np.abs(d["residual_ms"]).max() < 0.4
+    assert d["per_request_s"] > d["per_seq_s"] > 0
+    assert k["v0_host_per_seq_s"] == pytest.approx(d["per_seq_s"], rel=0.01)
+    assert k["v0_async_output_share"] == pytest.approx(d["async_output_share"], abs=0.002)
+    # the breakdown's groups are the whole profile
+    assert sum(d["shares"].values()) == pytest.approx(1.0)
+
+
+def test_v0_pays_per_running_sequence_serially_and_v1_does_not():
+    k = inputs.constants()["vllm"]
+    eager = {"enforce_eager": True}
+    for batch in (64.0, 512.0):
+        t = _steps([eager, {**eager, "rollout_vllm_v0": True}], batch)
+        np.testing.assert_allclose(t[1] - t[0], k["v0_host_per_seq_s"] * batch, rtol=1e-9)
+    # with CUDA graphs the async output processor hides the output processing
+    t = _steps([{}, {"rollout_vllm_v0": True}], 512.0)
+    np.testing.assert_allclose(
+        t[1] - t[0], k["v0_host_per_seq_s"] * (1 - k["v0_async_output_share"]) * 512, rtol=1e-9)
+
+
+def test_the_flag_reaches_only_vllm():
+    t = _steps([{"rollout_engine": "sglang"},
+                {"rollout_engine": "sglang", "rollout_vllm_v0": True}], 512.0)
+    assert t[1] == t[0]
+
+
+def test_v0_lengthens_generation_most_for_small_models():
+    rows = [{}, {"rollout_vllm_v0": True},
+            {"model": "qwen2.5-7b"}, {"model": "qwen2.5-7b", "rollout_vllm_v0": True}]
+    g = generation.generate(inputs.to_batch(pd.DataFrame([{**BASE, **r} for r in rows])))
+    gen = g["gen_time_s"]
+    assert gen[1] > gen[0] and gen[3] > gen[2]
+    assert gen[1] / gen[0] > gen[3] / gen[2]
+
+
+def test_table_rows_state_the_engine_and_say_why():
+    from sim_core.accuracy import rl
+
+    t = rl.load()
+    v0 = t.rollout_vllm_v0.astype(str).str.lower().eq("true").to_numpy()
+    assert v0.sum() >= 6
+    assert t.notes[v0].str.contains("rollout_vllm_v0 True").all()
+    assert t.rollout_engine[v0].str.lower().eq("vllm").all()
+    cmp = rl.compare(t)
+    blank_vllm = t.rollout_vllm_v0.isna() & t.rollout_engine.astype(str).str.lower().eq("vllm")
+    assert blank_vllm.any()
+    assert cmp.imputed[blank_vllm.to_numpy()].str.contains("vLLM engine V1").all()
+
+
+def test_run_file_flag_and_its_one_line_error(tmp_path, capsys):
+    import yaml
+
+    import sweep
+    from sweep.cli.main import main
+
+    src = yaml.safe_load(open("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml"))
+    one = sweep.simulate("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml")
+    src["rollout"]["vllm_v0"] = True
+    f = tmp_path / "v0.yaml"
+    f.write_text(yaml.safe_dump(src))
+    assert sweep.simulate(str(f)).gen_time_s.iloc[0] > one.gen_time_s.iloc[0]
+    src["rollout"]["engine"] = "sglang"
+    f.write_text(yaml.safe_dump(src))
+    capsys.readouterr()
+    assert main(["simulate", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "vllm_v0" in err[0]
