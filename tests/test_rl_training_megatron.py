@@ -173,3 +173,25 @@ def test_slime_pauses_once_around_the_rollout_and_not_per_phase():
     assert r.old_log_prob_time_s[1] == pytest.approx(r.old_log_prob_time_s[2])
     assert r.update_time_s[1] == pytest.approx(r.update_time_s[2])
     assert r.update_time_s[0] > r.update_time_s[1]
+
+
+def test_verl_megatron_colocated_trains_with_expandable_segments():
+    # megatron_workers.py v0.7.0 trainer_mode: set_expandable_segments(True) after every
+    # generation (colocated hybrid engine): the training peak is the bytes allocated + the
+    # CUDA context and NCCL buffers, not the default allocator's reserved bytes
+    from sim_core.memory import RUNTIME_GIB
+    from sim_core.rl import verl_megatron
+
+    rows = [VERL, {**VERL, "rl_framework": "nemo_rl"}, {**VERL, "train_zero": 3},
+            {**VERL, "placement": "split", "rollout_gpus": 8, "train_gpus": 8}]
+    df = pd.DataFrame(rows)
+    b = inputs.to_batch(df)
+    tf = training.training_frame(df, b, for_memory=True)
+    mem = simulate_frame(tf.reset_index(drop=True))
+    peak = verl_megatron.training_peak_gib(b, tf, mem)
+    assert (mem["peak_allocated_gib"] < mem["peak_reserved_gib"]).all()
+    assert peak[0] == pytest.approx(mem["peak_allocated_gib"][0] + RUNTIME_GIB)
+    # NeMo RL, verl's FSDP workers (priced in verl.py) and the split trainer keep the default
+    assert np.allclose(peak[1:], mem["peak_memory_gib"][1:])
+    r = simulate_rl(pd.DataFrame([VERL, {**VERL, "rl_framework": "nemo_rl"}]))
+    assert r.train_peak_gib[0] < r.train_peak_gib[1]

@@ -232,9 +232,10 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
         "train_invalid_reason": np.where(sim["invalid_reason"].to_numpy() != "",
                                          sim["invalid_reason"].to_numpy(),
                                          mem["invalid_reason"].to_numpy()),
-        "train_peak_gib": np.fmax(mem["peak_memory_gib"].to_numpy()
+        # (verl's colocated Megatron trainer runs with expandable segments: verl_megatron.py)
+        "train_peak_gib": np.fmax(verl_megatron.training_peak_gib(b, tf, mem)
                                   - np.where(on_host, mem_states, 0.0),
-                                  sim["peak_memory_gib"].to_numpy()
+                                  verl_megatron.training_peak_gib(b, tf, sim)
                                   - np.where(on_host, states, 0.0))
         - f * mem["mem_optimizer"].to_numpy(),
         "optimizer_host_time_s": np.where(son, s["adam_s"], host_step * b.mini_batches

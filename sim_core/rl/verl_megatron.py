@@ -25,6 +25,20 @@ destination of a non-blocking device-to-host `to`) and come back with `.to(devic
 non_blocking=True)`, both at the pinned PCIe rate. Each load and offload also runs
 `gc.collect()` and `empty_cache()`, not priced.
 
+The training phases' allocator (`expandable_segments`): colocated, verl's hybrid-engine worker
+switches into `trainer_mode` after every generation (`generate_sequences`, and `sleep` of the
+async worker), which calls `set_expandable_segments(True)` (megatron_workers.py v0.7.0 L716;
+`verl/utils/device.py`: `torch.cuda.memory._set_allocator_settings("expandable_segments:True")`),
+and back to False for rollout. With expandable segments PyTorch's caching allocator maps
+physical memory page by page into a virtual segment that grows, and before reporting an OOM
+releases the pages of cached free blocks, which the growing segment can map again (PyTorch
+`docs/source/notes/cuda.rst`, "expandable_segments"; c10/cuda/CUDACachingAllocator.cpp
+`ExpandableSegment`): a cached block of the wrong size no longer blocks an allocation, so what
+decides an OOM is the bytes allocated, not the bytes the default allocator reserves
+(`sim_core/memory.py`'s FRAGMENTATION and loss segments).
+The training peak of these rows is `peak_allocated_gib` + the CUDA context and NCCL buffers.
+The split (fully-async) trainer never enters `trainer_mode` and keeps the default allocator.
+
 Only for `rl_framework: verl` with a Megatron trainer (ZeRO below 3); verl's FSDP workers are
 priced elsewhere.
 """
@@ -34,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..memory import RUNTIME_GIB
 from .inputs import RL_FRAMEWORK, constants, fsdp
 
 
@@ -53,3 +68,18 @@ def phase_moves(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.nda
         "update_s": actor,
         "ref_s": np.where(on & (b.ref_offload > 0) & (b.use_ref > 0), ref_trip, 0.0),
     }
+
+
+def training_peak_gib(b, tf: pd.DataFrame, sim: pd.DataFrame) -> np.ndarray:
+    """The simulator's device peak (GiB), with verl's expandable segments where they apply:
+    colocated verl Megatron rows count the bytes allocated (+ context and NCCL buffers),
+    every other row the caching allocator's reserved bytes (`peak_memory_gib`)."""
+    on = expandable_segments(b, tf)
+    return np.where(on, sim["peak_allocated_gib"].to_numpy() + RUNTIME_GIB,
+                    sim["peak_memory_gib"].to_numpy())
+
+
+def expandable_segments(b, tf: pd.DataFrame) -> np.ndarray:
+    """Rows whose training phases run with `expandable_segments:True` (module doc): verl,
+    Megatron trainer, colocated (hybrid engine)."""
+    return (b.rl_framework == RL_FRAMEWORK.index("verl")) & ~fsdp(tf) & (b.placement == 0)
