@@ -12,22 +12,11 @@ import pytest
 
 from sim_core import catalog
 from sim_core.rl import calibrate, generation, inputs
-
-BASE = dict(model="qwen2.5-0.5b", gpu="h100-sxm", num_gpus=8, rollout_tp=1,
-            prompts_per_step=256, responses_per_prompt=8, prompt_len=100, response_mean=200,
-            response_max=1024, gpu_memory_utilization=0.6)
-
-
-def _steps(rows, batch, ctx=300.0):
-    b = inputs.to_batch(pd.DataFrame([{**BASE, **r} for r in rows]))
-    n = len(rows)
-    return b, generation.step_time(b, np.full(n, float(batch)), np.full(n, ctx),
-                                   generation.decode_constants())
-
+from tests.rl_decode import BASE, decode_steps
 
 def test_logprobs_cost_is_the_log_softmax_and_rank_bytes_per_logit():
     batch = 1024.0
-    b, t = _steps([{}, {"rollout_logprobs": False}], batch)
+    b, t = decode_steps([{}, {"rollout_logprobs": False}], batch)
     table = inputs.constants()["sampler_bytes_per_logit"]["vllm"]
     extra = table["logprobs"] - table["plain"]
     assert extra == 28  # log_softmax with its bf16 -> fp32 cast (22) + the sampled rank (6)
@@ -39,10 +28,10 @@ def test_logprobs_cost_is_the_log_softmax_and_rank_bytes_per_logit():
 def test_sampler_scales_with_batch_and_is_not_split_over_tp():
     # every GPU of the engine samples the all-gathered logits: the sampler's share of the
     # step is the same at TP 1 and TP 2, and grows linearly in the batch
-    _, t1 = _steps([{"rollout_tp": 1}, {"rollout_tp": 1, "rollout_logprobs": False}], 512)
-    _, t2 = _steps([{"rollout_tp": 2}, {"rollout_tp": 2, "rollout_logprobs": False}], 512)
+    _, t1 = decode_steps([{"rollout_tp": 1}, {"rollout_tp": 1, "rollout_logprobs": False}], 512)
+    _, t2 = decode_steps([{"rollout_tp": 2}, {"rollout_tp": 2, "rollout_logprobs": False}], 512)
     np.testing.assert_allclose(t1[0] - t1[1], t2[0] - t2[1], rtol=1e-9)
-    _, t4 = _steps([{}, {"rollout_logprobs": False}], 1024)
+    _, t4 = decode_steps([{}, {"rollout_logprobs": False}], 1024)
     np.testing.assert_allclose(t4[0] - t4[1], 2 * (t1[0] - t1[1]), rtol=1e-9)
 
 
@@ -50,7 +39,7 @@ def test_sampler_weighs_on_small_models_not_on_large_ones():
     # the same 1024 running sequences: a 0.5B model's step is mostly the vocabulary-wide
     # sampler's traffic beyond the weights; a 70B (TP 4) step barely notices it
     rows = [{}, {"model": "llama3.1-70b", "rollout_tp": 4}]
-    b, with_lp = _steps(rows, 1024)
+    b, with_lp = decode_steps(rows, 1024)
     sampler = 1024 * b.vocab * generation.sampler_bytes(b) / (
         b.hbm_bw_gbs * 1e9 * generation.decode_constants()["hbm_efficiency"])
     share = sampler / with_lp

@@ -11,18 +11,7 @@ import pandas as pd
 import pytest
 
 from sim_core.rl import generation, inputs, v0_host
-
-BASE = dict(model="qwen2.5-0.5b", gpu="h100-sxm", num_gpus=8, rollout_tp=1,
-            prompts_per_step=256, responses_per_prompt=8, prompt_len=100, response_mean=200,
-            response_max=1024, gpu_memory_utilization=0.6)
-
-
-def _steps(rows, batch, ctx=300.0):
-    b = inputs.to_batch(pd.DataFrame([{**BASE, **r} for r in rows]))
-    n = len(rows)
-    return generation.step_time(b, np.full(n, float(batch)), np.full(n, ctx),
-                                generation.decode_constants())
-
+from tests.rl_decode import BASE, decode_steps
 
 def test_catalog_constants_are_the_published_profile_less_detokenization():
     d = v0_host.derive()
@@ -40,17 +29,17 @@ def test_v0_pays_per_running_sequence_serially_and_v1_does_not():
     k = inputs.constants()["vllm"]
     eager = {"enforce_eager": True}
     for batch in (64.0, 512.0):
-        t = _steps([eager, {**eager, "rollout_vllm_v0": True}], batch)
+        t = decode_steps([eager, {**eager, "rollout_vllm_v0": True}], batch)[1]
         np.testing.assert_allclose(t[1] - t[0], k["v0_host_per_seq_s"] * batch, rtol=1e-9)
     # with CUDA graphs the async output processor hides the output processing
-    t = _steps([{}, {"rollout_vllm_v0": True}], 512.0)
+    t = decode_steps([{}, {"rollout_vllm_v0": True}], 512.0)[1]
     np.testing.assert_allclose(
         t[1] - t[0], k["v0_host_per_seq_s"] * (1 - k["v0_async_output_share"]) * 512, rtol=1e-9)
 
 
 def test_the_flag_reaches_only_vllm():
-    t = _steps([{"rollout_engine": "sglang"},
-                {"rollout_engine": "sglang", "rollout_vllm_v0": True}], 512.0)
+    t = decode_steps([{"rollout_engine": "sglang"},
+                      {"rollout_engine": "sglang", "rollout_vllm_v0": True}], 512.0)[1]
     assert t[1] == t[0]
 
 
