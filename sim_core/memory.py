@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import distinct, finetune, fp4, frameworks, moe, recompute, workload
+from . import distinct, finetune, fp4, frameworks, moe, pp_split, recompute, workload
 from .arrays import where
 from .columns import Batch
 from .specs import ATTENTION_KERNEL
@@ -266,6 +266,19 @@ def estimate(b: Batch, wl: Workload) -> dict:
     afab = frameworks.column(b, "pp_schedule") == 1
     in_flight = where((p > 1) & afab, m * 1.0, in_flight)
     act_first = stored * L_stage * in_flight
+    # Megatron-Core's embedding/loss-counted split (sim_core/pp_split.py): the first rank holds
+    # a layer fewer (its first chunk, which keeps the most micro-batches), the last rank too;
+    # the second rank holds the full stage with one micro-batch fewer in flight (1F1B:
+    # p - rank; interleaved: 2 chunks fewer, core_v0.15.0 pipeline_parallel/schedules.py
+    # get_pp_rank_microbatches' warm-up) and can be the worst
+    split_on = pp_split.any_on(b)
+    if split_on:
+        lay = pp_split.stage_layers(b, L_stage)
+        one_less = where(afab, 0.0, where(v > 1, 2.0 / v, 1.0))
+        act_second = where(pp_split.has_middle(b),
+                           stored * lay["middle"] * np.maximum(in_flight - one_less, 1.0), 0.0)
+        # the worst rank other than the last: the first or, where it outweighs it, the second
+        act_first = np.maximum(stored * lay["first"] * in_flight, act_second)
     # during backward one layer's full set of activations is live again (recomputed or not),
     # plus its gradients (same order of size)
     working = 2.0 * per_layer["live"]
@@ -292,6 +305,8 @@ def estimate(b: Batch, wl: Workload) -> dict:
     # weight gradient, next to the norm's own input
     head_input = ACT_BYTES * T * dims["h"] * (1.0 + 1.0 / where(sp, t, 1.0))
     act_head = where(p > 1, stored * L_stage, act_first) + head_input
+    if split_on:
+        act_head = where(p > 1, stored * lay["last"], act_first) + head_input
 
     # ---- working buffers -------------------------------------------------------------------
     # FSDP/ZeRO-3: the unit being computed is all-gathered (bf16) with its bf16 grads and an

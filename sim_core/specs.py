@@ -273,6 +273,12 @@ PARALLEL_COLUMNS = {
     # make room for the loss and MTP (Megatron-Core pipeline_model_parallel_layout); 0 = the
     # even split's layers per stage
     "pp_last_stage_layers": 0,
+    # Megatron-Core's uneven split that counts the embedding as one layer on the first pipeline
+    # stage and the loss as one on the last (account_for_embedding_in_pipeline_split,
+    # account_for_loss_in_pipeline_split; transformer_block.py get_num_layers_to_build,
+    # core_v0.15.0): sim_core/pp_split.py
+    "account_for_embedding_in_pipeline_split": False,
+    "account_for_loss_in_pipeline_split": False,
     "attention_kernel": "fa3",
     # norms, rotary, activation functions fused into few kernels (Transformer Engine,
     # torch.compile); False = eager PyTorch, one kernel per elementary op

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import compute, distinct, moe, nccl, overlap, recompute, terms
+from . import compute, distinct, moe, nccl, overlap, pp_split, recompute, terms
 from .arrays import select, where
 from .columns import Batch
 from .workload import Workload
@@ -217,9 +217,17 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     last_extra = st["last_stage_fwd"] + st["last_stage_bwd"]
     single = p == 1
     last_extra = last_extra + last_stage_layers_s(b, wl, stage_mb)
+    # Megatron-Core's split that counts the embedding / loss as a layer (sim_core/pp_split.py):
+    # the first / last rank holds a layer fewer; a middle rank may become the busiest
+    middle_extra = None
+    if pp_split.any_on(b):
+        d_first, d_last, middle_extra = pp_split.stage_extras(b, wl.layers_per_stage, stage_mb)
+        first_extra, last_extra = first_extra + d_first, last_extra + d_last
     # m * t_max (t_max = stage_mb + the larger stage extra) plus the bubble; the step below
     # adds these up component by component
     t_avg = stage_mb + (first_extra + last_extra) / p
+    if middle_extra is not None:  # the middle ranks' own extra (0 unless they hold more)
+        t_avg = t_avg + where(np.isfinite(middle_extra), middle_extra * (p - 2) / p, 0.0)
     bubble = (p - 1) / v * t_avg
 
     # PP point-to-point: blocking in 1F1B's steady state; interleaving with overlapped p2p
@@ -251,8 +259,11 @@ def compose(b: Batch, wl: Workload, profile=None, with_fabric: bool = False) -> 
     P_opt = where(b.zero >= 1, P_train / ds, P_train)  # LoRA: the adapters (finetune.py)
     t_opt = compute.optimizer_time(b, P_opt)
 
+    busiest_end = np.maximum(first_extra, last_extra)
+    if middle_extra is not None:  # with the split on, a middle rank can be the busiest
+        busiest_end = np.maximum(busiest_end, middle_extra)
     compute_t = m * (lay_fwd + lay_bwd) + m * where(single, first_extra + last_extra,
-                                                       np.maximum(first_extra, last_extra))
+                                                       busiest_end)
     breakdown = {
         "time_compute": compute_t,
         "time_recompute": m * lay_rc,

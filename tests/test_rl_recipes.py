@@ -64,7 +64,7 @@ def test_rows_are_recipes_with_nothing_measured(table):
 
 # verl example scripts the memory model still puts over 96 GB although verl says they ran on
 # H20 96 GB ("tested in NNODES=1~4 * 96G H20 GPU"; "minimum nodes need for qwen3-235B-A22B"):
-# Megatron without recompute, fp32 grads, 10-12k-token micro-batches; 116.9 / 101.7 GiB with
+# Megatron without recompute, fp32 grads, 10-12k-token micro-batches; 110.9 / 101.7 GiB with
 # verl's expandable segments (docs/rl.md "Known false OOMs": what is left is in the
 # pre-training memory model). Pinned so that a fix shows here; every other recipe must fit.
 KNOWN_FALSE_OOM = {"run_qwen3-235b_megatron_96gb", "run_qwen3moe-30b_megatron_96gb"}

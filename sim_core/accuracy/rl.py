@@ -222,7 +222,11 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("use_rollout_log_probs", False), ("spec_tokens", 0),
                    ("spec_acceptance", np.nan), ("kv_cache_bytes", 2),
                    ("gpus_per_node", np.nan), ("train_precision", "bf16"),
-                   ("train_fp8_recipe", np.nan)):
+                   ("train_fp8_recipe", np.nan),
+                   # Megatron-Core's split counting the embedding / loss as a pipeline layer
+                   # (verl override_transformer_config; sim_core/pp_split.py)
+                   ("train_account_for_embedding_in_pipeline_split", False),
+                   ("train_account_for_loss_in_pipeline_split", False)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
     # Megatron sequence parallelism: stated, else verl's Megatron default (v0.7.0

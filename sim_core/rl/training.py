@@ -44,7 +44,10 @@ TRAIN_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "recompute"
                 "grad_reduce_fp32",
                 # FP8 training's scaling recipe (NeMo RL megatron_cfg.fp8_cfg.fp8_recipe
                 # `blockwise` in its FP8 recipes); blank = the framework profile's
-                "fp8_recipe")
+                "fp8_recipe",
+                # Megatron-Core's split counting the embedding / loss as a pipeline layer
+                # (sim_core/pp_split.py; verl's override_transformer_config sets them)
+                "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
 
 def pack_budget(df: pd.DataFrame, b) -> np.ndarray:

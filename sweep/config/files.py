@@ -80,7 +80,8 @@ EXPECT: dict[str, tuple[str, str]] = {
                           "tied_embeddings", "grad_reduce_fp32", "fused_elementwise", "fused_glu",
                           "fp8_param_gather", "fp8_weight_cache", "adam_bf16_states", "moe_dropless",
                           "moe_permute_fusion", "moe_router_fusion", "moe_delay_wgrad",
-                          "moe_shared_expert_overlap")},
+                          "moe_shared_expert_overlap", "account_for_embedding_in_pipeline_split",
+                          "account_for_loss_in_pipeline_split")},
     "capacity_factor": ("a number >= 1", "numbers >= 1"),
     "expert_skew": ("a number >= 0 (Zipf exponent; 0 = balanced)", "numbers >= 0"),
     "attention_dropout": ("a probability in [0, 1)", "probabilities in [0, 1)"),
@@ -202,6 +203,9 @@ class ParallelConfig(_Strict):
     # decoder layers under a pipeline layout (0 = the even split); sim_core/specs.py
     mtp_layers: NonNegInt | None = None
     pp_last_stage_layers: NonNegInt | None = None
+    # Megatron-Core's split counting the embedding / loss as a layer; sim_core/pp_split.py
+    account_for_embedding_in_pipeline_split: StrictBool | None = None
+    account_for_loss_in_pipeline_split: StrictBool | None = None
 
 
 OBJECTIVES = {
