@@ -163,7 +163,7 @@ def test_nemo_rl_refit_broadcasts_over_every_gpu(frame, table):
     args = (np.ones(1), np.full(1, 16.0), np.ones(1), np.full(1, 16.0))
     t_nemo = weight_sync.sync_time(b_nemo, *args)["sync_transfer_s"][0]
     t_verl = weight_sync.sync_time(b_verl, *args)["sync_transfer_s"][0]
-    net = weight_sync._net(b_nemo)
+    net = inputs.network(b_nemo)
     full = b_nemo.params * 2.0
     assert b_nemo.num_gpus[0] == 512 and b_nemo.rollout_gpus[0] == 256
     want_nemo = nccl.collective_time("broadcast", full, 512.0, 64.0, net)["time_s"][0]

@@ -215,10 +215,10 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    # a stated share of responses at the cap reaches the length law too
                    # (rl/generation.py truncated_fraction), not only the imputed mean
                    ("response_clip_ratio", np.nan),
-                   # the rollout engine's expert parallelism and max_num_seqs, in-flight weight
-                   # updates of an async run, GPUs per NVLink domain (blank: the GPU's
-                   # cluster, inputs.to_batch), the training precision and its FP8 recipe
-                   ("rollout_ep", 1), ("max_num_seqs", 0), ("partial_rollout", True),
+                   # the rollout engine's expert parallelism, in-flight weight updates of an
+                   # async run, GPUs per NVLink domain (blank: the GPU's cluster,
+                   # inputs.to_batch), the training precision and its FP8 recipe
+                   ("rollout_ep", 1), ("partial_rollout", True),
                    ("use_rollout_log_probs", False), ("spec_tokens", 0),
                    ("spec_acceptance", np.nan), ("kv_cache_bytes", 2),
                    ("gpus_per_node", np.nan), ("train_precision", "bf16"),
@@ -229,16 +229,20 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("train_account_for_loss_in_pipeline_split", False)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
+    if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
+        df["rl_framework"] = (df["rl_framework"].astype(str).str.strip().str.lower()
+                              .str.replace(r"[\s-]+", "_", regex=True))
+        # miles (radixark/miles) is a fork of slime with the same Megatron actor
+        df["rl_framework"] = df["rl_framework"].replace({"miles": "slime"})
     # Megatron sequence parallelism: stated, else verl's Megatron default (v0.7.0
     # _generated_ppo_megatron_trainer.yaml actor/ref `megatron.sequence_parallel: true`; it
     # acts only with TP > 1), else off (NeMo RL grpo_math_1B.yaml megatron_cfg
     # sequence_parallel false; its recipes set it with TP)
     sp = t["train_sequence_parallel"] if "train_sequence_parallel" in t.columns \
         else pd.Series(np.nan, index=t.index)
-    fw = df["rl_framework"].astype(str) if "rl_framework" in df.columns \
+    fw = df["rl_framework"] if "rl_framework" in df.columns \
         else pd.Series("verl", index=t.index)
-    verl_mcore = fw.str.lower().str.replace("-", "_").eq("verl").to_numpy() & \
-        backend.eq("megatron").to_numpy()
+    verl_mcore = fw.eq("verl").to_numpy() & backend.eq("megatron").to_numpy()
     # (Megatron turns it off at TP 1: megatron/training/arguments.py `if
     # args.tensor_model_parallel_size == 1: args.sequence_parallel = False`)
     df["train_sequence_parallel"] = np.where(sp.notna(), sp.astype(object).eq(True), verl_mcore) \
@@ -246,11 +250,6 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     if "train_precision" in df.columns:  # "FP8", "bfloat16" -> the simulator's names
         df["train_precision"] = (df["train_precision"].astype(str).str.strip().str.lower()
                                  .replace({"bfloat16": "bf16", "float8": "fp8", "e4m3": "fp8"}))
-    if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
-        df["rl_framework"] = (df["rl_framework"].astype(str).str.strip().str.lower()
-                              .str.replace(r"[\s-]+", "_", regex=True))
-        # miles (radixark/miles) is a fork of slime with the same Megatron actor
-        df["rl_framework"] = df["rl_framework"].replace({"miles": "slime"})
     return df, ["; ".join(x) for x in imputed], np.array(reason, dtype=object)
 
 

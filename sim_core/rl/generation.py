@@ -187,14 +187,6 @@ def rollout_memory(b: Batch) -> dict:
 
 
 # ---- one decode step ----------------------------------------------------------------------
-def _net(b: Batch) -> dict:
-    """The NCCL model's network of each configuration (as sim_core.step.network)."""
-    return {"sm_arch": b.sm_arch, "nvlink_bw_gbs": b.nvlink_bw_gbs, "nvls": b.nvls > 0,
-            "mesh_links": b.mesh_links,
-            "nic_bw_gbs": b.nic_bw_gbs * b.nics_per_node / b.gpus_per_node,
-            "intra_latency_us": b.intra_latency_us, "inter_latency_us": b.inter_latency_us}
-
-
 def _gemm_hw(b: Batch) -> Batch:
     return Batch(sm_arch=b.sm_arch, sm_count=b.sm_count, gemm_max_bf16=b.gemm_max_bf16,
                  gemm_max_fp8=b.gemm_max_fp8)
@@ -243,7 +235,7 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     t_cmp = 2 * c(b.active_params) * batch / (tp * pp) / (peak * np.maximum(eff, 1e-3))
     # TP: 2 all-reduces per layer of the micro-batch's hidden states (bf16), over the nodes
     # the TP group spans (an engine wider than a node all-reduces across the network)
-    net = {kk: c(v) for kk, v in _net(b).items()}
+    net = {kk: c(v) for kk, v in inputs.network(b).items()}
     nbytes = batch / pp * c(b.hidden) * 2
     nodes = np.broadcast_to(np.ceil(tp / c(b.gpus_per_node)), np.shape(nbytes))
     ar = nccl.collective_time("all_reduce", nbytes, tp, nodes, net)["time_s"]
@@ -342,7 +334,7 @@ def prefill_time(b: Batch, prompt_tokens, prompt_len) -> np.ndarray:
     chunks = np.ceil(prompt_tokens / chunk)
     nbytes = np.minimum(prompt_tokens, chunk) * b.hidden * 2
     ar = nccl.collective_time("all_reduce", nbytes, b.rollout_tp,
-                              np.ceil(b.rollout_tp / b.gpus_per_node), _net(b))["time_s"]
+                              np.ceil(b.rollout_tp / b.gpus_per_node), inputs.network(b))["time_s"]
     nodes = np.ceil(b.rollout_tp / b.gpus_per_node)
     ar = ar + np.where(nodes > 1, decode_constants().get("internode_collective_s", 0.0), 0.0)
     return t + np.where(b.rollout_tp > 1, chunks * 2 * b.layers * ar, 0.0)

@@ -165,10 +165,33 @@ def store_constants(values: dict, path=None) -> None:
     constants.cache_clear()
 
 
+def network(b) -> dict:
+    """The NCCL model's network of each configuration (as sim_core.step.network): what the
+    rollout's TP all-reduces, the weight sync and SkyRL's collectives are priced on."""
+    return {"sm_arch": b.sm_arch, "nvlink_bw_gbs": b.nvlink_bw_gbs, "nvls": b.nvls > 0,
+            "mesh_links": b.mesh_links,
+            "nic_bw_gbs": b.nic_bw_gbs * b.nics_per_node / b.gpus_per_node,
+            "intra_latency_us": b.intra_latency_us, "inter_latency_us": b.inter_latency_us}
+
+
+def forward_seconds(sim: pd.DataFrame) -> np.ndarray:
+    """A forward-only pass priced from a pre-training step's breakdown: a third of the
+    compute, half the exposed model-parallel transfers, the bubble in proportion (the FSDP
+    all-gathers a forward issues are the caller's: they depend on how often it gathers)."""
+    comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
+    return sim["time_compute"].to_numpy() / 3 + comm / 2 + sim["time_bubble"].to_numpy() / 3
+
+
 def train_col(tf: pd.DataFrame, name: str) -> np.ndarray:
     """A layout column of the training frame (tp, pp, cp, zero) as floats; 1 where the frame
     leaves it out (the pre-training defaults). Every RL module reads the layout this way."""
     return tf[name].to_numpy(float) if name in tf else np.ones(len(tf))
+
+
+def train_dp(tf: pd.DataFrame, b) -> np.ndarray:
+    """Data-parallel ranks of the training frame: its GPUs over tp x pp x cp (at least 1)."""
+    mp = train_col(tf, "tp") * train_col(tf, "pp") * train_col(tf, "cp")
+    return np.maximum(np.floor(b.train_gpus / mp), 1.0)
 
 
 def fsdp(tf: pd.DataFrame) -> np.ndarray:

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from .. import compute, frameworks, specs, workload
-from .inputs import RL_FRAMEWORK, fsdp, train_col
+from .inputs import RL_FRAMEWORK, fsdp, train_col, train_dp
 
 # NeMo RL v0.3.0 bytes moved per logit element (model_utils.py DistributedLogprob,
 # loss_functions.py ClippedPGLossFn)
@@ -123,7 +123,8 @@ def extras(b, tf: pd.DataFrame, sim: pd.DataFrame, pcie_bytes_per_s: np.ndarray,
            pack_budget: np.ndarray) -> dict:
     """Seconds NeMo RL adds: `ref_swap_s` (to the reference log-prob pass, per RL step),
     `logprob_loss_s` and `logprob_bins_s` (per log-prob pass), `update_loss_s` (per update
-    epoch), `update_pad_s` and `update_bins_s` (per optimizer step). Zero for rows that are not `rl_framework: nemo_rl`."""
+    epoch), `update_pad_s` and `update_bins_s` (per optimizer step). Zero for rows that are
+    not `rl_framework: nemo_rl`."""
     on = (b.rl_framework == RL_FRAMEWORK.index("nemo_rl")).astype(float)
     tp, cp = train_col(tf, "tp"), train_col(tf, "cp")
     sharded = fsdp(tf)
@@ -337,8 +338,7 @@ def dynamic_logprob_ratios(b, tf: pd.DataFrame, pack_budget: np.ndarray) -> tupl
     dyn = (b.dynamic_batching > 0) & (b.rl_framework == RL_FRAMEWORK.index("nemo_rl"))
     if not dyn.any():
         return tok, gathers
-    dp = np.maximum(train_col(tf, "dp") if "dp" in tf else np.floor(
-        b.train_gpus / (train_col(tf, "tp") * train_col(tf, "pp") * train_col(tf, "cp"))), 1.0)
+    dp = train_dp(tf, b)
     width = np.minimum(b.prompt_len + b.response_max, pack_budget)
     n_lp, pad_lp = dynamic_microbatches(b, b.sequences, dp, width * lbs, width)
     gb, mb = tf["global_batch"].to_numpy(float), tf["micro_batch"].to_numpy(float)

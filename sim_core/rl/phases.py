@@ -59,7 +59,7 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     free = (b.hbm_gib - tr["train_weights_gib"] - gen["rollout_weights_gib"]) * 2.0 ** 30
     rh = refit_host.host_time(b, zero >= 3, np.maximum(free, 0.0), ttp, tpp,
                               _train(df, "train_ep"), np.nan_to_num(shard, nan=1.0),
-                              weight_sync._net(b))
+                              inputs.network(b))
     ws["weight_sync_time_s"] = ws["weight_sync_time_s"] + rh["refit_host_s"]
 
     # offload / reload around generation (colocated): the engine's weights back in, and the

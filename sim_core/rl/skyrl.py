@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import host, verl
+from . import host, inputs, verl
 
 WEIGHT_BYTES = 4.0   # the fp32 parameter shard FSDP2 keeps (mixed precision casts to bf16)
 GRAD_BYTES = 4.0     # reduce_dtype float32
@@ -124,7 +124,7 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
         return full
 
     lp_sim, up_sim = sims["lp"], sims["upd"]
-    lp = verl._forward(lp_sim, gather_share[idx]) * scale["lp"]
+    lp = verl.forward(lp_sim, gather_share[idx]) * scale["lp"]
     step = up_sim["step_time_s"].to_numpy() * scale["upd"]
     shard = up_sim["params_per_gpu"].to_numpy(float) / np.maximum(dp[idx], 1.0)
     pcie = np.broadcast_to(pcie_bytes_per_s, (n,))[idx]
@@ -153,8 +153,7 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
 def _reduce_scatter_s(b, idx, shard_params, dp) -> np.ndarray:
     """One fp32 gradient reduce-scatter of the whole model over the FSDP group (NCCL model)."""
     from .. import nccl
-    from .generation import _net
-    net = {k: np.asarray(v)[idx] for k, v in _net(b).items()}
+    net = {k: np.asarray(v)[idx] for k, v in inputs.network(b).items()}
     nodes = np.ceil(dp / np.maximum(b.gpus_per_node[idx], 1.0))
     nbytes = shard_params * dp * GRAD_BYTES
     return nccl.collective_time("reduce_scatter", nbytes, dp, nodes, net)["time_s"]

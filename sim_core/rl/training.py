@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..simulate import simulate_frame
 from . import generation, host, nemo_rl, skyrl, verl, verl_megatron
-from .inputs import RL_FRAMEWORK, constants, fsdp
+from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 
 def pcie_bytes_per_s(b) -> np.ndarray:
@@ -83,11 +83,8 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
             out[f] = df[col].to_numpy()
     pack = pack_budget(df, b)
     mean_len = b.prompt_len + b.response_mean
-    n = len(df)
-    tp = out["tp"].to_numpy(float) if "tp" in out else np.ones(n)
-    pp = out["pp"].to_numpy(float) if "pp" in out else np.ones(n)
-    cp = out["cp"].to_numpy(float) if "cp" in out else np.ones(n)
-    dp = np.maximum(np.floor(b.train_gpus / (tp * pp * cp)), 1.0)
+    cp = train_col(out, "cp")
+    dp = train_dp(out, b)
     # context parallelism pads every sequence to a multiple of 2 x cp (Megatron's causal
     # load balancing; NeMo RL v0.3.0 `make_sequence_length_divisible_by` = tp x cp x 2)
     step_len = np.where(cp > 1, 2 * cp, 1.0)
@@ -169,8 +166,7 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     host_adam = host.adam_seconds(opt_b / 12, host.memory_bytes_per_s(b))
     host_step = np.maximum(np.maximum(opt_b / 12 * 4, opt_b / 12 * 2) / pcie, host_adam)
     step = step + host_step
-    comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
-    fwd = sim["time_compute"].to_numpy() / 3 + comm / 2 + sim["time_bubble"].to_numpy() / 3
+    fwd = forward_seconds(sim)
     # ZeRO-3 / FSDP: a forward-only pass still all-gathers the parameters in every
     # micro-batch (FSDP2 `fully_shard` per layer reshards after forward: NeMo RL v0.3.0
     # nemo_rl/models/dtensor/parallelize.py; the step's DP time counts, per micro-batch, a
@@ -192,7 +188,8 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     ext = nemo_rl.extras(b, tf, sim, pcie, budget)
     lp_pass = fwd * b.mini_batches + ext["logprob_loss_s"] + ext["logprob_bins_s"]
     updates = b.mini_batches * b.ppo_epochs
-    update = ((step + ext["update_pad_s"] + ext["update_bins_s"]) * updates + ext["update_loss_s"] * b.ppo_epochs) \
+    update = ((step + ext["update_pad_s"] + ext["update_bins_s"]) * updates
+              + ext["update_loss_s"] * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
     # verl's Megatron workers load and offload the parameters in each phase (verl_megatron.py)
     vm = verl_megatron.phase_moves(b, tf, sim, pcie)

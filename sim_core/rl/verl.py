@@ -66,7 +66,7 @@ import pandas as pd
 from .. import compute
 from ..simulate import simulate_frame
 from . import host, nemo_rl
-from .inputs import RL_FRAMEWORK, fsdp, train_col
+from .inputs import RL_FRAMEWORK, forward_seconds, fsdp, train_col
 
 # bytes per parameter of the fp32 FSDP shards verl keeps (fsdp_workers.py: actor and critic
 # loaded in fp32, MixedPrecision computes in bf16) and of the Adam moments (exp_avg,
@@ -137,13 +137,10 @@ def _frame(tf: pd.DataFrame, dp, run_len, mb, n_mb) -> pd.DataFrame:
     return out
 
 
-def _forward(sim: pd.DataFrame, zero_gather_share: np.ndarray) -> np.ndarray:
-    """A forward-only pass over the frame: as `training.passes` prices one (a third of the
-    compute, half the exposed model-parallel transfers, the bubble in proportion) plus the
-    FSDP all-gather every micro-batch's forward issues."""
-    comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
-    return (sim["time_compute"].to_numpy() / 3 + comm / 2 + sim["time_bubble"].to_numpy() / 3
-            + sim["time_dp"].to_numpy() * zero_gather_share)
+def forward(sim: pd.DataFrame, zero_gather_share: np.ndarray) -> np.ndarray:
+    """A forward-only pass over the frame (inputs.forward_seconds) plus the FSDP all-gather
+    every micro-batch's forward issues."""
+    return forward_seconds(sim) + sim["time_dp"].to_numpy() * zero_gather_share
 
 
 def _lm_head_step(b, fr: pd.DataFrame, idx: np.ndarray, sim: pd.DataFrame) -> np.ndarray:
@@ -225,9 +222,9 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
                  _lm_head_step(b, fr_of["cval"], idx, sims["cval"]))
     # forward passes over the whole batch; an update is mini_batches x ppo_epochs steps
     minis = b.mini_batches[idx]
-    lp = _forward(sims["lp"], g) * scale["lp"]
+    lp = forward(sims["lp"], g) * scale["lp"]
     upd_step = sims["upd"]["step_time_s"].to_numpy() * scale["upd"]
-    cval = np.maximum(_forward(sims["cval"], g) - head_step[1] / 3.0, 0.0) * scale["cval"]
+    cval = np.maximum(forward(sims["cval"], g) - head_step[1] / 3.0, 0.0) * scale["cval"]
     cupd_step = np.maximum(sims["cupd"]["step_time_s"].to_numpy() - head_step[0], 0.0) \
         * scale["cupd"]
     # 7. the host floor: every micro-batch lasts at least the host time of its kernels

@@ -23,16 +23,9 @@ import numpy as np
 
 from .. import nccl
 from ..columns import Batch
-from .inputs import RL_FRAMEWORK
+from .inputs import RL_FRAMEWORK, network
 
 GIB = 2.0 ** 30
-
-
-def _net(b: Batch) -> dict:
-    return {"sm_arch": b.sm_arch, "nvlink_bw_gbs": b.nvlink_bw_gbs, "nvls": b.nvls > 0,
-            "mesh_links": b.mesh_links,
-            "nic_bw_gbs": b.nic_bw_gbs * b.nics_per_node / b.gpus_per_node,
-            "intra_latency_us": b.intra_latency_us, "inter_latency_us": b.inter_latency_us}
 
 
 def _pp_nodes(b: Batch, train_pp, stride):
@@ -53,7 +46,7 @@ def sync_time(b: Batch, train_tp, train_pp, train_dp_shard, train_ep=None,
     rank ends with the whole model, whichever stage it trains), then routed-expert tensors are
     all-gathered over EP. So every GPU receives the full bf16 model; the PP broadcast crosses
     nodes when a stage fills a node. Without PP or EP this is the all-gather over TP x shards."""
-    net = _net(b)
+    net = network(b)
     full = b.params * 2.0  # bf16 bytes of the model
     n = np.shape(b.params)
     ep = np.ones(n) if train_ep is None else np.maximum(np.asarray(train_ep, float), 1.0)
