@@ -157,21 +157,29 @@ def frame_to_batch(df: pd.DataFrame) -> Batch:
     return b
 
 
+def _mask_column(df: pd.DataFrame, col: str, values, to_mask, missing, error) -> pd.DataFrame:
+    """A column of names (`values`, the column as given or pre-joined) as the bit mask the core
+    reads: each distinct value converted once by `to_mask`, a missing one to `missing`; the
+    converter's `error` becomes the catalog's one-line CatalogError."""
+    uniq, inv = _factorize(values)
+    try:
+        masks = [missing if u is None or (not isinstance(u, (str, list, tuple)) and pd.isna(u))
+                 else to_mask(u) for u in uniq]
+    except error as exc:
+        raise catalog.CatalogError(str(exc)) from None
+    df = df.copy()
+    df[col] = np.asarray(masks, dtype=np.float64)[inv]
+    return df
+
+
 def _lora_targets(df: pd.DataFrame) -> pd.DataFrame:
     """LoRA target names ('qkv,proj', 'all_linear', a list) as the bit mask the core reads
     (sim_core/tasks.py); a missing value is the default."""
     from .tasks import FINETUNE_COLUMNS, TaskError, targets_mask
 
-    uniq, inv = _factorize(df["lora_targets"])
-    try:
-        masks = [FINETUNE_COLUMNS["lora_targets"] if u is None
-                 or (not isinstance(u, (str, list, tuple)) and pd.isna(u))
-                 else targets_mask(u, "lora_targets") for u in uniq]
-    except TaskError as exc:
-        raise catalog.CatalogError(str(exc)) from None
-    df = df.copy()
-    df["lora_targets"] = np.asarray(masks, dtype=np.float64)[inv]
-    return df
+    return _mask_column(df, "lora_targets", df["lora_targets"],
+                        lambda u: targets_mask(u, "lora_targets"),
+                        FINETUNE_COLUMNS["lora_targets"], TaskError)
 
 
 def _recompute_modules(df: pd.DataFrame) -> pd.DataFrame:
@@ -179,16 +187,9 @@ def _recompute_modules(df: pd.DataFrame) -> pd.DataFrame:
     core reads (sim_core/recompute.py); a missing value is none."""
     from .recompute import RecomputeModulesError, mask
 
-    uniq, inv = _factorize(df["recompute_modules"].map(
-        lambda v: ",".join(map(str, v)) if isinstance(v, (list, tuple, np.ndarray)) else v))
-    try:
-        masks = [0 if u is None or (not isinstance(u, str) and pd.isna(u)) else mask(u)
-                 for u in uniq]
-    except RecomputeModulesError as exc:
-        raise catalog.CatalogError(str(exc)) from None
-    df = df.copy()
-    df["recompute_modules"] = np.asarray(masks, dtype=np.float64)[inv]
-    return df
+    joined = df["recompute_modules"].map(
+        lambda v: ",".join(map(str, v)) if isinstance(v, (list, tuple, np.ndarray)) else v)
+    return _mask_column(df, "recompute_modules", joined, mask, 0, RecomputeModulesError)
 
 
 def batch_from_arrays(arrays: dict, n: int | None = None) -> Batch:
