@@ -28,7 +28,8 @@ from .specs import ACTIVATION, ClusterSpec, GPUSpec, InstanceSpec, ModelSpec
 
 __all__ = [
     "CatalogError", "get_model", "get_gpu", "get_cluster", "default_cluster_for_gpu",
-    "model_names", "resolve_model", "gpu_names", "cluster_names", "model_from_dict", "cluster_from_dict",
+    "model_names", "resolve_model", "gpu_names", "cluster_names", "model_from_dict",
+    "cluster_from_dict",
     "gpu_table", "peak_tflops", "param_count", "active_param_count", "CATALOG_DIR",
     "get_instance", "instance_names", "instance_cluster", "unavailable_instances", "transports",
 ]

@@ -433,7 +433,8 @@ STAGE_INPUTS = (
     "experts", "expert_ffn", "top_k", "shared_experts", "first_dense_layers", "kv_lora_rank",
     "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "activation",
     "tied_embeddings", "tp", "pp", "cp", "vpp", "ep", "etp", "micro_batch", "seq_len",
-    "sequence_parallel", "recompute", "moe_recompute", "recompute_modules", "fp8_recipe", "framework", "loss_impl",
+    "sequence_parallel", "recompute", "moe_recompute", "recompute_modules", "fp8_recipe",
+    "framework", "loss_impl",
     "sliding_window", "window_attn_skip_freq", "attention_dropout", "moe_dispatcher",
     "peak_nvfp4", "peak_mxfp4", "fp8_weight_cache", "fp8_param_gather",
 )
