@@ -298,3 +298,29 @@ def test_offloaded_optimizer_moves_through_pageable_memory():
     extra = 2 * tr["train_optimizer_gib"][0] * 2.0 ** 30 * slow / training.pcie_bytes_per_s(b)[0]
     assert r.offload_time_s[1] - r.offload_time_s[0] == pytest.approx(extra, rel=1e-6)
     assert slow > 1
+
+
+def test_validate_compares_each_stated_phase_with_its_prediction():
+    """The per-phase view: a NeMo RL row's lumped 'Get logprobs' is compared with all the
+    log-prob passes, a PPO row (critic) is left out of log-probs and update, and generation
+    is compared on synchronous rows only."""
+    from sim_core.accuracy import rl
+
+    t = rl.load()
+    nemo = t.index[t.source.eq("NeMo RL v0.3 blog")][0]
+    ppo = t.index[t.algorithm.str.lower().eq("ppo")][0]
+    asyn = t.index[t.policy_mode.ne("sync")][0]
+    sub = t.loc[[nemo, ppo, asyn]].reset_index(drop=True)
+    cmp = rl.compare(sub)
+    df, _, _ = rl.to_frame(sub)
+    p = simulate_rl(df)
+    assert cmp.pred_log_prob_time_s[0] == pytest.approx(p.log_prob_time_s[0])
+    assert p.ref_time_s[0] > 0 and p.log_prob_time_s[0] > p.old_log_prob_time_s[0]
+    assert cmp.meas_log_prob_time_s[0] == float(sub.old_log_prob_time_s[0])
+    assert np.isnan(cmp.meas_update_time_s[1]) and np.isnan(cmp.meas_log_prob_time_s[1])
+    assert np.isnan(cmp.meas_gen_time_s[2])
+    ph = rl.phase_summary(cmp)
+    assert ph["update"]["rows"] == 1 + int(pd.notna(sub.update_actor_time_s[2]))
+    gen = [p.gen_time_s[i] / float(sub.gen_time_s[i]) for i in (0, 1)]
+    assert ph["generation"]["rows"] == 2
+    assert ph["generation"]["median_ratio"] == pytest.approx(np.median(gen))

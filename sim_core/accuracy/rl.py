@@ -260,10 +260,12 @@ def compare(t: pd.DataFrame) -> pd.DataFrame:
     pred = pd.DataFrame(index=range(len(df)),
                         columns=["step_time_s", "gen_share", "fits", "oom_reason",
                                  "invalid_reason"], dtype=object)
+    phases = pred_phases(pd.DataFrame(), ok)
     if ok.any():
         p = simulate_rl(df[ok].reset_index(drop=True))
         for c in pred.columns:
             pred.loc[np.flatnonzero(ok), c] = p[c].to_numpy()
+        phases = pred_phases(p, ok)
     raw = t.copy()
     raw.columns = [rl_table.column_name(c) for c in raw.columns]
     out = pd.DataFrame({"model": raw.model, "gpu": raw.gpu, "num_gpus": norm.num_gpus,
@@ -278,6 +280,8 @@ def compare(t: pd.DataFrame) -> pd.DataFrame:
     out["gen_share"] = np.where(sync, meas_share, np.nan)
     out["pred_gen_share"] = pd.to_numeric(pred.gen_share)
     out["gen_share_err_pts"] = (out.pred_gen_share - out.gen_share) * 100
+    for c, v in _phase_pairs(norm, phases, sync).items():
+        out[c] = v
     out["fits"] = pred.fits.where(ok, "-")
     out["oom_reason"] = pred.oom_reason.fillna("")
     out["invalid_reason"] = pred.invalid_reason.fillna("")
@@ -286,6 +290,60 @@ def compare(t: pd.DataFrame) -> pd.DataFrame:
     # the batch a step serves (sequences x response cap): what a sync / async pair must share
     out["batch_key"] = [f"{int(s)}x{int(r)}" if s == s and r == r else "" for s, r in
                         zip(df.prompts_per_step * df.responses_per_prompt, df.response_max)]
+    return out
+
+
+# the phases a run table may state, each against what the simulator prices for it: the
+# log-prob column is the policy's (plus the reference's where a source states it apart or
+# lumps it in, as NeMo RL's "Get logprobs" does), so it is compared with all the log-prob
+# passes; rows with a critic are left out of log-probs and update (their tables split the
+# critic's passes differently); generation on synchronous rows only, where the column is the
+# rollout itself and not the wait for it
+PHASES = {"generation": "gen_time_s", "log-probs": "log_prob_time_s",
+          "update": "update_time_s"}
+
+
+def pred_phases(pred: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
+    """The predicted phase seconds of the priced rows, NaN for the others."""
+    out = pd.DataFrame(np.nan, index=range(len(ok)),
+                       columns=list(PHASES.values()) + ["values_time_s"])
+    for c in out.columns:
+        if c in pred:
+            out.loc[np.flatnonzero(ok), c] = pd.to_numeric(pred[c]).to_numpy()
+    return out
+
+
+def _phase_pairs(norm: pd.DataFrame, p: pd.DataFrame, sync: np.ndarray) -> dict:
+    def col(c):
+        return pd.to_numeric(norm.get(c, pd.Series(np.nan, index=norm.index)),
+                             errors="coerce").to_numpy(dtype=float)
+
+    no_critic = np.nan_to_num(p.values_time_s.to_numpy(dtype=float)) == 0
+    olp, ref = col("old_log_prob_time_s"), col("ref_time_s")
+    meas = {"generation": np.where(sync, col("gen_time_s"), np.nan),
+            "log-probs": np.where(no_critic & np.isfinite(olp), olp + np.nan_to_num(ref),
+                                  np.nan),
+            "update": np.where(no_critic, col("update_actor_time_s"), np.nan)}
+    out = {}
+    for name, pc in PHASES.items():
+        out[f"meas_{pc}"] = meas[name]
+        out[f"pred_{pc}"] = p[pc].to_numpy(dtype=float)
+    return out
+
+
+def phase_summary(cmp: pd.DataFrame) -> dict:
+    """Per phase, over the rows that state it: how many, the median predicted / measured
+    ratio (below 1: predicted too short) and the median |error|. Says which part of the step
+    the error of the step comes from."""
+    out = {}
+    for name, pc in PHASES.items():
+        if f"meas_{pc}" not in cmp:
+            continue
+        r = (cmp[f"pred_{pc}"] / cmp[f"meas_{pc}"]).to_numpy(dtype=float)
+        r = r[np.isfinite(r) & (cmp[f"meas_{pc}"].to_numpy(dtype=float) > 0)]
+        if len(r):
+            out[name] = {"rows": int(len(r)), "median_ratio": float(np.median(r)),
+                         "median_abs_err": float(np.median(np.abs(r - 1)))}
     return out
 
 
@@ -337,4 +395,5 @@ def summary(cmp: pd.DataFrame) -> dict:
         # rows priced with or without a measured step (a table of recipes states none)
         "priced": int(cmp.pred_step_s.notna().sum()),
         "priced_fit": int((cmp.pred_step_s.notna() & cmp.fits.eq(True)).sum()),
-        "ranking": ranking(cmp), "mode_ranking": mode_ranking(cmp)}
+        "ranking": ranking(cmp), "mode_ranking": mode_ranking(cmp),
+        "phases": phase_summary(cmp)}

@@ -128,6 +128,9 @@ def run_rl(args) -> int:
               f"{s['priced'] - s['rows']} without a measured step")
     for src, e in s["by_source"].items():
         print(f"  source {src}: median |step error| {e:.1%}")
+    for name, ph in s["phases"].items():
+        print(f"  phase {name}: predicted / measured median {ph['median_ratio']:.2f} "
+              f"(|error| {ph['median_abs_err']:.1%}) over {ph['rows']} rows that state it")
     for r in s["ranking"]:
         print(f"  colocated vs split, {r['model']} on {r['num_gpus']} GPUs ({r['source']}): "
               f"measured {r['measured_faster']} faster, predicted {r['predicted_faster']}")
