@@ -10,7 +10,7 @@ line per case and finally `configs_per_second: N` for the dense case.
 --against REV measures this checkout and revision REV in one run, on the same batch: REV's
 tree is exported (git archive) to a temporary folder, and this script times each side in its
 own child process (the same seed, the same batch; only `sim_core` differs), alternating
---rounds times. It prints both rates (the best of each side), their ratio and the load average,
+--rounds times, round r under PYTHONHASHSEED=r on both sides. It prints both rates (the best of each side), their ratio and the load average,
 twice: as shipped (this checkout's sim_core sets glibc's malloc thresholds on import,
 sim_core.arrays.keep_freed_memory; older ones do not), and with the same thresholds given to
 both sides through the environment, the code's own ratio.
@@ -82,11 +82,17 @@ def measure(n: int, repeats: int) -> dict:
 # glibc's malloc settings that sim_core.arrays.keep_freed_memory applies in-process since
 # issue 37, as environment variables: --against also times both sides with them, so that one
 # ratio is the code's alone
-SAME_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+SAME_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
-def _child(tree: Path, n: int, repeats: int, same_allocator: bool = False) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
+def _child(tree: Path, n: int, repeats: int, same_allocator: bool = False,
+           hash_seed: int = 0) -> dict:
+    # the hash seed orders sets and dicts, hence where long-lived objects land in the heap,
+    # which once decided whether glibc trimmed it between calls (sim_core/arrays.py): each
+    # round runs both sides under the same, different seed, so a layout-dependent mode shows
+    # up as rounds that disagree instead of as a lucky or unlucky side
+    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1",
+               PYTHONHASHSEED=str(hash_seed))
     if same_allocator:
         env.update(SAME_ALLOCATOR)
     out = subprocess.run([sys.executable, __file__, "--child", "--n", str(n), "--repeats",
@@ -110,7 +116,7 @@ def against(rev: str, n: int, repeats: int, rounds: int) -> None:
         for r in range(rounds):
             for mode, same in modes:
                 for side, tree in (("rev", Path(tmp)), ("this", ROOT)):
-                    rates = _child(tree, n, repeats, same)
+                    rates = _child(tree, n, repeats, same, hash_seed=r)
                     print(f"round {r + 1} {side:>4} ({mode}): " + ", ".join(
                         f"{k} {v:,.0f}/s" for k, v in rates.items()), flush=True)
                     for k, v in rates.items():

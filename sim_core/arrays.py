@@ -64,10 +64,15 @@ def _float64_operand(x, shape) -> bool:
 # freed heap stays mapped. A batch of 200,000 configurations allocates hundreds of 1.6 MB
 # temporaries; under glibc's defaults freed memory is returned to the kernel (trimmed) as soon
 # as a few MB lie free, so nearly every new temporary faults its pages in again: about a third
-# of the simulator's time on one core (benchmarks/core_throughput.py). Keeping up to 256 MiB
-# mapped costs at most that much resident memory.
+# of the simulator's time on one core (benchmarks/core_throughput.py). The trim threshold must
+# sit above what one call frees at its end: a 200,000-row dense batch (the grid's largest,
+# sweep/engine/grid.py MAX_GRID_BATCH) peaks at ~465 MB of heap, so at 256 MiB glibc trimmed
+# it after some calls and not others, depending on where long-lived objects sat in the heap
+# (set by PYTHONHASHSEED): 0.85M or 1.6M configurations/s per process, 2.6x the page faults
+# in the slow one. At 1 GiB no call trims. What stays mapped is at most the heap's peak,
+# which the process has already reached, so the peak resident memory does not grow.
 MMAP_THRESHOLD = 64 << 20
-TRIM_THRESHOLD = 256 << 20
+TRIM_THRESHOLD = 1 << 30  # 1 GiB
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 
 
