@@ -60,8 +60,8 @@ def main() -> None:
     with pd.option_context("display.width", 250, "display.max_rows", 100):
         print(rows.to_string(float_format=lambda x: f"{x:.2f}"))
     sb, sa = rl.summary(before), rl.summary(after)
-    print(f"\nmedian |step error| {sb['median_abs_step_err']:.1%} -> {sa['median_abs_step_err']:.1%}"
-          f"; generation share {sb['median_abs_gen_share_pts']:.2f} -> "
+    print(f"\nmedian |step error| {sb['median_abs_step_err']:.1%} -> "
+          f"{sa['median_abs_step_err']:.1%}; generation share {sb['median_abs_gen_share_pts']:.2f} -> "
           f"{sa['median_abs_gen_share_pts']:.2f} points ({sa['gen_share_rows']} sync rows)")
     for s in sb["by_source"]:
         print(f"  {s[:48]:48s} {sb['by_source'][s]:6.1%} -> {sa['by_source'][s]:6.1%}")
