@@ -16,7 +16,8 @@ from tests.rl_decode import BASE, decode_steps
 
 def test_logprobs_cost_is_the_log_softmax_and_rank_bytes_per_logit():
     batch = 1024.0
-    b, t = decode_steps([{}, {"rollout_logprobs": False}], batch)
+    # the GPU step: the logprobs' host loop (engine_host.py) is tested apart
+    b, t = decode_steps([{}, {"rollout_logprobs": False}], batch, host=False)
     table = inputs.constants()["sampler_bytes_per_logit"]["vllm"]
     extra = table["logprobs"] - table["plain"]
     assert extra == 28  # log_softmax with its bf16 -> fp32 cast (22) + the sampled rank (6)
@@ -28,10 +29,12 @@ def test_logprobs_cost_is_the_log_softmax_and_rank_bytes_per_logit():
 def test_sampler_scales_with_batch_and_is_not_split_over_tp():
     # every GPU of the engine samples the all-gathered logits: the sampler's share of the
     # step is the same at TP 1 and TP 2, and grows linearly in the batch
-    _, t1 = decode_steps([{"rollout_tp": 1}, {"rollout_tp": 1, "rollout_logprobs": False}], 512)
-    _, t2 = decode_steps([{"rollout_tp": 2}, {"rollout_tp": 2, "rollout_logprobs": False}], 512)
+    _, t1 = decode_steps([{"rollout_tp": 1}, {"rollout_tp": 1, "rollout_logprobs": False}], 512,
+                         host=False)
+    _, t2 = decode_steps([{"rollout_tp": 2}, {"rollout_tp": 2, "rollout_logprobs": False}], 512,
+                         host=False)
     np.testing.assert_allclose(t1[0] - t1[1], t2[0] - t2[1], rtol=1e-9)
-    _, t4 = decode_steps([{}, {"rollout_logprobs": False}], 1024)
+    _, t4 = decode_steps([{}, {"rollout_logprobs": False}], 1024, host=False)
     np.testing.assert_allclose(t4[0] - t4[1], 2 * (t1[0] - t1[1]), rtol=1e-9)
 
 

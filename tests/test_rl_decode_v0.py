@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from sim_core.rl import generation, inputs, v0_host
-from tests.rl_decode import BASE, decode_steps
+from sim_core.rl import engine_host
+from tests.rl_decode import BASE, decode_steps, host_seconds
 
 def test_catalog_constants_are_the_published_profile_less_detokenization():
     d = v0_host.derive()
@@ -28,13 +29,22 @@ def test_catalog_constants_are_the_published_profile_less_detokenization():
 def test_v0_pays_per_running_sequence_serially_and_v1_does_not():
     k = inputs.constants()["vllm"]
     eager = {"enforce_eager": True}
+    rows = [eager, {**eager, "rollout_vllm_v0": True}]
+    b = decode_steps(rows, 1.0)[0]
+    v1_serial = engine_host.per_seq_s(b)[0]
     for batch in (64.0, 512.0):
-        t = decode_steps([eager, {**eager, "rollout_vllm_v0": True}], batch)[1]
-        np.testing.assert_allclose(t[1] - t[0], k["v0_host_per_seq_s"] * batch, rtol=1e-9)
+        h = host_seconds(rows, batch)
+        # V0 pays its published figure and nothing of V1's; V1 pays its own (engine_host.py)
+        np.testing.assert_allclose(h[1], k["v0_host_per_seq_s"] * batch, rtol=1e-9)
+        np.testing.assert_allclose(h[0], v1_serial[0] * batch, rtol=1e-9)
+        assert v1_serial[1] == 0.0
+        # the GPU step is the same whichever engine version
+        g = decode_steps(rows, batch, host=False)[1]
+        assert g[0] == g[1]
     # with CUDA graphs the async output processor hides the output processing
-    t = decode_steps([{}, {"rollout_vllm_v0": True}], 512.0)[1]
+    h = host_seconds([{"rollout_vllm_v0": True}], 512.0)
     np.testing.assert_allclose(
-        t[1] - t[0], k["v0_host_per_seq_s"] * (1 - k["v0_async_output_share"]) * 512, rtol=1e-9)
+        h[0], k["v0_host_per_seq_s"] * (1 - k["v0_async_output_share"]) * 512, rtol=1e-9)
 
 
 def test_the_flag_reaches_only_vllm():

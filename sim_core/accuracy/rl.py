@@ -197,7 +197,7 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     for col, d in (("train_etp", 0), ("offload_params", False), ("offload_optimizer", False),
                    ("ref_offload", False),
                    ("enforce_eager", False), ("rollout_logprobs", True),
-                   ("rollout_vllm_v0", False),
+                   ("rollout_vllm_v0", False), ("rollout_async_scheduling", False),
                    ("optimizer_cpu_offload", 0.0),
                    ("train_recompute", "full"), ("train_grad_reduce_fp32", True),
                    ("train_seq_len", np.nan), ("rl_framework", "verl"),

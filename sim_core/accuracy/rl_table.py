@@ -48,7 +48,9 @@ BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_e
                 # the engine returns the sampled tokens' log-probabilities (sampler cost)
                 "rollout_logprobs",
                 # the rollout engine is vLLM's V0 engine (host cost per running sequence)
-                "rollout_vllm_v0")
+                "rollout_vllm_v0",
+                # vLLM V1 schedules one step ahead (its host work overlaps the GPU step)
+                "rollout_async_scheduling")
 
 PLACEMENTS = {
     "colocated": ("colocated", "colocate", "co-located", "co-locate", "hybrid", "hybrid_engine",

@@ -52,7 +52,7 @@ import numpy as np
 from .. import nccl
 from ..columns import Batch
 from ..compute import roofline_gemm_efficiency
-from . import inputs
+from . import engine_host, inputs
 from .inputs import constants
 
 GRID = 48  # points over the tail of the length distribution
@@ -196,9 +196,10 @@ def _col(x):
     return np.asarray(x, dtype=np.float64)[:, None]
 
 
-def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
+def step_time(b: Batch, batch, ctx, k: dict, host: bool = True) -> np.ndarray:
     """Seconds of one decode step of a replica running `batch` sequences whose caches hold
-    `ctx` tokens on average. batch, ctx: arrays of shape (n, G) (or (n,))."""
+    `ctx` tokens on average. batch, ctx: arrays of shape (n, G) (or (n,)). `host=False`: the
+    GPU step alone, without the engine's host work per running sequence."""
     two_d = np.ndim(batch) == 2
     c = _col if two_d else (lambda x: np.asarray(x, dtype=np.float64))
     batch = np.maximum(np.asarray(batch, dtype=np.float64), 1e-9)
@@ -265,11 +266,18 @@ def step_time(b: Batch, batch, ctx, k: dict) -> np.ndarray:
     step = t_gemm + kv_read / bw + t_tp + k["step_overhead_s"] + eager + t_samp
     # vLLM V0: Python work per running sequence between GPU steps (scheduling, input
     # preparation, output processing), serial with them
-    host = c(v0_host_per_seq(b)) * seqs
+    v0 = c(v0_host_per_seq(b)) * seqs
     # the draft: DeepSeek-V3's MTP module is one transformer block + a projection on the
     # main model's hidden state (DeepSeek-V3 technical report, arXiv 2412.19437, sec. 2.2),
     # run once per drafted token: ~1/layers of a step each
-    return step * (1.0 + spec_k / c(b.layers)) + host
+    gpu = step * (1.0 + spec_k / c(b.layers))
+    if not host:
+        return gpu
+    # vLLM V1 and SGLang: the engine's per-request loops between steps (engine_host.py),
+    # added where the engine runs them serially (V1 at 0.8-0.10), the longer of the two where
+    # it overlaps them with the next step (SGLang's overlap scheduler)
+    serial, overlapped = engine_host.per_seq_s(b)
+    return engine_host.combine(gpu + v0, seqs, c(serial), c(overlapped))
 
 
 def v0_host_per_seq(b: Batch) -> np.ndarray:

@@ -103,6 +103,11 @@ RL_COLUMNS = {
     # per decode step, serial with the GPU (catalogs/rl.yaml vllm.v0_host_per_seq_s); false =
     # V1 (the default from vLLM 0.8.0), SGLang or TensorRT-LLM
     "rollout_vllm_v0": False,
+    # vLLM V1's asynchronous scheduling (`async_scheduling`, from vLLM 0.10.0, PR 19970; on by
+    # default in later releases, PR 27614): the engine schedules step N+1 while step N runs,
+    # so its host work per running sequence overlaps the GPU step (engine_host.py); false =
+    # schedule, execute and update one after the other, as vLLM 0.8-0.10 do by default
+    "rollout_async_scheduling": False,
     # speculative decoding: drafted tokens per step (vLLM speculative_config
     # num_speculative_tokens; NeMo RL's DeepSeek-V3 recipes: deepseek_mtp, 1) and the chance
     # a drafted token is accepted (NaN = catalogs/rl.yaml spec.acceptance)

@@ -69,12 +69,23 @@ class Rollout(_S):
     # vLLM's V0 engine (vLLM <= 0.7.x, or 0.8.x with VLLM_USE_V1=0): Python host work per running
     # sequence per decode step, serial with the GPU (catalogs/rl.yaml vllm.v0_host_per_seq_s)
     vllm_v0: bool = False
+    # vLLM V1's asynchronous scheduling (vLLM >= 0.10.0 `async_scheduling`): the host work per
+    # running sequence overlaps the GPU step instead of adding to it (sim_core/rl/engine_host.py)
+    async_scheduling: bool = False
 
     @field_validator("vllm_v0")
     @classmethod
     def _v0_is_vllm(cls, v, info):
         if v and info.data.get("engine") != "vllm":
             raise ValueError("vllm_v0 applies to engine vllm only")
+        return v
+
+    @field_validator("async_scheduling")
+    @classmethod
+    def _async_is_vllm_v1(cls, v, info):
+        if v and (info.data.get("engine") != "vllm" or info.data.get("vllm_v0")):
+            raise ValueError("async_scheduling applies to engine vllm's V1 only (SGLang "
+                             "overlaps its scheduling already; V0 has no such option)")
         return v
 
 
@@ -213,7 +224,7 @@ class RLConfig(_S):
             "offload_optimizer": self.train.offload_optimizer,
             "ref_offload": self.train.ref_offload,
             "enforce_eager": r.enforce_eager, "rollout_logprobs": r.logprobs,
-            "rollout_vllm_v0": r.vllm_v0,
+            "rollout_vllm_v0": r.vllm_v0, "rollout_async_scheduling": r.async_scheduling,
             "optimizer_cpu_offload": self.train.optimizer_cpu_offload,
             "train_framework": self.train.framework,
             "train_seq_len": self.train.seq_len or float("nan"),
