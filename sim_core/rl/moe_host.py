@@ -61,7 +61,8 @@ fusion; neither sets router fusion):
 Host seconds per kernel: catalogs/rl.yaml `eager_host_s_per_kernel` (the eager PyTorch figure
 sim_core/rl/host.py uses; TE's modules add Python of their own, so a lower bound there).
 GPU seconds per layer: the pre-training simulator's step for the same micro-batch
-(time_compute, time_recompute and the exposed TP / EP transfers), per micro-batch and layer;
+(time_compute, time_recompute and the exposed TP / CP / EP / PP transfers, not the bubble), per
+micro-batch and layer;
 they already hold moe.py's launch gaps and its one sync per layer forward, so what this adds is
 the host time beyond the GPU's, never the sync twice.
 """
@@ -72,7 +73,7 @@ import numpy as np
 import pandas as pd
 
 from .. import catalog
-from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col
+from .inputs import RL_FRAMEWORK, constants, fsdp, train_col
 
 # what the RL rows' frameworks set when the run does not say (NeMo 33259f25 Qwen3MoEConfig;
 # slime 05370bf9 scripts/models/qwen3-30B-A3B.sh; verl's DeepSeek-V3 recipe sets permute fusion)
@@ -144,11 +145,20 @@ def exposed(b, df: pd.DataFrame, tf: pd.DataFrame, sim: pd.DataFrame,
     moe = np.minimum(np.ceil(b.moe_layers / pp), layers)
     m = np.maximum(sim["num_microbatches"].to_numpy(float), 1.0)
     per = m * layers
-    g_f = forward_seconds(sim) / per
+    # the layer's GPU seconds per micro-batch: a third of the compute forward, two thirds
+    # backward; the exposed TP / CP / EP / PP transfers half each, a third each when a full
+    # recompute replays the forward's (the core counts them 1.5x then); the bubble is idle
+    # time, not the layer's work. Only a full recompute replays the dispatcher (selective
+    # recompute replays core attention or chosen modules, no sync)
+    rc = tf["recompute"].astype(str).str.lower().to_numpy() if "recompute" in tf \
+        else np.full(len(tf), "none")
+    replay = (rc == "full") & (sim["time_recompute"].to_numpy() > 0)
     comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
-    g_b = (sim["time_compute"].to_numpy() * 2 / 3 + comm / 2) / per
-    g_r = sim["time_recompute"].to_numpy() / per                # full recompute's replay
-    replay = g_r > 0
+    share = np.where(replay, 1 / 3, 1 / 2)
+    compute = sim["time_compute"].to_numpy()
+    g_f = (compute / 3 + comm * share) / per
+    g_b = (compute * 2 / 3 + comm * share) / per
+    g_r = np.where(replay, sim["time_recompute"].to_numpy() + comm / 3, 0.0) / per
     fwd = np.maximum(h_f - g_f, 0.0)
     bwd = np.where(replay, np.maximum(h_f + h_b - g_r - g_b, 0.0), np.maximum(h_b - g_b, 0.0))
     update = m * moe * (fwd + bwd)
