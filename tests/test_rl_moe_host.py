@@ -109,3 +109,15 @@ def test_update_and_log_prob_carry_it(monkeypatch):
 def test_bad_flag_names_the_field():
     with pytest.raises(catalog.CatalogError, match="train_moe_grouped_gemm"):
         _exposed(train_moe_grouped_gemm="maybe")
+
+
+def test_run_table_carries_the_flags():
+    # the NeMo RL Qwen3-30B-A3B row of rl_runs.csv, stated without grouped GEMM
+    from sim_core.accuracy import rl
+    t = rl.load()
+    row = t[t.model.astype(str).eq("qwen3-30b-a3b")].head(1).copy()
+    row["train_moe_grouped_gemm"] = "false"
+    df, _, reason = rl.to_frame(row.reset_index(drop=True))
+    assert reason[0] == ""
+    assert not moe_host._flag(df, "train_moe_grouped_gemm")[0]
+    assert moe_host._flag(df, "train_moe_permute_fusion")[0]
