@@ -226,7 +226,11 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    # Megatron-Core's split counting the embedding / loss as a pipeline layer
                    # (verl override_transformer_config; sim_core/pp_split.py)
                    ("train_account_for_embedding_in_pipeline_split", False),
-                   ("train_account_for_loss_in_pipeline_split", False)):
+                   ("train_account_for_loss_in_pipeline_split", False),
+                   # Megatron-Core MoE kernel settings (sim_core/rl/moe_host.py; blank: the
+                   # rows' frameworks' grouped GEMM and permute fusion on, router fusion off)
+                   ("train_moe_grouped_gemm", True), ("train_moe_permute_fusion", True),
+                   ("train_moe_router_fusion", False)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
