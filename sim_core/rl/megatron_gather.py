@@ -77,7 +77,10 @@ def volumes(b, tp, pp, ep, etp, verl) -> dict:
     # owner's TP (ETP) shard of each
     pp_nemo = nonexp + routed / ep
     pp_verl = nonexp / np.maximum(tp, 1.0) + routed / (ep * etp)
-    return {"tp_gather_bytes": np.where(tp > 1, nonexp, 0.0),
+    # routed experts sharded over ETP > 1: NeMo RL all-gathers each local expert key over ETP
+    # on its owner stage (one EP rank's experts); verl after the EP all-gather (all of them)
+    etp_bytes = np.where(etp > 1, np.where(verl, routed, routed / ep), 0.0)
+    return {"tp_gather_bytes": np.where(tp > 1, nonexp, 0.0), "etp_gather_bytes": etp_bytes,
             "pp_bcast_bytes": np.where(pp > 1, np.where(verl, pp_verl, pp_nemo), 0.0),
             "ep_gather_bytes": np.where(ep > 1, routed, 0.0),
             # what every rank ends up holding: the whole model, whichever stage it trains
@@ -138,12 +141,14 @@ def gather_time(b, tp, pp, ep, etp, train_gpus, net, verl, nemo_colocated) -> di
     t_ep = nccl.collective_time("all_gather", v["ep_gather_bytes"], ep, ep_nodes, net)["time_s"]
     etp1 = np.maximum(etp, 1.0)
     etp_nodes = np.maximum(np.ceil(etp1 / gpn), 1.0)
+    t_etp = nccl.collective_time("all_gather", v["etp_gather_bytes"], etp1, etp_nodes,
+                                 net)["time_s"]
     n_coll, t_chain = verl_key_chain(b, tp, pp, ep, etp1, tp_nodes,
                                      pp_nodes(b, pp, stride), ep_nodes, etp_nodes, net)
     t_chain = np.where(verl, t_chain, 0.0)
     cb = copy_bytes(b, tp, etp, nemo_colocated)
     t_copy = cb / (b.hbm_bw_gbs * 1e9 * compute._by_arch(b.sm_arch, "elementwise"))
-    out = {"gather_s": t_tp + t_pp + t_ep + t_copy + t_chain, "tp_gather_s": t_tp,
+    out = {"gather_s": t_tp + t_pp + t_ep + t_etp + t_copy + t_chain, "tp_gather_s": t_tp,
            "pp_bcast_s": t_pp, "ep_gather_s": t_ep, "copy_s": t_copy, "copy_bytes": cb,
            "verl_chain_s": t_chain, "verl_key_collectives": np.where(verl, n_coll, 0.0)}
     out.update(v)
