@@ -289,7 +289,7 @@ def test_refit_broadcasts_the_full_model_over_pipeline_stages():
     assert ws["sync_gather_s"][0] < ws["sync_gather_s"][1] / 3
     # verl's per_tensor_generator broadcasts the TP shard over PP: a quarter of the bytes at TP 4
     assert ws["sync_pp_bcast_bytes"][3] == pytest.approx(ws["sync_pp_bcast_bytes"][1] / 4)
-    assert ws["sync_gather_s"][3] < ws["sync_gather_s"][1] / 2
+    assert ws["sync_gather_s"][3] - ws["sync_verl_key_host_s"][3] < ws["sync_gather_s"][1] / 2
 
 
 def test_offloaded_optimizer_moves_through_pageable_memory():

@@ -45,7 +45,11 @@ RL's per-key chain is `refit_host.py`'s): `broadcast_str_from_megatron_pp` (the 
 another `all_gather_object`, then the broadcast), then the TP all-gather (non-expert keys) or
 the EP all-gather and one ETP all-gather per gathered expert. Each collective is priced at the
 NCCL model's latency (a one-byte message); the keys are every stage's (verl v0.4.0
-`layer_list_meta`, gathered over PP), one EP rank's experts.
+`layer_list_meta`, gathered over PP), one EP rank's experts. Beyond those latencies each key
+costs host work (pickling, the host syncs of the object collectives, the HF conversion and the
+engine's load of what it yields): `catalogs/rl.yaml refit.verl_key_s` seconds per key, fitted
+on verl issue 5311's DeepSeek-V3.1 weight-transfer totals (`verl_refit_fit.py`), applied with
+PP > 1 as in those points.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import compute, nccl
+from .inputs import constants
 from .refit_host import megatron_keys
 
 # The ranks of a PP group are stride = (GPUs of the job) / pp apart (Megatron's rank order puts
@@ -112,7 +117,8 @@ def _alpha(op, group, nodes, net) -> np.ndarray:
 
 
 def verl_key_chain(b, tp, pp, ep, etp, tp_nodes, p_nodes, ep_nodes, etp_nodes, net):
-    """Seconds of verl's per-key collectives (module docstring): (collectives per key, seconds)."""
+    """verl's per-key work (module docstring): (collectives, their latency in seconds, the keys
+    walked, the fitted host seconds)."""
     non_expert, expert = megatron_keys(b, ep)
     keys = non_expert + expert
     per_pp = 4 * _alpha("all_gather", pp, p_nodes, net) + 3 * _alpha("broadcast", pp, p_nodes, net)
@@ -120,7 +126,8 @@ def verl_key_chain(b, tp, pp, ep, etp, tp_nodes, p_nodes, ep_nodes, etp_nodes, n
          + expert * (_alpha("all_gather", ep, ep_nodes, net)
                      + ep * _alpha("all_gather", etp, etp_nodes, net)))
     n = keys * 7 * (pp > 1) + non_expert * (tp > 1) + expert * ((ep > 1) + ep * (etp > 1))
-    return n, t
+    host = np.where(pp > 1, keys * float(constants()["refit"].get("verl_key_s", 0.0)), 0.0)
+    return n, t, keys, host
 
 
 def gather_time(b, tp, pp, ep, etp, train_gpus, net, verl, nemo_colocated) -> dict:
@@ -143,13 +150,17 @@ def gather_time(b, tp, pp, ep, etp, train_gpus, net, verl, nemo_colocated) -> di
     etp_nodes = np.maximum(np.ceil(etp1 / gpn), 1.0)
     t_etp = nccl.collective_time("all_gather", v["etp_gather_bytes"], etp1, etp_nodes,
                                  net)["time_s"]
-    n_coll, t_chain = verl_key_chain(b, tp, pp, ep, etp1, tp_nodes,
-                                     pp_nodes(b, pp, stride), ep_nodes, etp_nodes, net)
+    n_coll, t_chain, keys, t_host = verl_key_chain(b, tp, pp, ep, etp1, tp_nodes,
+                                                   pp_nodes(b, pp, stride), ep_nodes,
+                                                   etp_nodes, net)
     t_chain = np.where(verl, t_chain, 0.0)
+    t_host = np.where(verl, t_host, 0.0)
     cb = copy_bytes(b, tp, etp, nemo_colocated)
     t_copy = cb / (b.hbm_bw_gbs * 1e9 * compute._by_arch(b.sm_arch, "elementwise"))
-    out = {"gather_s": t_tp + t_pp + t_ep + t_etp + t_copy + t_chain, "tp_gather_s": t_tp,
-           "pp_bcast_s": t_pp, "ep_gather_s": t_ep, "copy_s": t_copy, "copy_bytes": cb,
-           "verl_chain_s": t_chain, "verl_key_collectives": np.where(verl, n_coll, 0.0)}
+    out = {"gather_s": t_tp + t_pp + t_ep + t_etp + t_copy + t_chain + t_host,
+           "tp_gather_s": t_tp, "pp_bcast_s": t_pp, "ep_gather_s": t_ep, "copy_s": t_copy,
+           "copy_bytes": cb, "verl_chain_s": t_chain, "verl_key_host_s": t_host,
+           "verl_keys": np.where(verl, keys, 0.0),
+           "verl_key_collectives": np.where(verl, n_coll, 0.0)}
     out.update(v)
     return out

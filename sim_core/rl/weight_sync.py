@@ -84,5 +84,7 @@ def sync_time(b: Batch, train_tp, train_pp, train_dp_shard, train_ep=None,
     return {"weight_sync_time_s": gather + transfer + load, "sync_gather_s": gather,
             "sync_transfer_s": transfer, "sync_load_s": load,
             "sync_copy_s": np.where(megatron, mg["copy_s"], 0.0),
+            "sync_verl_key_host_s": np.where(megatron, mg["verl_key_host_s"], 0.0),
+            "sync_verl_keys": np.where(megatron, mg["verl_keys"], 0.0),
             "sync_pp_bcast_bytes": np.where(megatron, mg["pp_bcast_bytes"], 0.0),
             "sync_tp_gather_bytes": np.where(megatron, mg["tp_gather_bytes"], 0.0)}
