@@ -277,16 +277,19 @@ def test_refit_broadcasts_the_full_model_over_pipeline_stages():
     """NeMo RL v0.3.0 gather_params: every tensor is broadcast over the PP group, so with
     stages on different nodes each GPU receives the whole bf16 model through its NIC."""
     from sim_core.rl import weight_sync
-    rows = pd.DataFrame([{**BASE, "model": "llama3.1-70b", "num_gpus": n}
-                         for n in (8, 64)])
+    rows = pd.DataFrame([{**BASE, "model": "llama3.1-70b", "num_gpus": n,
+                          "rl_framework": fw} for fw in ("nemo_rl", "verl") for n in (8, 64)])
     b = inputs.to_batch(rows)
-    one = np.ones(2)
+    one = np.ones(4)
     ws = weight_sync.sync_time(b, 4 * one, 2 * one, one, one, b.num_gpus)
     nic = b.nic_bw_gbs * b.nics_per_node / b.gpus_per_node * 1e9
     # 64 GPUs: the two stages are 32 ranks apart, on different nodes
     assert ws["sync_gather_s"][1] >= b.params[1] * 2.0 / nic[1]
     # 8 GPUs: both stages in one node, over NVLink: much faster
     assert ws["sync_gather_s"][0] < ws["sync_gather_s"][1] / 3
+    # verl's per_tensor_generator broadcasts the TP shard over PP: a quarter of the bytes at TP 4
+    assert ws["sync_pp_bcast_bytes"][3] == pytest.approx(ws["sync_pp_bcast_bytes"][1] / 4)
+    assert ws["sync_gather_s"][3] - ws["sync_verl_key_host_s"][3] < ws["sync_gather_s"][1] / 2
 
 
 def test_offloaded_optimizer_moves_through_pageable_memory():

@@ -50,7 +50,7 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     zero = _train(df, "train_zero", 1.0)
     shard = np.where(zero >= 3, tr["train_dp"], 1.0)
     ws = weight_sync.sync_time(b, ttp, tpp, np.nan_to_num(shard, nan=1.0),
-                              _train(df, "train_ep"), b.train_gpus)
+                              _train(df, "train_ep"), b.train_gpus, _train(df, "train_etp"))
     colo = b.placement == 0
     split = ~colo
     # NeMo RL's colocated refit: the per-tensor collectives, Python and controller entries

@@ -51,7 +51,8 @@ the RL steps of `rl_runs.csv`: `python -m sim_core.rl.refit_fit`. Colocated `rl_
 nemo_rl` rows only: verl's hybrid engine loads the weights into an in-process vLLM
 (`verl/workers/sharding_manager/fsdp_vllm.py update_params`: `model.load_weights` on the
 generator of full tensors, v0.4.0), with no IPC handle and no controller, so (3) does not
-apply and (2) was not measured for it.
+apply; verl's own per-key walk out of a Megatron layout (its object collectives and host work
+per key) is `megatron_gather.py`'s.
 """
 
 from __future__ import annotations

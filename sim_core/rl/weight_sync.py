@@ -23,29 +23,25 @@ import numpy as np
 
 from .. import nccl
 from ..columns import Batch
+from . import megatron_gather
 from .inputs import RL_FRAMEWORK, network
 
 GIB = 2.0 ** 30
 
 
-def _pp_nodes(b: Batch, train_pp, stride):
-    """Nodes a pipeline group spans: its ranks are `stride` apart (Megatron's rank order puts
-    TP, CP, EP and DP inside a stage)."""
-    per_node = np.maximum(np.floor(b.gpus_per_node / np.maximum(stride, 1.0)), 1.0)
-    return np.clip(np.ceil(train_pp / per_node), 1.0, train_pp)
-
-
 def sync_time(b: Batch, train_tp, train_pp, train_dp_shard, train_ep=None,
-              train_gpus=None) -> dict:
+              train_gpus=None, train_etp=None) -> dict:
     """Seconds of one refit. train_dp_shard: the data-parallel ranks the weights are sharded
     over (ZeRO-3 / FSDP; 1 otherwise).
 
-    With pipeline stages (Megatron), the gather follows NeMo RL v0.3.0
-    `nemo_rl/models/megatron/refit_utils.py gather_params`: each tensor is all-gathered over
-    TP inside its owner stage, then the full tensor is **broadcast over the PP group** (every
-    rank ends with the whole model, whichever stage it trains), then routed-expert tensors are
-    all-gathered over EP. So every GPU receives the full bf16 model; the PP broadcast crosses
-    nodes when a stage fills a node. Without PP or EP this is the all-gather over TP x shards."""
+    Megatron layouts (weights not sharded over data parallelism) gather in the order of their
+    framework's code (`megatron_gather.py`): NeMo RL v0.3.0 `gather_params` all-gathers each
+    key over TP on its owner stage, then broadcasts the full tensor over PP (every rank ends
+    with the whole model) and all-gathers routed experts over EP; verl's
+    `per_tensor_generator` broadcasts the owner's TP shard over PP, then all-gathers over TP on
+    every rank. NeMo RL's colocated path also converts and packs the whole model on every rank
+    (device copies). Sharded weights (FSDP / ZeRO-3, NeMo RL DTensor): one all-gather over TP x
+    shards."""
     net = network(b)
     full = b.params * 2.0  # bf16 bytes of the model
     n = np.shape(b.params)
@@ -54,19 +50,18 @@ def sync_time(b: Batch, train_tp, train_pp, train_dp_shard, train_ep=None,
     group = train_tp * train_pp * train_dp_shard
     nodes = np.maximum(np.ceil(group / b.gpus_per_node), 1.0)
     flat = nccl.collective_time("all_gather", full, group, nodes, net)["time_s"]
-    # per-stage TP gather (within a stage, its 1/pp of the model), then the PP broadcast of
-    # the full model, then the EP all-gather of the routed experts
-    stage = full / train_pp
-    tp_nodes = np.maximum(np.ceil(train_tp / b.gpus_per_node), 1.0)
-    tp_g = nccl.collective_time("all_gather", stage, train_tp, tp_nodes, net)["time_s"]
-    stride = np.maximum(tg / np.maximum(train_pp, 1.0), 1.0)
-    pp_b = nccl.collective_time("broadcast", full, train_pp, _pp_nodes(b, train_pp, stride),
-                                net)["time_s"]
-    ep_nodes = np.maximum(np.ceil(ep * train_tp / b.gpus_per_node), 1.0)
-    ep_g = nccl.collective_time("all_gather", b.routed_params * 2.0, ep, ep_nodes,
-                                net)["time_s"]
-    staged = np.where(train_pp > 1, tp_g + pp_b, flat) + np.where(ep > 1, ep_g, 0.0)
-    gather = np.where((train_pp > 1) | (ep > 1), staged, flat)
+    # ETP not stated (0 / NaN): Megatron's default, the TP size (megatron/core/parallel_state.py
+    # initialize_model_parallel: `if expert_tensor_parallel_size is None: ... =
+    # tensor_model_parallel_size`)
+    etp = np.zeros(n) if train_etp is None else np.nan_to_num(np.asarray(train_etp, float),
+                                                              nan=0.0)
+    etp = np.where(etp >= 1, etp, train_tp * np.ones(n))
+    megatron = np.asarray(train_dp_shard, float) * np.ones(n) <= 1
+    verl = b.rl_framework == RL_FRAMEWORK.index("verl")
+    nemo_colo = (b.rl_framework == RL_FRAMEWORK.index("nemo_rl")) & (b.placement == 0)
+    mg = megatron_gather.gather_time(b, train_tp * np.ones(n), train_pp * np.ones(n), ep,
+                                     etp, tg * np.ones(n), net, verl, nemo_colo & megatron)
+    gather = np.where(megatron, mg["gather_s"], flat)
     # the engine's shard copied into place (IPC or NCCL receive buffer -> weights), read + write
     shard = full * np.where(b.rollout_precision == 1, 0.5, 1.0) / (b.rollout_tp * b.rollout_pp)
     load = 2 * shard / (b.hbm_bw_gbs * 1e9)
@@ -87,4 +82,9 @@ def sync_time(b: Batch, train_tp, train_pp, train_dp_shard, train_ep=None,
     bcast = nccl.collective_time("broadcast", full, members, r_nodes, net)["time_s"]
     transfer = np.where(split, bcast, 0.0)
     return {"weight_sync_time_s": gather + transfer + load, "sync_gather_s": gather,
-            "sync_transfer_s": transfer, "sync_load_s": load}
+            "sync_transfer_s": transfer, "sync_load_s": load,
+            "sync_copy_s": np.where(megatron, mg["copy_s"], 0.0),
+            "sync_verl_key_host_s": np.where(megatron, mg["verl_key_host_s"], 0.0),
+            "sync_verl_keys": np.where(megatron, mg["verl_keys"], 0.0),
+            "sync_pp_bcast_bytes": np.where(megatron, mg["pp_bcast_bytes"], 0.0),
+            "sync_tp_gather_bytes": np.where(megatron, mg["tp_gather_bytes"], 0.0)}
