@@ -30,7 +30,8 @@ OVH_GRID = np.round(np.arange(0.0, 0.0600001, 0.0001), 6)  # s per decode step
 EFF_GRID = np.round(np.arange(0.30, 0.9501, 0.01), 4)
 
 # the declared rows of each stack: (vendor, engine) -> file under sim_core/data/rl/
-FILES = {("huawei", "vllm"): "decode_ascend_tpot.csv"}
+FILES = {("huawei", "vllm"): "decode_ascend_tpot.csv",
+         ("amd", "vllm"): "decode_rocm_tpot.csv"}
 
 
 def load(name: str) -> pd.DataFrame:
@@ -129,8 +130,9 @@ def main(argv=None) -> int:
         stored = ("not in catalogs/rl.yaml decode_stacks (global constants)"
                   if r["stored_overhead_s"] is None
                   else f"catalogs/rl.yaml: {r['stored_overhead_s'] * 1e3:.1f} ms")
+        held = "the stack row's" if r["stored_overhead_s"] is not None else "the global fit's"
         print(f"stack {vendor}/{engine}: {r['rows']} published TPOT rows; hbm_efficiency "
-              f"{r['hbm_efficiency']:.2f} (declared), step_overhead fitted "
+              f"{r['hbm_efficiency']:.2f} (held: {held}), step_overhead fitted "
               f"{r['step_overhead_s'] * 1e3:.1f} ms ({stored})")
         print(f"  median |TPOT error|: global constants {np.median(np.abs(r['global'])):.1%}, "
               f"in-sample {np.median(np.abs(r['in_sample'])):.1%}, leave-one-"
