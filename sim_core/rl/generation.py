@@ -52,7 +52,7 @@ import numpy as np
 from .. import nccl
 from ..columns import Batch
 from ..compute import roofline_gemm_efficiency
-from . import engine_host, inputs
+from . import decode_stacks, engine_host, inputs
 from .inputs import constants
 
 GRID = 48  # points over the tail of the length distribution
@@ -60,8 +60,16 @@ GIB = 2.0 ** 30
 
 
 def decode_constants(overrides: dict | None = None) -> dict:
+    """The decode step's constants: the global fitted ones (catalogs/rl.yaml `decode`) and,
+    as `stacks`, the per-stack rows that replace them for a vendor and engine
+    (`decode_stacks`, rl/decode_stacks.py). Overriding hbm_efficiency or step_overhead_s
+    (a fit's grid) prices every row with the override: the stack rows are dropped unless the
+    overrides give `stacks` themselves."""
     k = dict(constants()["decode"])
+    k["stacks"] = list(constants().get("decode_stacks") or [])
     if overrides:
+        if any(key in overrides for key in decode_stacks.KEYS) and "stacks" not in overrides:
+            k["stacks"] = []
         k.update(overrides)
     return k
 
@@ -225,7 +233,10 @@ def step_time(b: Batch, batch, ctx, k: dict, host: bool = True) -> np.ndarray:
               + routed * touched * pp / c(expert_shards(b))) * wb
     kv_read = seqs * ctx * c(b.layers) * c(b.kv_elems) * c(b.kv_cache_bytes) / (
         pp * c(kv_split(b)))
-    bw = c(b.hbm_bw_gbs) * 1e9 * k["hbm_efficiency"]
+    # the bandwidth fraction and fixed per-step time of each row's accelerator/engine stack
+    # (catalogs/rl.yaml decode_stacks; the global fitted values where no stack row matches)
+    eff_k, ovh_k = decode_stacks.resolve(b, k)
+    bw = c(b.hbm_bw_gbs) * 1e9 * c(eff_k)
     fp8 = c(b.rollout_precision) == 1
     peak = np.where(fp8, c(b.peak_fp8), c(b.peak_bf16)) * 1e12
     hw = _gemm_hw(b)
@@ -263,7 +274,7 @@ def step_time(b: Batch, batch, ctx, k: dict, host: bool = True) -> np.ndarray:
     # priced per layer from a published eager-vs-graph decode measurement (catalogs/rl.yaml)
     eager = c(b.enforce_eager) * c(b.layers) * constants()["vllm"]["eager_overhead_per_layer_s"]
     t_samp = batch * c(b.vocab) * c(sampler_bytes(b)) / bw
-    step = t_gemm + kv_read / bw + t_tp + k["step_overhead_s"] + eager + t_samp
+    step = t_gemm + kv_read / bw + t_tp + c(ovh_k) + eager + t_samp
     # vLLM V0: Python work per running sequence between GPU steps (scheduling, input
     # preparation, output processing), serial with them
     v0 = c(v0_host_per_seq(b)) * seqs

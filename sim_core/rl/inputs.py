@@ -261,6 +261,10 @@ def gpu_arrays(gpus: pd.Series) -> dict:
     out = {c: table.loc[names, c].to_numpy(dtype=np.float64)[codes] for c in cols}
     out["cluster_gpus_per_node"] = table.loc[names, "gpus_per_node"].to_numpy(
         dtype=np.float64)[codes]
+    # the vendor (index into catalog.VENDORS): the decode step's per-stack constants
+    # (catalogs/rl.yaml decode_stacks, rl/decode_stacks.py) are keyed by it
+    out["gpu_vendor"] = np.array([catalog.VENDORS.index(catalog.get_gpu(u).vendor)
+                                  for u in uniq], dtype=np.float64)[codes]
     return out
 
 
