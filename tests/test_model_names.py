@@ -88,6 +88,12 @@ def test_every_shipped_table_name_that_resolved_before_still_resolves_the_same()
     ("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "qwen2.5-14b", "same architecture"),
     ("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "llama3.1-8b", "same architecture"),
     ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "llama3.1-70b", "same architecture"),
+    # verl docs/sglang_multiturn/multiturn.rst 'Qwen/QwQ-32B'
+    ("Qwen/QwQ-32B", "qwen2.5-32b", "same architecture"),
+    # SkyRL docs/.../mini_swe_agent.mdx 'Qwen/Qwen3-Coder-30B-A3B-Instruct'; its
+    # examples/train/mini_swe_agent/litellm.json writes the litellm route in front
+    ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-30b-a3b", "same architecture"),
+    ("hosted_vllm/Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "qwen3-30b-a3b", "same architecture"),
     # published-table spellings of the same models
     ("Qwen2.5 14B", "qwen2.5-14b", "id"), ("GLM-4.5", "glm-4.5", "id"),
 ])
