@@ -149,7 +149,8 @@ def test_cluster_figures():
     ("deepseek-llm-7b", 7.0, 0.02),
     # GLM-4.5's 355B counts its MTP layer, which the catalog leaves out (as for DeepSeek-V3)
     ("glm-4.5", 355.0, 0.02), ("glm-4.5-air", 106.0, 0.02), ("glm-4.7-flash", 30.0, 0.02),
-    ("moonlight-16b-a3b", 16.0, 0.02),
+    ("moonlight-16b-a3b", 16.0, 0.02), ("gemma-3-1b", 1.0, 0.02),
+    ("mistral-small-24b", 24.0, 0.02),
 ])
 def test_total_params_match_advertised(name, total, tol):
     assert catalog.param_count(name) / B == pytest.approx(total, rel=tol)

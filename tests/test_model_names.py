@@ -94,6 +94,10 @@ def test_every_shipped_table_name_that_resolved_before_still_resolves_the_same()
     # examples/train/mini_swe_agent/litellm.json writes the litellm route in front
     ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-30b-a3b", "same architecture"),
     ("hosted_vllm/Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "qwen3-30b-a3b", "same architecture"),
+    # NeMo RL grpo-gemma3-1b-it-1n8g-fsdp2tp1.yaml 'model_name: google/gemma-3-1b-it'; verl
+    # tests/utils/test_flops_counter.py '# mistralai/Mistral-Small-24B-Instruct-2501'
+    ("google/gemma-3-1b-it", "gemma-3-1b", "checkpoint"),
+    ("mistralai/Mistral-Small-24B-Instruct-2501", "mistral-small-24b", "checkpoint"),
     # published-table spellings of the same models
     ("Qwen2.5 14B", "qwen2.5-14b", "id"), ("GLM-4.5", "glm-4.5", "id"),
 ])
@@ -113,6 +117,7 @@ def test_distills_with_another_shape_are_not_aliased():
 @pytest.mark.parametrize("name", [
     # architectures the simulator cannot express (models.yaml says why): left unpriced
     "Qwen/Qwen3-Next-80B-A3B-Instruct", "Qwen/Qwen3.5-35B-A3B", "google/gemma-3-27b-it",
+    "google/gemma-2-2b-it",
     "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "nvidia/Nemotron-H-8B-Base-8K",
     "zai-org/GLM-5",
 ])
