@@ -123,3 +123,29 @@ def test_distills_with_another_shape_are_not_aliased():
 ])
 def test_models_the_simulator_cannot_express_stay_unknown(name):
     assert catalog.resolve_model(name) == (None, "")
+
+
+def _moe_row(model: str) -> pd.Series:
+    # published_runs.csv row 118 (Megatron-Bridge performance summary, Qwen3 30B-A3B on 16 H100)
+    # with only the model cell changed: how a pre-training table would name another MoE model
+    raw = pd.read_csv("sim_core/data/published_runs.csv", dtype=str, keep_default_na=False)
+    row = raw[raw["id"] == "118"].iloc[0].copy()
+    row["model"] = model
+    return row
+
+
+@pytest.mark.parametrize("name, mid", [
+    ("GLM-4.5-Air", "glm-4.5-air"), ("zai-org/GLM-4.5", "glm-4.5"),
+    ("moonshotai/Moonlight-16B-A3B", "moonlight-16b-a3b"),
+    ("Qwen3_30B_a3B (tokendrop)", "qwen3-30b-a3b"),  # the summary's own spelling, as before
+])
+def test_pretraining_reader_prices_moe_models_the_catalog_has(name, mid):
+    # before: only the summaries' spellings (validation._MOE_MODELS) were read, and a MoE row
+    # naming any other catalog model was skipped as 'MoE model not in the catalog'
+    run, skip = validation._row_to_run(_moe_row(name))
+    assert skip == "" and run["model"] == mid
+
+
+def test_pretraining_reader_does_not_take_a_dense_model_for_a_moe_row():
+    run, skip = validation._row_to_run(_moe_row("Qwen3 8B"))
+    assert skip == "MoE model not in the catalog" and "model" not in run
