@@ -142,6 +142,15 @@ def test_cluster_figures():
     ("deepseek-v3", 671.0, 0.02), ("gpt-oss-120b", 116.8, 0.02),
     ("gpt-oss-20b", 20.9, 0.02), ("kimi-k2", 1040.0, 0.02), ("deepseek-v2", 236.0, 0.02),
     ("deepseek-v2-lite", 15.7, 0.02),
+    # models the RL frameworks' examples train (issue 40); sizes from the model cards
+    ("qwen3-0.6b", 0.6, 0.02), ("qwen3-1.7b", 1.7, 0.02), ("qwen2.5-1.5b", 1.54, 0.02),
+    ("qwen2.5-3b", 3.09, 0.02), ("qwen2.5-14b", 14.7, 0.02), ("qwen2.5-72b", 72.7, 0.02),
+    ("mistral-7b-v0.1", 7.24, 0.02), ("mistral-nemo-12b", 12.2, 0.02),
+    ("deepseek-llm-7b", 7.0, 0.02),
+    # GLM-4.5's 355B counts its MTP layer, which the catalog leaves out (as for DeepSeek-V3)
+    ("glm-4.5", 355.0, 0.02), ("glm-4.5-air", 106.0, 0.02), ("glm-4.7-flash", 30.0, 0.02),
+    ("moonlight-16b-a3b", 16.0, 0.02), ("gemma-3-1b", 1.0, 0.02),
+    ("mistral-small-24b", 24.0, 0.02),
 ])
 def test_total_params_match_advertised(name, total, tol):
     assert catalog.param_count(name) / B == pytest.approx(total, rel=tol)
@@ -156,6 +165,9 @@ def test_total_params_match_advertised(name, total, tol):
     ("kimi-k2", 32.0, 0.04), ("deepseek-v2", 21.0, 0.04),
     # DeepSeek's 2.4B, like OpenAI's figure, leaves out the input embedding (0.21B)
     ("deepseek-v2-lite", 2.4 + 0.21, 0.03),
+    # Zhipu's 32B / 12B active leave out both embedding matrices (1.55B / 1.24B)
+    ("glm-4.5", 32.0 + 1.55, 0.03), ("glm-4.5-air", 12.0 + 1.24, 0.03),
+    ("moonlight-16b-a3b", 3.0, 0.03),
 ])
 def test_active_params_match_advertised(name, active, tol):
     assert catalog.active_param_count(name) / B == pytest.approx(active, rel=tol)

@@ -54,3 +54,98 @@ def test_every_shipped_table_name_that_resolved_before_still_resolves_the_same()
     got = {m: rl_table.resolve_model(m)[0] for m in runs.model.dropna().unique()}
     assert got["Qwen2.5-Math-7B"] == "qwen2.5-7b"
     assert got["deepseek-v3"] == "deepseek-v3"
+
+
+# Spellings as the RL frameworks' own example configs and scripts print them (mirrors of the
+# repositories at the snapshot the project holds; file of each given):
+@pytest.mark.parametrize("name, mid, how", [
+    # NeMo RL examples/configs/grpo_smoke.yaml 'model_name: Qwen/Qwen3-0.6B'
+    ("Qwen/Qwen3-0.6B", "qwen3-0.6b", "checkpoint"),
+    # verl docs/algo/baseline.md 'Qwen/Qwen2.5-3B-Instruct' (GRPO-LoRA row)
+    ("Qwen/Qwen2.5-3B-Instruct", "qwen2.5-3b", "checkpoint"),
+    # ROLL llm_as_judge_optimization.md 'model_name_or_path: Qwen/Qwen2.5-72B-Instruct'
+    ("Qwen/Qwen2.5-72B-Instruct", "qwen2.5-72b", "checkpoint"),
+    # verl-recipe dapo/test_dapo_glm_air_megatron.sh 'MODEL_PATH=/models/zai-org/GLM-4.5-Air-Base'
+    ("/models/zai-org/GLM-4.5-Air-Base", "glm-4.5-air", "checkpoint"),
+    # NeMo RL grpo-moonlight-16ba3b-4n8g-megatron-fp8-e2e.yaml
+    ("moonshotai/Moonlight-16B-A3B-Instruct", "moonlight-16b-a3b", "checkpoint"),
+    # NeMo RL grpo-glm47-flash-4n8g-automodel.yaml 'model_name: zai-org/GLM-4.7-Flash'
+    ("zai-org/GLM-4.7-Flash", "glm-4.7-flash", "checkpoint"),
+    # verl docs/algo/baseline.md 'deepseek-ai/deepseek-llm-7b-chat' (PPO rows)
+    ("deepseek-ai/deepseek-llm-7b-chat", "deepseek-llm-7b", "checkpoint"),
+    # verl experimental/vla/.../configuration_prismatic.py '"mistralai/Mistral-7B-v0.1"'
+    ("mistralai/Mistral-7B-v0.1", "mistral-7b-v0.1", "checkpoint"),
+    # verl examples/grpo_trainer/run_mistral13b_skyworkrm_hhrlhf.sh
+    ("mistralai/Mistral-Nemo-Instruct-2407", "mistral-nemo-12b", "same architecture"),
+    # NeMo RL grpo-qwen2.5-math-1.5b-instruct-1n8g-fsdp2tp1-sglang.yaml
+    ("Qwen/Qwen2.5-Math-1.5B-Instruct", "qwen2.5-1.5b", "same architecture"),
+    # verl examples/tuning/70b/qwen2-70b_grpo_32_h800_fsdp_vllm.sh 'model_path=Qwen/Qwen2-72B-Instruct'
+    ("Qwen/Qwen2-72B-Instruct", "qwen2.5-72b", "same architecture"),
+    # AReaL README.md '(Qwen/Qwen2-1.5B-Instruct)'
+    ("Qwen/Qwen2-1.5B-Instruct", "qwen2.5-1.5b", "same architecture"),
+    # AReaL blog/AReaL_v0_2.md 'R1-Distill-Qwen-32B' as the hub id writes it
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "qwen2.5-32b", "same architecture"),
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "qwen2.5-14b", "same architecture"),
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", "llama3.1-8b", "same architecture"),
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "llama3.1-70b", "same architecture"),
+    # verl docs/sglang_multiturn/multiturn.rst 'Qwen/QwQ-32B'
+    ("Qwen/QwQ-32B", "qwen2.5-32b", "same architecture"),
+    # SkyRL docs/.../mini_swe_agent.mdx 'Qwen/Qwen3-Coder-30B-A3B-Instruct'; its
+    # examples/train/mini_swe_agent/litellm.json writes the litellm route in front
+    ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-30b-a3b", "same architecture"),
+    ("hosted_vllm/Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8", "qwen3-30b-a3b", "same architecture"),
+    # NeMo RL grpo-gemma3-1b-it-1n8g-fsdp2tp1.yaml 'model_name: google/gemma-3-1b-it'; verl
+    # tests/utils/test_flops_counter.py '# mistralai/Mistral-Small-24B-Instruct-2501'
+    ("google/gemma-3-1b-it", "gemma-3-1b", "checkpoint"),
+    ("mistralai/Mistral-Small-24B-Instruct-2501", "mistral-small-24b", "checkpoint"),
+    # published-table spellings of the same models
+    ("Qwen2.5 14B", "qwen2.5-14b", "id"), ("GLM-4.5", "glm-4.5", "id"),
+])
+def test_rl_framework_spellings_resolve(name, mid, how):
+    assert catalog.resolve_model(name) == (mid, how)
+
+
+def test_distills_with_another_shape_are_not_aliased():
+    # DeepSeek-R1-Distill-Qwen-1.5B unties Qwen2.5-Math-1.5B's LM head: its own entry, not
+    # the tied qwen2.5-1.5b (an alias would price 0.23B parameters too few)
+    assert catalog.resolve_model("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")[0] == \
+        "deepseek-r1-distill-qwen-1.5b"
+    assert catalog.get_model("qwen2.5-1.5b").tied_embeddings is True
+    assert catalog.get_model("deepseek-r1-distill-qwen-1.5b").tied_embeddings is False
+
+
+@pytest.mark.parametrize("name", [
+    # architectures the simulator cannot express (models.yaml says why): left unpriced
+    "Qwen/Qwen3-Next-80B-A3B-Instruct", "Qwen/Qwen3.5-35B-A3B", "google/gemma-3-27b-it",
+    "google/gemma-2-2b-it",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "nvidia/Nemotron-H-8B-Base-8K",
+    "zai-org/GLM-5",
+])
+def test_models_the_simulator_cannot_express_stay_unknown(name):
+    assert catalog.resolve_model(name) == (None, "")
+
+
+def _moe_row(model: str) -> pd.Series:
+    # published_runs.csv row 118 (Megatron-Bridge performance summary, Qwen3 30B-A3B on 16 H100)
+    # with only the model cell changed: how a pre-training table would name another MoE model
+    raw = pd.read_csv("sim_core/data/published_runs.csv", dtype=str, keep_default_na=False)
+    row = raw[raw["id"] == "118"].iloc[0].copy()
+    row["model"] = model
+    return row
+
+
+@pytest.mark.parametrize("name, mid", [
+    ("GLM-4.5-Air", "glm-4.5-air"), ("zai-org/GLM-4.5", "glm-4.5"),
+    ("moonshotai/Moonlight-16B-A3B", "moonlight-16b-a3b"),
+    ("Qwen3_30B_a3B (tokendrop)", "qwen3-30b-a3b"),  # the summary's own spelling, as before
+])
+def test_pretraining_reader_prices_moe_models_the_catalog_has(name, mid):
+    # before: only the summaries' spellings (validation._MOE_MODELS) were read, and a MoE row
+    # naming any other catalog model was skipped as 'MoE model not in the catalog'
+    run, skip = validation._row_to_run(_moe_row(name))
+    assert skip == "" and run["model"] == mid
+
+
+def test_pretraining_reader_does_not_take_a_dense_model_for_a_moe_row():
+    run, skip = validation._row_to_run(_moe_row("Qwen3 8B"))
+    assert skip == "MoE model not in the catalog" and "model" not in run

@@ -193,11 +193,16 @@ _MOE_MODELS = [(r"deepseek.?v3", "deepseek-v3"), (r"qwen3.?30b", "qwen3-30b-a3b"
 
 
 def _moe_model(name: str) -> str:
-    """Catalog id of a MoE row's model (the catalog carries experts, MLA and dense layers)."""
+    """Catalog id of a MoE row's model (the catalog carries experts, MLA and dense layers).
+    The performance summaries' own spellings first (_MOE_MODELS: 'DeepSeekV3 (dropless)',
+    'Qwen3_235B_a22B [GB200]'), then the one resolver every table uses, so that a MoE model the
+    catalog has ('GLM-4.5-Air', 'moonshotai/Moonlight-16B-A3B') is priced rather than skipped
+    as unknown; a name that resolves to a dense model is not taken for a MoE row."""
     for pat, mid in _MOE_MODELS:
         if re.search(pat, name, re.I):
             return mid
-    return ""
+    mid = _catalog_model(name)
+    return mid if mid and catalog.get_model(mid).experts else ""
 
 
 # NeMo 24.07's launcher model yamls that set cross_entropy_loss_fusion: true
