@@ -137,3 +137,11 @@ def test_run_file_ulysses_needs_verl_fsdp():
     with pytest.raises(ConfigError, match="^parallel.ulysses: .*verl") as e:
         parse_rl({**run, "parallel": {"zero": 1, "ulysses": 4}})
     assert "\n" not in str(e.value)
+
+
+def test_megatron_recipe_asks_for_the_a2a_layout():
+    from sweep.advice import export
+
+    args = export.megatron_args(LLAMA)
+    assert args[args.index("--cp-comm-type") + 1] == "a2a"
+    assert "--cp-comm-type" not in export.megatron_args({**LLAMA, "cp_comm": "ring"})

@@ -177,6 +177,8 @@ def megatron_args(row) -> list[str]:
     opt("--pipeline-model-parallel-size", d["pp"])
     if d["cp"] > 1:
         opt("--context-parallel-size", d["cp"])
+        if d.get("cp_comm") == "a2a":  # Ulysses: TE AttnFuncWithCPAndQKVOA2A (core_v0.15.3)
+            opt("--cp-comm-type", "a2a")
     if m["experts"] > 0:
         opt("--expert-model-parallel-size", d["ep"])
         if d.get("etp"):
