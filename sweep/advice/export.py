@@ -604,7 +604,9 @@ DEEPSPEED_SOURCE = "microsoft/DeepSpeed 38327e07f (runtime/constants.py, zero/co
 def deepspeed_config(row) -> dict:
     """A DeepSpeed config (JSON) for the configuration: batch sizes, bf16, the ZeRO stage with
     its default buckets, AutoTP size (keys as in sweep/advice/data/known_flags/deepspeed.tsv). Pipeline
-    stages are set in code (deepspeed.pipe.PipelineModule(num_stages=pp)), not in the JSON."""
+    stages are set in code (deepspeed.pipe.PipelineModule(num_stages=pp)), not in the JSON, and so
+    is Ulysses sequence parallelism (cp > 1, cp_comm a2a: deepspeed/sequence/layer.py
+    DistributedAttention wraps the attention with a sequence process group of cp ranks)."""
     d = config_of(row)
     dp, zero = d["dp"], d.get("zero", 0)
     accum = d["global_batch"] // (dp * d["micro_batch"])
