@@ -241,7 +241,8 @@ def rules(b) -> list[tuple[str, np.ndarray]]:
     checks = [(f"ZeRO stage {stage}", ~s["zero"][fw, z] & (z == stage)) for stage in range(4)]
     checks += [(f"{v} pipeline schedule", ~s["pp_schedule"][fw, i] & (sched == i) & (b.pp > 1))
                for i, v in enumerate(CATEGORICAL["pp_schedule"])]
-    checks += [(f"{v} context-parallel communication", ~s["cp_comm"][fw, i] & (b.cp_comm == i)
+    checks += [(f"cp_comm {v} (context-parallel communication)", ~s["cp_comm"][fw, i]
+                & (b.cp_comm == i)
                 & (b.cp > 1)) for i, v in enumerate(CATEGORICAL["cp_comm"])]
     checks += [(f"{v} recompute", ~s["recompute"][fw, i] & (b.recompute == i))
                for i, v in enumerate(CATEGORICAL["recompute"])]

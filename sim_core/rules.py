@@ -45,6 +45,7 @@ def attention_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
     win = np.asarray(b.get("sliding_window", 0 * b.tp)) > 0
     out = [("sliding-window attention with cp > 1 needs cp_comm allgather (TE refuses the "
             "p2p ring)", win & (b.cp > 1) & (b.cp_comm == 0))]
+    out += a2a_rules(b)
     kernel = np.asarray(dict.get(b, "attention_kernel", 0 * b.tp))
     # Megatron-Core's unfused DotProductAttention asserts context_parallel_size == 1 (core_v0.15.3
     # megatron/core/transformer/dot_product_attention.py: "Context parallelism is only supported
@@ -60,6 +61,31 @@ def attention_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
         out.append(("attention_kernel flex is priced on Hopper GPUs only (sm_arch 90: H100, "
                     "H200, H800); use fa3 or fa2 here", flex & (b.sm_arch != 90)))
     return out
+
+
+def a2a_rules(b: Batch) -> list[tuple[str, np.ndarray]]:
+    """Ulysses CP (cp_comm a2a) scatters attention heads over the CP group: the heads of a TP
+    rank must split evenly (TE v2.8 context_parallel.py AttnFuncWithCPAndQKVOA2A asserts "The
+    number of attention heads needs to be divisible by CP size!" for q and k; verl v0.5.0
+    models/transformers/monkey_patch.py asserts num_attention_heads % ulysses_sp_size == 0).
+    KV heads: divided as Q's (TE, DeepSpeed), or, with cp_kv_repeat (verl), repeated up to cp,
+    which needs kv_heads % cp == 0 or cp % kv_heads == 0. MLA carries a K per head."""
+    a2a = (b.cp_comm == 2) & (b.cp > 1)
+    if not np.any(a2a):
+        return []
+    t, c = b.tp, b.cp
+    q = b.heads / t
+    kv = np.where(b.kv_lora_rank > 0, b.heads, np.where(b.kv_heads > 0, b.kv_heads, b.heads)) / t
+    rep = np.asarray(b.get("cp_kv_repeat", 0 * c)) > 0
+
+    def split(n):  # n heads (a whole number) split evenly over cp
+        return (np.mod(n, 1) == 0) & (np.mod(n, c) == 0)
+    return [("cp_comm a2a needs the attention heads per TP rank (heads / tp) divisible by cp",
+             a2a & ~split(q)),
+            ("cp_comm a2a needs the KV heads per TP rank (kv_heads / tp) divisible by cp "
+             "(TE and DeepSpeed split K/V heads as Q's)", a2a & ~rep & ~split(kv)),
+            ("cp_comm a2a with repeated KV heads (verl) needs kv_heads % cp == 0 or "
+             "cp % kv_heads == 0", a2a & rep & ~split(kv) & (np.mod(c, np.maximum(kv, 1e-9)) != 0))]
 
 
 def fp8_rules(b: Batch) -> list[tuple[str, np.ndarray]]:

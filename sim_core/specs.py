@@ -33,7 +33,12 @@ ATTENTION = ("mha", "mla")  # mha covers MHA/GQA/MQA through kv_heads
 # `--attention-backend unfused` / local DotProductAttention, Megatron-LM before FlashAttention;
 # compute.unfused_attention_times). Appended: earlier codes keep their meaning.
 ATTENTION_KERNEL = ("fa3", "fa2", "triton", "fa1", "flex", "unfused")
-CP_COMM = ("ring", "allgather")
+# Context-parallel communication: ring (Megatron cp_comm_type p2p: K/V blocks passed round a
+# ring behind the attention), allgather (K/V all-gathered once per layer), a2a (Ulysses: q, k,
+# v all-to-all'd to full sequence / heads-over-cp before attention and the output back after;
+# TE AttnFuncWithCPAndQKVOA2A, DeepSpeed DistributedAttention, verl's Ulysses SP). Appended:
+# earlier codes keep their meaning.
+CP_COMM = ("ring", "allgather", "a2a")
 # FP8 scaling recipe (compute.fp8_recipe_table prices each from the code that implements it):
 # delayed (TE DelayedScaling: amax history), tensorwise (TE Float8CurrentScaling / torchao
 # tensorwise: amax of the current tensor), rowwise and rowwise_with_gw_hp (torchao axiswise
@@ -288,8 +293,15 @@ PARALLEL_COLUMNS = {
     "fused_glu": True,
     # MoE routing: dropless (every token reaches its experts) or token dropping with a capacity
     # factor; expert_skew is the Zipf exponent of expert popularity (0 = balanced)
-    # context parallel communication: ring (p2p, overlapped with attention) or allgather
+    # context parallel communication: ring (p2p, overlapped with attention), allgather or a2a
+    # (Ulysses all-to-all, workload._comms)
     "cp_comm": "ring",
+    # cp_comm a2a with fewer KV heads per TP rank than cp: False = refused (TE v2.8
+    # AttnFuncWithCPAndQKVOA2A asserts k heads % cp_size == 0; DeepSpeed's single_all_to_all
+    # splits K/V heads as Q's); True = KV heads repeated up to cp before the all-to-all (verl
+    # v0.5.0 models/transformers/monkey_patch.py: repeats = max(sp // kv_heads, 1), so cp must
+    # be a multiple of the KV heads). The RL training frame sets it for verl's Ulysses SP.
+    "cp_kv_repeat": False,
     # how the loss is computed (LOSS_IMPL): Megatron's unfused vocab-parallel cross-entropy by
     # default (its CLI default; the framework profile sets it); torchtitan runs eager (2024) or
     # compiled (2025) PyTorch cross-entropy

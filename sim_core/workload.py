@@ -166,7 +166,10 @@ def window_pairs_per_gpu(b: Batch, w) -> np.ndarray:
     """
     c = b.cp
     L = b.seq_len / (2 * c)
-    return b.micro_batch * (window_pairs((c + 1) * L, w) - window_pairs((c - 1) * L, w))
+    chunks = b.micro_batch * (window_pairs((c + 1) * L, w) - window_pairs((c - 1) * L, w))
+    # cp_comm a2a (Ulysses) attends over the whole sequence with heads / cp on every rank
+    # (TE AttnFuncWithCPAndQKVOA2A): each rank computes 1/cp of the pairs, no busiest rank
+    return np.where(b.cp_comm == 2, b.micro_batch * window_pairs(b.seq_len, w) / c, chunks)
 
 
 def _gemm_shapes(b: Batch, d: dict, T, t, etp, moe_frac, load, tok_expert) -> list:
@@ -401,6 +404,36 @@ def span_nodes(group: np.ndarray, stride: np.ndarray, gpn: np.ndarray) -> np.nda
     return np.ceil(group / per_node)
 
 
+def _a2a_comms(b: Batch, d: dict, T, layer_mbs, full_rc, cp_nodes) -> list:
+    """Ulysses context parallelism (cp_comm a2a): the all-to-alls of one step.
+
+    Before attention q, k and v are each all-to-all'd over the CP group, turning (s/cp tokens,
+    all local heads) into (s tokens, heads/cp); after it the output goes back the same way: 4
+    all-to-alls per layer forward, mirrored in backward (dO in, dQ, dK, dV out), replayed by a
+    full recompute. Read in TE v2.8 attention/dot_product_attention/context_parallel.py
+    AttnFuncWithCPAndQKVOA2A (forward: flash_attn_a2a_communicate([q, k, v]) then of out_;
+    backward: of dout, then of [dq, dk, dv]; one torch.distributed.all_to_all_single per
+    tensor), DeepSpeed deepspeed/sequence/layer.py DistributedAttention (_SeqAllToAll of
+    query, key, value and of the context; its backward is the reverse all-to-all) and verl
+    v0.5.0 models/transformers/monkey_patch.py _ulysses_flash_attention_forward
+    (gather_seq_scatter_heads of q, k, v; gather_heads_scatter_seq of the output). Each
+    message is one rank's whole local tensor (nccl.py's all-to-all bytes, of which (cp-1)/cp
+    leave the rank). K/V carry the KV heads of the TP rank; with cp_kv_repeat (verl) they are
+    repeated up to cp first. Exposed: TE waits on each all-to-all before the attention
+    (cp_stream only reorders the chunks), DeepSpeed's overlap pipelines them with the
+    projections only when an sp_stream is given."""
+    c, t = b.cp, b.tp
+    a2a = (b.cp_comm == 2) & (c > 1)
+    width = (d["dqk"] + d["dv"]) / 2.0  # mean of the q/k and v/o head widths (MLA: unequal)
+    kvh = np.where(d["mla"], d["a"], d["kv"]) / t
+    kvh = np.where(np.asarray(b.get("cp_kv_repeat", 0 * c)) > 0, np.maximum(kvh, c), kvh)
+    per_pass = layer_mbs * (2.0 + full_rc)  # forward (+ full recompute) and backward passes
+    return [Comm("cp", "all_to_all", ACT_BYTES * T * (d["a"] / t) * width, c, cp_nodes,
+                 select(a2a, 2.0 * per_pass, 0.0), "none"),  # q and o (dO and dQ)
+            Comm("cp", "all_to_all", ACT_BYTES * T * kvh * width, c, cp_nodes,
+                 select(a2a, 2.0 * per_pass, 0.0), "none")]  # k and v (dK and dV)
+
+
 def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> list:
     t, p, c = b.tp, b.pp, b.cp
     T, m, dp, L = wl.tokens, wl.num_microbatches, wl.dp, wl.layers_per_stage
@@ -442,6 +475,7 @@ def _comms(b: Batch, wl: Workload, d: dict, sp: np.ndarray, etp: np.ndarray) -> 
                       select(gather, n_pass, 0.0), "none"))
     comms.append(Comm("cp", "reduce_scatter", kv_block * c, c, cp_nodes,
                       select(gather, L * m, 0.0), "none"))
+    comms += _a2a_comms(b, d, T, L * m, full_rc, cp_nodes)
     # ---- PP: one activation forward and one gradient backward per micro-batch per boundary ----
     pp_nodes = span_nodes(np.full_like(p, 2.0), t * c * dp, gpn)
     p2p = act / select(sp, t, 1.0)

@@ -195,6 +195,9 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     })
     # optional columns beyond the (a recipe's settings the table states)
     for col, d in (("train_etp", 0), ("offload_params", False), ("offload_optimizer", False),
+                   # verl's Ulysses sequence parallel size (actor.ulysses_sequence_parallel_size;
+                   # the training frame runs it as cp with cp_comm a2a: rl/training.py)
+                   ("train_ulysses", 1),
                    ("ref_offload", False),
                    ("enforce_eager", False), ("rollout_logprobs", True),
                    ("rollout_vllm_v0", False), ("rollout_async_scheduling", False),

@@ -26,6 +26,8 @@ TIME_COLUMNS = ("step_time_s", "gen_time_s", "old_log_prob_time_s", "ref_time_s"
                 "update_actor_time_s", "weight_sync_time_s")
 COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollout_pp",
                  "train_tp", "train_cp", "train_ep", "train_pp", "train_etp",
+                 # verl FSDP workers' Ulysses sequence parallel size (sim_core/rl/training.py)
+                 "train_ulysses",
                  "prompts_per_step", "responses_per_prompt", "rollout_batch_seqs",
                  "train_gbs_seqs", "optimizer_cpu_offload", "logprob_batch_size",
                  # verl's micro-batch sizes per GPU (sim_core/rl/verl.py)

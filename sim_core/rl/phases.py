@@ -48,7 +48,10 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     ttp = _train(df, "train_tp")
     tpp = _train(df, "train_pp")
     zero = _train(df, "train_zero", 1.0)
-    shard = np.where(zero >= 3, tr["train_dp"], 1.0)
+    # FSDP shards over every training rank: its data-parallel ranks times verl's Ulysses group
+    # (verl v0.5.0 workers/fsdp_workers.py: the FSDP device_mesh spans the world, the Ulysses
+    # (dp, sp) mesh only routes the data)
+    shard = np.where(zero >= 3, tr["train_dp"] * training.ulysses(df), 1.0)
     ws = weight_sync.sync_time(b, ttp, tpp, np.nan_to_num(shard, nan=1.0),
                               _train(df, "train_ep"), b.train_gpus, _train(df, "train_etp"))
     colo = b.placement == 0

@@ -50,11 +50,39 @@ TRAIN_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "recompute"
                 "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
 
+def ulysses(df: pd.DataFrame) -> np.ndarray:
+    """verl's Ulysses sequence parallel size per row (`train_ulysses`, 1 where unset)."""
+    if "train_ulysses" not in df.columns:
+        return np.ones(len(df))
+    return np.nan_to_num(pd.to_numeric(df["train_ulysses"], errors="coerce").to_numpy(float),
+                         nan=1.0)
+
+
+def ulysses_layout(df: pd.DataFrame, out: pd.DataFrame) -> None:
+    """verl's FSDP workers with `ulysses_sequence_parallel_size` u > 1: the training frame runs
+    cp = u with cp_comm a2a (q, k, v and the output all-to-all'd around attention, heads over
+    the group: verl v0.5.0 verl/utils/ulysses.py gather_seq_scatter_heads /
+    gather_heads_scatter_seq, called from models/transformers/monkey_patch.py), KV heads
+    repeated up to u where fewer (cp_kv_repeat), so data parallelism is train GPUs / (tp x u x
+    pp): verl's FSDP workers build a (dp, sp) device mesh of world / u by u
+    (workers/fsdp_workers.py ulysses_device_mesh) and feed each sp group one data shard."""
+    u = ulysses(df)
+    on = u > 1
+    if not on.any():
+        return
+    cp = out["cp"].to_numpy(float) if "cp" in out else np.ones(len(df))
+    out["cp"] = np.where(on, u, np.nan_to_num(cp, nan=1.0))
+    out["cp_comm"] = np.where(on, "a2a", "ring")
+    out["cp_kv_repeat"] = on
+
+
 def pack_budget(df: pd.DataFrame, b) -> np.ndarray:
-    """Tokens per packed micro-batch: `train_seq_len`, default prompt + max response."""
+    """Tokens per packed micro-batch: `train_seq_len`, default prompt + max response; times
+    the Ulysses size, which verl's dynamic batching multiplies the per-GPU budget by (v0.7.0
+    verl/workers/actor/dp_actor.py L367: max_token_len x ulysses_sequence_parallel_size)."""
     pack = df["train_seq_len"].to_numpy(dtype=float) if "train_seq_len" in df.columns else \
         np.full(len(df), np.nan)
-    return np.where(np.isnan(pack), b.prompt_len + b.response_max, pack)
+    return np.where(np.isnan(pack), b.prompt_len + b.response_max, pack) * ulysses(df)
 
 
 def length_biased(b) -> np.ndarray:
@@ -81,6 +109,7 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
         col = f"train_{f}"
         if col in df.columns and df[col].notna().any():
             out[f] = df[col].to_numpy()
+    ulysses_layout(df, out)
     pack = pack_budget(df, b)
     mean_len = b.prompt_len + b.response_mean
     cp = train_col(out, "cp")

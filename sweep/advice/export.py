@@ -177,6 +177,8 @@ def megatron_args(row) -> list[str]:
     opt("--pipeline-model-parallel-size", d["pp"])
     if d["cp"] > 1:
         opt("--context-parallel-size", d["cp"])
+        if d.get("cp_comm") == "a2a":  # Ulysses: TE AttnFuncWithCPAndQKVOA2A (core_v0.15.3)
+            opt("--cp-comm-type", "a2a")
     if m["experts"] > 0:
         opt("--expert-model-parallel-size", d["ep"])
         if d.get("etp"):
@@ -602,7 +604,9 @@ DEEPSPEED_SOURCE = "microsoft/DeepSpeed 38327e07f (runtime/constants.py, zero/co
 def deepspeed_config(row) -> dict:
     """A DeepSpeed config (JSON) for the configuration: batch sizes, bf16, the ZeRO stage with
     its default buckets, AutoTP size (keys as in sweep/advice/data/known_flags/deepspeed.tsv). Pipeline
-    stages are set in code (deepspeed.pipe.PipelineModule(num_stages=pp)), not in the JSON."""
+    stages are set in code (deepspeed.pipe.PipelineModule(num_stages=pp)), not in the JSON, and so
+    is Ulysses sequence parallelism (cp > 1, cp_comm a2a: deepspeed/sequence/layer.py
+    DistributedAttention wraps the attention with a sequence process group of cp ranks)."""
     d = config_of(row)
     dp, zero = d["dp"], d.get("zero", 0)
     accum = d["global_batch"] // (dp * d["micro_batch"])

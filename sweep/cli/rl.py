@@ -31,7 +31,10 @@ def _describe(row) -> str:
             f"pp{int(row['rollout_pp'])} x {int(row['replicas'])} replicas, "
             f"gpu_memory_utilization {row['gpu_memory_utilization']:.2f}; training "
             f"tp{int(row['train_tp'])} pp{int(row['train_pp'])} cp{int(row['train_cp'])} "
-            f"recompute {row['train_recompute']}")
+            + (f"ulysses{int(row['train_ulysses'])} "
+               if row.get("train_ulysses", 1) == row.get("train_ulysses", 1)
+               and row.get("train_ulysses", 1) > 1 else "")
+            + f"recompute {row['train_recompute']}")
 
 
 def _text(row) -> str:

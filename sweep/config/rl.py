@@ -135,6 +135,9 @@ class Parallel(_S):
     recompute: Literal["none", "selective", "full"] = "full"
     zero: int = Field(1, ge=0, le=3)
     sequence_parallel: bool = True
+    # verl's FSDP workers: Ulysses sequence parallelism (actor/ref
+    # ulysses_sequence_parallel_size); the training layout's cp with cp_comm a2a
+    ulysses: int = Field(1, gt=0)
 
 
 class Placement(_S):
@@ -159,7 +162,8 @@ class RLSearch(_S):
 # fields a space may vary, and the run-file place each one comes from
 SPACE_AXES = ("placement", "rollout_gpus", "asynchrony", "staleness", "rollout_tp",
               "rollout_pp", "gpu_memory_utilization", "train_tp", "train_pp", "train_cp",
-              "train_micro_batch", "train_recompute", "offload_optimizer", "mini_batches")
+              "train_micro_batch", "train_recompute", "offload_optimizer", "mini_batches",
+              "train_ulysses")
 
 
 class RLConfig(_S):
@@ -240,7 +244,7 @@ class RLConfig(_S):
                   "critic_micro_batch_seqs", "critic_remove_padding", "critic_seq_len"):
             row[f] = getattr(self.train, f)
         for f in ("tp", "pp", "cp", "ep", "etp", "micro_batch", "recompute", "zero",
-                  "sequence_parallel"):
+                  "sequence_parallel", "ulysses"):
             row[f"train_{f}"] = getattr(self.parallel, f)
         return row
 
@@ -256,6 +260,8 @@ class RLConfig(_S):
             rows.append(row)
         df = pd.DataFrame(rows)
         df["train_sequence_parallel"] = df["train_sequence_parallel"] & (df["train_tp"] > 1)
+        # Ulysses (verl FSDP) and Megatron's cp are two trainers' layouts: never both
+        df = df[~((df["train_ulysses"] > 1) & (df["train_cp"] > 1))].copy()
         # colocated rows ignore the GPU split: one row per distinct configuration
         df.loc[df["placement"] == "colocated", "rollout_gpus"] = 0
         # split rows keep their training states on their own GPUs: nothing to offload
@@ -284,6 +290,12 @@ def parse_rl(data: dict, path=None) -> RLConfig:
         raise ConfigError(str(exc).splitlines()[0]) from None
     if cfg.response_len.max is not None and cfg.response_len.max < cfg.response_len.mean:
         raise ConfigError("response_len: max must be >= mean")
+    ulysses = max([cfg.parallel.ulysses, *(cfg.space or {}).get("train_ulysses", [1])])
+    if ulysses > 1 and (cfg.train.rl_framework != "verl" or cfg.parallel.zero < 3):
+        raise ConfigError("parallel.ulysses: Ulysses sequence parallelism is verl's FSDP "
+                          "workers' (needs train.rl_framework verl and parallel.zero 3)")
+    if cfg.parallel.ulysses > 1 and cfg.parallel.cp > 1:
+        raise ConfigError("parallel.ulysses: set ulysses (verl FSDP) or cp (Megatron), not both")
     if cfg.name is None and path is not None:
         from pathlib import Path
 

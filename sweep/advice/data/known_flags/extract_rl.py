@@ -2,6 +2,8 @@
 
     git --git-dir VERL_GIT show v0.7.0:verl/trainer/config/_generated_ppo_megatron_trainer.yaml > verl.yaml
     python sweep/advice/data/known_flags/extract_rl.py verl verl.yaml > sweep/advice/data/known_flags/verl.tsv
+    git --git-dir VERL_GIT show v0.7.0:verl/trainer/config/_generated_ppo_trainer.yaml > verl_fsdp.yaml
+    python sweep/advice/data/known_flags/extract_rl.py verl_fsdp verl_fsdp.yaml > sweep/advice/data/known_flags/verl_fsdp.tsv
     git --git-dir NEMO_RL_GIT show v0.7.0:examples/configs/grpo_math_1B.yaml > nemo.yaml
     python sweep/advice/data/known_flags/extract_rl.py nemo_rl nemo.yaml > sweep/advice/data/known_flags/nemo_rl.tsv
 
@@ -15,6 +17,9 @@ import yaml
 HEADERS = {
     "verl": "# verl Hydra config keys (dotted), from verl/trainer/config/_generated_ppo_megatron_trainer.yaml\n"
             "# repository volcengine/verl, ref v0.7.0, commit f9c855f7cf04d603c9546bc01776c74806a879c1",
+    "verl_fsdp": "# verl Hydra config keys (dotted) of the FSDP workers' trainer, from\n"
+                 "# verl/trainer/config/_generated_ppo_trainer.yaml\n"
+                 "# repository volcengine/verl, ref v0.7.0, commit f9c855f7cf04d603c9546bc01776c74806a879c1",
     "nemo_rl": "# NeMo RL GRPO config keys (dotted), from examples/configs/grpo_math_1B.yaml (the base config\n"
                "# the other GRPO configs inherit through `defaults`)\n"
                "# repository NVIDIA-NeMo/RL, ref v0.7.0, commit 81aa43dda4765b0429cf31dab44441e4e4383911",
