@@ -34,3 +34,33 @@ def isolated_profiles(tmp_path, monkeypatch):
     profiles.deactivate()
     yield
     profiles.deactivate()
+
+
+RL_EXAMPLE = "search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml"
+
+
+@pytest.fixture
+def rl_rollout_flag(tmp_path, capsys):
+    """For a `rollout:` flag of the RL run file: (generation seconds of the shipped example,
+    with the flag set, and the one-line error `sweep simulate` gives when the flag is set on
+    an SGLang rollout, which none of these vLLM flags applies to)."""
+    import yaml
+
+    import sweep
+    from sweep.cli.main import main
+
+    def run(flag: str, value=True):
+        src = yaml.safe_load(open(RL_EXAMPLE))
+        base = sweep.simulate(RL_EXAMPLE).gen_time_s.iloc[0]
+        src["rollout"][flag] = value
+        f = tmp_path / f"{flag}.yaml"
+        f.write_text(yaml.safe_dump(src))
+        flagged = sweep.simulate(str(f)).gen_time_s.iloc[0]
+        src["rollout"]["engine"] = "sglang"
+        f.write_text(yaml.safe_dump(src))
+        capsys.readouterr()
+        rc = main(["simulate", str(f)])
+        err = capsys.readouterr().err.strip().splitlines()
+        return base, flagged, rc, err
+
+    return run

@@ -76,21 +76,7 @@ def test_table_rows_state_the_engine_and_say_why():
     assert cmp.imputed[blank_vllm.to_numpy()].str.contains("vLLM engine V1").all()
 
 
-def test_run_file_flag_and_its_one_line_error(tmp_path, capsys):
-    import yaml
-
-    import sweep
-    from sweep.cli.main import main
-
-    src = yaml.safe_load(open("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml"))
-    one = sweep.simulate("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml")
-    src["rollout"]["vllm_v0"] = True
-    f = tmp_path / "v0.yaml"
-    f.write_text(yaml.safe_dump(src))
-    assert sweep.simulate(str(f)).gen_time_s.iloc[0] > one.gen_time_s.iloc[0]
-    src["rollout"]["engine"] = "sglang"
-    f.write_text(yaml.safe_dump(src))
-    capsys.readouterr()
-    assert main(["simulate", str(f)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "vllm_v0" in err[0]
+def test_run_file_flag_and_its_one_line_error(rl_rollout_flag):
+    base, flagged, rc, err = rl_rollout_flag("vllm_v0")
+    assert flagged > base
+    assert rc == 2 and len(err) == 1 and "vllm_v0" in err[0]

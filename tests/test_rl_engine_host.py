@@ -87,21 +87,7 @@ def test_async_scheduling_moves_v1_from_adding_to_overlapping():
     assert h[0] == h[1] > 0
 
 
-def test_run_file_async_scheduling_and_its_one_line_error(tmp_path, capsys):
-    import yaml
-
-    import sweep
-    from sweep.cli.main import main
-
-    src = yaml.safe_load(open("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml"))
-    one = sweep.simulate("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml")
-    src["rollout"]["async_scheduling"] = True
-    f = tmp_path / "async.yaml"
-    f.write_text(yaml.safe_dump(src))
-    assert sweep.simulate(str(f)).gen_time_s.iloc[0] < one.gen_time_s.iloc[0]
-    src["rollout"]["engine"] = "sglang"
-    f.write_text(yaml.safe_dump(src))
-    capsys.readouterr()
-    assert main(["simulate", str(f)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "async_scheduling" in err[0]
+def test_run_file_async_scheduling_and_its_one_line_error(rl_rollout_flag):
+    base, flagged, rc, err = rl_rollout_flag("async_scheduling")
+    assert flagged < base
+    assert rc == 2 and len(err) == 1 and "async_scheduling" in err[0]

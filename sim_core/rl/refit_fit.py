@@ -108,23 +108,33 @@ def write(res: dict) -> None:
     inputs.store_constants({k: f"{res[k]:.3g}" for k in ("controller_entry_s", "tensor_s")})
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def fit_cli(argv, doc: str, points, fit, headline, row_line, store) -> int:
+    """The command line of a refit fit on published points: print the fit and each point's
+    error; with --write, `store(res)` in catalogs/rl.yaml (shared with verl_refit_fit.py)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="store the fit in catalogs/rl.yaml")
     args = ap.parse_args(argv)
     pts = points()
     res = fit(pts)
-    print(f"controller_entry_s = {res['controller_entry_s'] * 1e6:.2f} us, "
-          f"tensor_s = {res['tensor_s'] * 1e3:.3f} ms (fitted on {len(pts)} points)")
+    print(f"{headline(res)} (fitted on {len(pts)} points)")
     for i, r in pts.iterrows():
         err = res["pred"][i] / res["measured"][i] - 1
-        print(f"  {r['point']:<20} tensors {res['tensors'][i]:>7.0f}  entries "
-              f"{res['entries'][i]:>12.3g}  base {res['base'][i]:5.1f} s  predicted "
-              f"{res['pred'][i]:6.1f} s  measured {res['measured'][i]:5.0f} s  ({err:+.0%})")
+        print(f"  {row_line(r, res, i)}  predicted {res['pred'][i]:6.1f} s  measured "
+              f"{res['measured'][i]:5.0f} s  ({err:+.0%})")
     if args.write:
-        write(res)
+        store(res)
         print("written to catalogs/rl.yaml refit")
     return 0
+
+
+def main(argv=None) -> int:
+    return fit_cli(
+        argv, __doc__, points, fit,
+        lambda res: (f"controller_entry_s = {res['controller_entry_s'] * 1e6:.2f} us, "
+                     f"tensor_s = {res['tensor_s'] * 1e3:.3f} ms"),
+        lambda r, res, i: (f"{r['point']:<20} tensors {res['tensors'][i]:>7.0f}  entries "
+                           f"{res['entries'][i]:>12.3g}  base {res['base'][i]:5.1f} s"),
+        write)
 
 
 if __name__ == "__main__":

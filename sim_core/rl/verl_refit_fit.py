@@ -18,14 +18,13 @@ point walks half the keys and takes two thirds of the time, which a cost per key
 
 from __future__ import annotations
 
-import argparse
 import sys
 from importlib import resources
 
 import numpy as np
 import pandas as pd
 
-from . import inputs, weight_sync
+from . import inputs, refit_fit, weight_sync
 
 POINTS = "data/rl/refit_published_verl.csv"
 
@@ -61,22 +60,12 @@ def fit(pts: pd.DataFrame) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--write", action="store_true", help="store the fit in catalogs/rl.yaml")
-    args = ap.parse_args(argv)
-    pts = points()
-    res = fit(pts)
-    print(f"verl_key_s = {res['verl_key_s'] * 1e3:.2f} ms per Megatron key "
-          f"(fitted on {len(pts)} points)")
-    for i, r in pts.iterrows():
-        err = res["pred"][i] / res["measured"][i] - 1
-        print(f"  {r['point']:<24} keys {res['keys'][i]:>6.0f}  priced without it "
-              f"{res['base'][i]:5.1f} s  predicted {res['pred'][i]:6.1f} s  measured "
-              f"{res['measured'][i]:5.0f} s  ({err:+.0%})")
-    if args.write:
-        inputs.store_constants({"verl_key_s": f"{res['verl_key_s']:.3g}"})
-        print("written to catalogs/rl.yaml refit")
-    return 0
+    return refit_fit.fit_cli(
+        argv, __doc__, points, fit,
+        lambda res: f"verl_key_s = {res['verl_key_s'] * 1e3:.2f} ms per Megatron key",
+        lambda r, res, i: (f"{r['point']:<24} keys {res['keys'][i]:>6.0f}  priced without it "
+                           f"{res['base'][i]:5.1f} s"),
+        lambda res: inputs.store_constants({"verl_key_s": f"{res['verl_key_s']:.3g}"}))
 
 
 if __name__ == "__main__":
