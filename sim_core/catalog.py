@@ -741,11 +741,39 @@ def gemm_ceilings() -> dict:
     return out
 
 
+ATTENTION_LEVELS_FILE = "data/kernels/published/attention_gpu_levels.csv"
+
+
+@functools.lru_cache(maxsize=None)
+def attention_scales() -> dict:
+    """{gpu: {"fa2": s, "fa3": s}}: how much higher a fraction of its own bf16 peak flash
+    attention reaches on a GPU with a published level (data/kernels/published/
+    attention_gpu_levels.csv, rows `use == level`, each cited) than on H100/H200, where the
+    compute model's curves were measured: the published TFLOP/s over the GPU's dense peak,
+    divided by the family's Hopper kernel-level maximum (`ref_level`). A part whose tensor
+    rate per SM is cut (H20: 148 TFLOP/s on 78 SMs, a quarter of H100's per SM) keeps the
+    units that run attention's softmax, so attention loses less to them than on H100."""
+    import io
+    from importlib import resources
+
+    import pandas as pd
+
+    text = resources.files("sim_core").joinpath(ATTENTION_LEVELS_FILE).read_text()
+    df = pd.read_csv(io.StringIO(text), comment="#")
+    out: dict = {}
+    for r in df[df["use"] == "level"].itertuples():
+        spec = get_gpu(r.gpu)
+        frac = float(r.tflops) / peak_tflops(spec, "bf16")
+        out.setdefault(spec.name, {})[r.kernel] = round(frac / float(r.ref_level), 4)
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def _gpu_table():
     import pandas as pd
 
     ceilings = gemm_ceilings()
+    attn = attention_scales()
     rows = []
     for name, g in _gpus().items():
         c = default_cluster_for_gpu(name)
@@ -766,6 +794,9 @@ def _gpu_table():
             mesh_links=g.mesh_links, rocm=g.vendor == "amd",
             gemm_max_bf16=ceilings.get(name, {}).get("bf16", 0.0),
             gemm_max_fp8=ceilings.get(name, {}).get("fp8", 0.0),
+            # flash attention's level relative to Hopper's curves (attention_scales; 1 = none)
+            attn_scale_fa2=attn.get(name, {}).get("fa2", 1.0),
+            attn_scale_fa3=attn.get(name, {}).get("fa3", 1.0),
             price_per_hour=g.price_per_hour, tdp_w=g.tdp_w,
             default_cluster=c.name, gpus_per_node=c.gpus_per_node,
             nics_per_node=c.nics_per_node, nic_bw_gbs=c.nic_bw_gbs,
@@ -779,7 +810,8 @@ def gpu_table():
     no FP8; see has_fp8), peak_tf32, peak_fp32, hbm_gib, hbm_bw_gbs, sm_count, sm_arch,
     nvlink_bw_gbs, nvls, mesh_links, rocm (an AMD part: ROCm/RCCL), price_per_hour, tdp_w,
     gemm_max_bf16 / gemm_max_fp8 (measured GEMM ceiling as a fraction of peak, from
-    data/kernels/gemm_ceilings.csv; 0 where none is stored), and from the GPU's default cluster:
+    data/kernels/gemm_ceilings.csv; 0 where none is stored), attn_scale_fa2 / attn_scale_fa3
+    (attention_scales; 1 where none is published), and from the GPU's default cluster:
     default_cluster, gpus_per_node, nics_per_node, nic_bw_gbs, intra_latency_us,
     inter_latency_us. Returns a copy (safe to modify)."""
     return _gpu_table().copy()

@@ -19,6 +19,7 @@ GPU_FIELDS = (
     "nvlink_bw_gbs", "mesh_links", "rocm", "gemm_max_bf16", "gemm_max_fp8",
     "nvls", "price_per_hour", "tdp_w",
     "peak_nvfp4", "peak_mxfp4",  # FP4 training (sim_core/fp4.py)
+    "attn_scale_fa2", "attn_scale_fa3",  # published attention levels (catalog.attention_scales)
 )
 # Network defaults that a row may override (0 = use the GPU's default cluster).
 NET_DEFAULTS = ("nics_per_node", "nic_bw_gbs", "intra_latency_us", "inter_latency_us")

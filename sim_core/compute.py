@@ -226,10 +226,25 @@ def attention_efficiency(b: Batch, direction: str, keys=None) -> np.ndarray:
     tiles = (b.micro_batch * np.maximum(b.heads / b.tp, 1.0)
              * np.ceil(np.maximum(b.seq_len / b.cp, 1.0) / ATTN_TILE))
     seq = b.seq_len if keys is None else keys
-    return attention_curve(tiles, seq, pick(f"attn_{direction}"),
-                           pick(f"attn_seq_half_{direction}"),
-                           pick(f"attn_tiles_half_{direction}")) * head_dim_factor(
-                               attention_head_dim(b), pick("attn_head_dim_half"))
+    eff = attention_curve(tiles, seq, pick(f"attn_{direction}"),
+                          pick(f"attn_seq_half_{direction}"),
+                          pick(f"attn_tiles_half_{direction}")) * head_dim_factor(
+                              attention_head_dim(b), pick("attn_head_dim_half"))
+    return _gpu_attention_scale(b, code, eff)
+
+
+def _gpu_attention_scale(b: Batch, code: np.ndarray, eff: np.ndarray) -> np.ndarray:
+    """The curve scaled by the GPU's published attention level where it has one
+    (attn_scale_fa2 / attn_scale_fa3, catalog.attention_scales: H20), at most the peak; the
+    curves themselves were measured on H100/H200. Other families and GPUs: unchanged."""
+    s2, s3 = b.get("attn_scale_fa2"), b.get("attn_scale_fa3")
+    if s2 is None or s3 is None:
+        return eff
+    s = np.where(code == ATTENTION_KERNEL.index("fa2"), s2,
+                 np.where(code == ATTENTION_KERNEL.index("fa3"), s3, 1.0))
+    if np.all(s == 1.0):
+        return eff
+    return np.minimum(eff * s, 1.0)
 
 
 # Memory passes over the s x s scores of the unfused attention, beyond its two batched GEMMs
@@ -437,6 +452,7 @@ STAGE_INPUTS = (
     "framework", "loss_impl",
     "sliding_window", "window_attn_skip_freq", "attention_dropout", "moe_dispatcher",
     "peak_nvfp4", "peak_mxfp4", "fp8_weight_cache", "fp8_param_gather",
+    "attn_scale_fa2", "attn_scale_fa3",
 )
 
 

@@ -210,6 +210,9 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("remove_padding", True), ("micro_batch_seqs", 1),
                    ("logprob_micro_batch_seqs", 0), ("critic_micro_batch_seqs", 0),
                    ("critic_remove_padding", False), ("critic_seq_len", 32768),
+                   # verl's log-prob token budget (log_prob_max_token_len_per_gpu; blank: the
+                   # update's train_seq_len, verl.py logprob_budget)
+                   ("logprob_seq_len", np.nan),
                    # generation rounds a run states (DAPO dynamic sampling; phases.py)
                    ("gen_rounds", 1), ("max_num_batched_tokens", 0),
                    # the engine's concurrent-sequence cap a recipe sets (vLLM max_num_seqs,

@@ -146,6 +146,11 @@ RL_COLUMNS = {
     # and `critic.ppo_max_token_len_per_gpu` (critic/critic.yaml: 32768)
     "critic_remove_padding": False,
     "critic_seq_len": 32768,
+    # verl's log-prob token budget per GPU (`rollout.` / `ref.log_prob_max_token_len_per_gpu`,
+    # dynamic batching): NaN = the update's (`train_seq_len`, actor
+    # `ppo_max_token_len_per_gpu`), as verl v0.7.0's config defaults it
+    # (`${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}`)
+    "logprob_seq_len": float("nan"),
 }
 
 

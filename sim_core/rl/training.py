@@ -85,6 +85,17 @@ def pack_budget(df: pd.DataFrame, b) -> np.ndarray:
     return np.where(np.isnan(pack), b.prompt_len + b.response_max, pack) * ulysses(df)
 
 
+def logprob_budget(df: pd.DataFrame, b) -> np.ndarray:
+    """Tokens per packed micro-batch of verl's log-prob passes: `logprob_seq_len`
+    (`log_prob_max_token_len_per_gpu`) where stated, else the update's `pack_budget` (verl
+    v0.7.0 defaults the log-prob budget to `ppo_max_token_len_per_gpu`); times the Ulysses
+    size as the update's (v0.7.0 dp_actor.py `compute_log_prob` L367: `max_token_len x
+    ulysses_sequence_parallel_size`, fsdp_workers.py L1015 passing
+    `log_prob_max_token_len_per_gpu` as `max_token_len`)."""
+    own = b.logprob_seq_len if "logprob_seq_len" in b else np.full(len(df), np.nan)
+    return np.where(own > 0, own * ulysses(df), pack_budget(df, b))
+
+
 def length_biased(b) -> np.ndarray:
     """E[L^2] / E[L] of prompt + response, the prompt at its mean."""
     p = generation.truncated_fraction(b)
@@ -231,7 +242,8 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     values = lp_pass * (b.algorithm == 2)  # PPO critic values
     old = lp_pass + vm["log_prob_s"]
     # verl's FSDP workers: their own micro-batches, padding, critic and host moves (verl.py)
-    v = verl.phases(df, b, tf, dp, pcie, budget, gather_share, profile)
+    v = verl.phases(df, b, tf, dp, pcie, budget, gather_share, profile,
+                    logprob_budget=logprob_budget(df, b))
     on = v["on"]
     old = np.where(on, v["old_log_prob_s"], old)
     ref = np.where(on, v["ref_s"], ref)

@@ -14,7 +14,10 @@ from that code, nothing is fitted on the validation rows.
    `ceil(effective tokens / max_token_len)` micro-batches (effective = the attention mask's
    sum, whatever the padding). Without it, `batch.split(micro_batch_size_per_gpu)`:
    `micro_batch_seqs` sequences per micro-batch (`ppo_micro_batch_size_per_gpu`; the log-prob
-   passes `log_prob_micro_batch_size_per_gpu`, `logprob_micro_batch_seqs`).
+   passes `log_prob_micro_batch_size_per_gpu`, `logprob_micro_batch_seqs`). The budgets are
+   the update's `ppo_max_token_len_per_gpu` (`train_seq_len`) and the log-prob passes' own
+   `log_prob_max_token_len_per_gpu` (`logprob_seq_len`, defaulting to the update's), each
+   times the Ulysses size (v0.7.0 dp_actor.py L367 and L441).
 2. **Padding.** With `use_remove_padding` the model runs the unpadded tokens (`unpad_input`,
    varlen attention); without it, the `[batch, prompt_max + response_max]` tensor: prompts are
    left-padded to `max_prompt_length` (`RLHFDataset` -> `tokenize_and_postprocess_data`) and
@@ -161,10 +164,12 @@ def _lm_head_step(b, fr: pd.DataFrame, idx: np.ndarray, sim: pd.DataFrame) -> np
 
 
 def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per_s,
-           pack_budget: np.ndarray, gather_share: np.ndarray, profile=None) -> dict:
+           pack_budget: np.ndarray, gather_share: np.ndarray, profile=None,
+           logprob_budget=None) -> dict:
     """Per row, verl's phase seconds where `active` (NaN elsewhere): `old_log_prob_s`,
     `ref_s` (with `ref_stream_s`, its host-to-GPU weight streaming), `values_s` (PPO critic),
-    `update_actor_s`, `update_critic_s`, `host_moves_s` (rule 5, inside those), and `on`."""
+    `update_actor_s`, `update_critic_s`, `host_moves_s` (rule 5, inside those), and `on`.
+    `logprob_budget`: tokens per log-prob micro-batch (rule 1; None = the update's)."""
     n = len(df)
     on = active(b, tf)
     nan = np.full(n, np.nan)
@@ -193,7 +198,8 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     a_real = np.where(packed, biased, real)
     a_scale = np.where(packed, real / np.maximum(biased, 1.0), 1.0)
     frames = {
-        "lp": (all_seqs * a_scale, a_real, a_len, pack_budget, mb_lp),
+        "lp": (all_seqs * a_scale, a_real, a_len,
+               pack_budget if logprob_budget is None else logprob_budget, mb_lp),
         "upd": (mini_seqs * a_scale, a_real, a_len, pack_budget, mb_train),
         "cval": (all_seqs, real, critic_len, b.critic_seq_len, mb_critic),
         "cupd": (mini_seqs, real, critic_len, b.critic_seq_len, mb_critic),

@@ -123,6 +123,9 @@ class Train(_S):
     critic_micro_batch_seqs: int = Field(0, ge=0)
     critic_remove_padding: bool = False
     critic_seq_len: int = Field(32768, gt=0)
+    # verl's log-prob token budget per GPU (rollout/ref log_prob_max_token_len_per_gpu;
+    # blank: seq_len, the update's, as verl defaults it)
+    logprob_seq_len: int | None = Field(None, gt=0)
 
 
 class Parallel(_S):
@@ -232,6 +235,7 @@ class RLConfig(_S):
             "optimizer_cpu_offload": self.train.optimizer_cpu_offload,
             "train_framework": self.train.framework,
             "train_seq_len": self.train.seq_len or float("nan"),
+            "logprob_seq_len": self.train.logprob_seq_len or float("nan"),
             "rl_framework": self.train.rl_framework,
             "logprob_batch_size": self.train.logprob_batch_size,
             "sequence_packing": self.train.sequence_packing,
