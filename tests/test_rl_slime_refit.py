@@ -75,3 +75,15 @@ def test_only_slime_colocated_rows_take_the_slime_walk():
                                 b2.train_gpus, np.ones(1))
     assert ws2["weight_sync_time_s"][0] == ws["weight_sync_time_s"][1]
     assert ws["sync_gather_s"][1] != pytest.approx(out["slime_update_s"][1])
+
+
+def test_slime_reference_pass_restores_two_weight_copies():
+    """slime's train_actor restores the ref copy then the actor copy (pinned host -> device)
+    around the reference pass: 2 x the rank's weights over PCIe with use_ref; none without a
+    reference model or under another framework."""
+    from sim_core.rl import slime_train
+    b = _batch([{}, {"use_ref": False}, {"rl_framework": "nemo_rl"}])
+    pcie = training.pcie_bytes_per_s(b)
+    t = slime_train.ref_swap_seconds(b, np.full(3, 8.0), pcie)
+    assert t[0] == pytest.approx(2 * 8.0 * 2 ** 30 / pcie[0])
+    assert t[1] == 0 and t[2] == 0
