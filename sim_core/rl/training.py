@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import generation, host, moe_host, nemo_rl, skyrl, verl, verl_megatron
+from . import generation, host, moe_host, nemo_rl, skyrl, slime_train, verl, verl_megatron
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 
@@ -238,6 +238,9 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     # verl's Megatron workers load and offload the parameters in each phase (verl_megatron.py)
     vm = verl_megatron.phase_moves(b, tf, sim, pcie)
     update = update + vm["update_s"]
+    # slime: the reference and actor weights restored from host copies around the ref pass
+    ext["ref_swap_s"] = ext["ref_swap_s"] + slime_train.ref_swap_seconds(
+        b, sim["mem_weights"].to_numpy(), pcie)
     ref = (lp_pass + ext["ref_swap_s"]) * b.use_ref + vm["ref_s"]
     values = lp_pass * (b.algorithm == 2)  # PPO critic values
     old = lp_pass + vm["log_prob_s"]

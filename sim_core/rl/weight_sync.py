@@ -23,8 +23,9 @@ import numpy as np
 
 from .. import nccl
 from ..columns import Batch
-from . import megatron_gather
+from . import megatron_gather, slime_refit
 from .inputs import RL_FRAMEWORK, network
+from .training import pcie_bytes_per_s
 
 GIB = 2.0 ** 30
 
@@ -81,6 +82,13 @@ def sync_time(b: Batch, train_tp, train_pp, train_dp_shard, train_ep=None,
                        np.minimum(np.ceil(b.rollout_gpus / b.gpus_per_node) + 1, all_nodes))
     bcast = nccl.collective_time("broadcast", full, members, r_nodes, net)["time_s"]
     transfer = np.where(split, bcast, 0.0)
+    # slime / miles colocated out of a Megatron layout: its own walk (slime_refit.py), from the
+    # host copy of the weights, in buckets through Gloo, Ray and CUDA IPC into SGLang
+    slime = ((b.rl_framework == RL_FRAMEWORK.index("slime")) & (b.placement == 0) & megatron)
+    if slime.any():
+        sr = slime_refit.update_time(b, train_tp * np.ones(n), train_pp * np.ones(n), ep, etp,
+                                     tg * np.ones(n), net, pcie_bytes_per_s(b))
+        gather = np.where(slime, sr["slime_update_s"], gather)
     return {"weight_sync_time_s": gather + transfer + load, "sync_gather_s": gather,
             "sync_transfer_s": transfer, "sync_load_s": load,
             "sync_copy_s": np.where(megatron, mg["copy_s"], 0.0),
