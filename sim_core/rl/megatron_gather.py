@@ -58,7 +58,7 @@ import numpy as np
 
 from .. import compute, nccl
 from .inputs import constants
-from .refit_host import megatron_keys
+from .refit_host import collective_latency, megatron_keys
 
 # The ranks of a PP group are stride = (GPUs of the job) / pp apart (Megatron's rank order puts
 # TP, CP, EP and DP inside a stage)
@@ -92,16 +92,39 @@ def volumes(b, tp, pp, ep, etp, verl) -> dict:
             "received_bytes": full}
 
 
+def fused_qkv_bytes(b) -> np.ndarray:
+    """bf16 bytes of a non-MLA model's fused QKV weights (heads + 2 KV heads of head_dim per
+    layer), which a refit splits into q, k and v with a copy; MLA's projections are split by
+    the DeepSeek converter's own transforms: not counted."""
+    return np.where(b.mla > 0, 0.0,
+                    b.layers * b.hidden * (b.heads + 2 * b.kv_heads) * b.head_dim * 2.0)
+
+
+def copy_seconds(b, nbytes) -> np.ndarray:
+    """Seconds of device copies of `nbytes` (read + write counted by the caller) at HBM
+    bandwidth times the elementwise efficiency."""
+    return nbytes / (b.hbm_bw_gbs * 1e9 * compute._by_arch(b.sm_arch, "elementwise"))
+
+
+def group_nodes(b, tp, pp, ep, etp, train_gpus) -> dict:
+    """Nodes each group of a Megatron layout spans: TP; PP (ranks train_gpus / pp apart);
+    EP (Megatron's expert rank generator, parallel_state.py `expert_decoder_rank_generator`,
+    order tp-ep-dp-pp with tp = ETP: an EP group is ETP x EP consecutive ranks); ETP."""
+    gpn = b.gpus_per_node
+    etp = np.maximum(etp, 1.0)
+    return {"tp": np.maximum(np.ceil(tp / gpn), 1.0),
+            "pp": pp_nodes(b, pp, np.maximum(train_gpus / pp, 1.0)),
+            "ep": np.maximum(np.ceil(ep * etp / gpn), 1.0),
+            "etp": np.maximum(np.ceil(etp / gpn), 1.0)}
+
+
 def copy_bytes(b, tp, etp, nemo) -> np.ndarray:
     """HBM bytes (read + write) one rank copies while converting and packing the gathered
     model (module docstring). nemo: NeMo RL's colocated path; elsewhere verl's cat at TP > 1."""
     full = b.params * 2.0
     routed = b.routed_params * 2.0
     nonexp = full - routed
-    # fused QKV of a non-MLA model: heads + 2 kv heads of head_dim per layer (MLA's
-    # projections are split by the DeepSeek converter's own transforms: not counted)
-    qkv = np.where(b.mla > 0, 0.0,
-                   b.layers * b.hidden * (b.heads + 2 * b.kv_heads) * b.head_dim * 2.0)
+    qkv = fused_qkv_bytes(b)
     dense_fc1 = (b.layers - b.moe_layers) * 2 * b.hidden * b.ffn * 2.0
     nemo_bytes = 2 * (full + qkv + np.where(tp > 1, dense_fc1, 0.0)
                       + np.where(np.maximum(etp, 1.0) > 1, routed * 2.0 / 3.0, 0.0) + full)
@@ -109,22 +132,15 @@ def copy_bytes(b, tp, etp, nemo) -> np.ndarray:
     return np.where(nemo, nemo_bytes, verl_bytes)
 
 
-def _alpha(op, group, nodes, net) -> np.ndarray:
-    """The latency of one collective (a one-byte message), zero for a group of one."""
-    t = nccl.collective_time(op, np.ones(np.shape(group)), np.maximum(group, 1.0),
-                             np.maximum(nodes, 1.0), net)["time_s"]
-    return np.where(group > 1, t, 0.0)
-
-
 def verl_key_chain(b, tp, pp, ep, etp, tp_nodes, p_nodes, ep_nodes, etp_nodes, net):
     """verl's per-key work (module docstring): (collectives, their latency in seconds, the keys
     walked, the fitted host seconds)."""
     non_expert, expert = megatron_keys(b, ep)
     keys = non_expert + expert
-    per_pp = 4 * _alpha("all_gather", pp, p_nodes, net) + 3 * _alpha("broadcast", pp, p_nodes, net)
-    t = (keys * per_pp + non_expert * _alpha("all_gather", tp, tp_nodes, net)
-         + expert * (_alpha("all_gather", ep, ep_nodes, net)
-                     + ep * _alpha("all_gather", etp, etp_nodes, net)))
+    per_pp = 4 * collective_latency("all_gather", pp, p_nodes, net) + 3 * collective_latency("broadcast", pp, p_nodes, net)
+    t = (keys * per_pp + non_expert * collective_latency("all_gather", tp, tp_nodes, net)
+         + expert * (collective_latency("all_gather", ep, ep_nodes, net)
+                     + ep * collective_latency("all_gather", etp, etp_nodes, net)))
     n = keys * 7 * (pp > 1) + non_expert * (tp > 1) + expert * ((ep > 1) + ep * (etp > 1))
     host = np.where(pp > 1, keys * float(constants()["refit"].get("verl_key_s", 0.0)), 0.0)
     return n, t, keys, host
@@ -136,27 +152,19 @@ def gather_time(b, tp, pp, ep, etp, train_gpus, net, verl, nemo_colocated) -> di
     pp = np.maximum(pp, 1.0)
     ep = np.maximum(ep, 1.0)
     v = volumes(b, tp, pp, ep, etp, verl)
-    gpn = b.gpus_per_node
-    tp_nodes = np.maximum(np.ceil(tp / gpn), 1.0)
-    t_tp = nccl.collective_time("all_gather", v["tp_gather_bytes"], tp, tp_nodes, net)["time_s"]
-    stride = np.maximum(train_gpus / pp, 1.0)
-    t_pp = nccl.collective_time("broadcast", v["pp_bcast_bytes"], pp, pp_nodes(b, pp, stride),
-                                net)["time_s"]
-    # Megatron's expert rank generator (parallel_state.py `expert_decoder_rank_generator`,
-    # order tp-ep-dp-pp with tp = ETP): an EP group is ETP x EP consecutive ranks
-    ep_nodes = np.maximum(np.ceil(ep * np.maximum(etp, 1.0) / gpn), 1.0)
-    t_ep = nccl.collective_time("all_gather", v["ep_gather_bytes"], ep, ep_nodes, net)["time_s"]
+    g = group_nodes(b, tp, pp, ep, etp, train_gpus)
     etp1 = np.maximum(etp, 1.0)
-    etp_nodes = np.maximum(np.ceil(etp1 / gpn), 1.0)
-    t_etp = nccl.collective_time("all_gather", v["etp_gather_bytes"], etp1, etp_nodes,
+    t_tp = nccl.collective_time("all_gather", v["tp_gather_bytes"], tp, g["tp"], net)["time_s"]
+    t_pp = nccl.collective_time("broadcast", v["pp_bcast_bytes"], pp, g["pp"], net)["time_s"]
+    t_ep = nccl.collective_time("all_gather", v["ep_gather_bytes"], ep, g["ep"], net)["time_s"]
+    t_etp = nccl.collective_time("all_gather", v["etp_gather_bytes"], etp1, g["etp"],
                                  net)["time_s"]
-    n_coll, t_chain, keys, t_host = verl_key_chain(b, tp, pp, ep, etp1, tp_nodes,
-                                                   pp_nodes(b, pp, stride), ep_nodes,
-                                                   etp_nodes, net)
+    n_coll, t_chain, keys, t_host = verl_key_chain(b, tp, pp, ep, etp1, g["tp"], g["pp"],
+                                                   g["ep"], g["etp"], net)
     t_chain = np.where(verl, t_chain, 0.0)
     t_host = np.where(verl, t_host, 0.0)
     cb = copy_bytes(b, tp, etp, nemo_colocated)
-    t_copy = cb / (b.hbm_bw_gbs * 1e9 * compute._by_arch(b.sm_arch, "elementwise"))
+    t_copy = copy_seconds(b, cb)
     out = {"gather_s": t_tp + t_pp + t_ep + t_etp + t_copy + t_chain + t_host,
            "tp_gather_s": t_tp, "pp_bcast_s": t_pp, "ep_gather_s": t_ep, "copy_s": t_copy,
            "copy_bytes": cb, "verl_chain_s": t_chain, "verl_key_host_s": t_host,

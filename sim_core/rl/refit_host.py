@@ -100,8 +100,10 @@ def megatron_keys(b, ep) -> tuple[np.ndarray, np.ndarray]:
     return non_expert, expert
 
 
-def _alpha(op, group, nodes, net) -> np.ndarray:
-    """The latency of one collective (a one-byte message), zero for a group of one."""
+def collective_latency(op, group, nodes, net) -> np.ndarray:
+    """The latency of one collective (a one-byte message), zero for a group of one: the
+    alpha of the alpha-beta split the refit walks price per key (also megatron_gather.py and
+    slime_refit.py)."""
     t = nccl.collective_time(op, 1.0, np.maximum(group, 1.0), np.maximum(nodes, 1.0), net)["time_s"]
     return np.where(group > 1, t, 0.0)
 
@@ -131,15 +133,15 @@ def host_time(b, dtensor, free_bytes, train_tp, train_pp, train_ep, dp_shard, ne
     gpn = b.gpus_per_node
     # (1) the collective chain per tensor: latency only (bytes are weight_sync.py's)
     non_expert, expert = megatron_keys(b, ep)
-    tp_a = _alpha("all_gather", train_tp, np.ceil(train_tp / gpn), net)
+    tp_a = collective_latency("all_gather", train_tp, np.ceil(train_tp / gpn), net)
     pp_stride = np.maximum(b.train_gpus / np.maximum(train_pp, 1.0), 1.0)
-    pp_a = _alpha("broadcast", train_pp, np.clip(np.ceil(train_pp * pp_stride / gpn), 1.0,
+    pp_a = collective_latency("broadcast", train_pp, np.clip(np.ceil(train_pp * pp_stride / gpn), 1.0,
                                                    train_pp), net)
-    ep_a = _alpha("all_gather", ep, np.ceil(ep * train_tp / gpn), net)
+    ep_a = collective_latency("all_gather", ep, np.ceil(ep * train_tp / gpn), net)
     meg = (non_expert * (tp_a + pp_a)
            + expert * (pp_a + ep_a))  # ETP 1: routed experts are not TP-sharded
     dp_nodes = np.ceil(dp_shard * train_tp / gpn)
-    dt = c["refit_tensors"] * (tp_a + _alpha("all_gather", dp_shard, dp_nodes, net))
+    dt = c["refit_tensors"] * (tp_a + collective_latency("all_gather", dp_shard, dp_nodes, net))
     chain = np.where(dtensor, dt, meg)
     # (2) Python per HF tensor on every worker (in parallel), (3) the controller's entries
     py = c["refit_tensors"] * k["tensor_s"] + c["refit_handles"] * k["ipc_handle_s"]

@@ -51,19 +51,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import compute, nccl
+from .. import nccl
 from .inputs import constants
-from .megatron_gather import pp_nodes
-from .refit_host import hf_tensors, megatron_keys
+from .megatron_gather import copy_seconds, fused_qkv_bytes, group_nodes
+from .refit_host import collective_latency, hf_tensors, megatron_keys
 
 MIB = 2.0 ** 20
-
-
-def _alpha(op, group, nodes, net) -> np.ndarray:
-    """The latency of one collective (a one-byte message), zero for a group of one."""
-    t = nccl.collective_time(op, np.ones(np.shape(group)), np.maximum(group, 1.0),
-                             np.maximum(nodes, 1.0), net)["time_s"]
-    return np.where(group > 1, t, 0.0)
 
 
 def counts(b, ep, buffer_bytes=None) -> dict:
@@ -104,12 +97,8 @@ def update_time(b, tp, pp, ep, etp, train_gpus, net, pcie_bytes_per_s) -> dict:
     etp = np.maximum(etp, 1.0)
     c = counts(b, ep)
     v = volumes(b, tp, pp, ep, etp)
-    gpn = b.gpus_per_node
-    tp_nodes = np.maximum(np.ceil(tp / gpn), 1.0)
-    stride = np.maximum(train_gpus / pp, 1.0)
-    p_nodes = pp_nodes(b, pp, stride)
-    ep_nodes = np.maximum(np.ceil(ep * etp / gpn), 1.0)
-    etp_nodes = np.maximum(np.ceil(etp / gpn), 1.0)
+    g = group_nodes(b, tp, pp, ep, etp, train_gpus)
+    tp_nodes, p_nodes, ep_nodes, etp_nodes = g["tp"], g["pp"], g["ep"], g["etp"]
     h2d = v["h2d_bytes"] / pcie_bytes_per_s
     t_pp = nccl.collective_time("broadcast", v["pp_bcast_bytes"], pp, p_nodes, net)["time_s"]
     t_ep = nccl.collective_time("broadcast", v["ep_bcast_bytes"], ep, ep_nodes, net)["time_s"]
@@ -117,18 +106,17 @@ def update_time(b, tp, pp, ep, etp, train_gpus, net, pcie_bytes_per_s) -> dict:
     t_etp = nccl.collective_time("all_gather", v["etp_gather_bytes"], etp, etp_nodes,
                                  net)["time_s"]
     keys = c["slime_nonexpert_keys"] + c["slime_expert_keys"]
-    chain = (keys * _alpha("broadcast", pp, p_nodes, net)
-             + c["slime_expert_keys"] * (_alpha("broadcast", ep, ep_nodes, net)
-                                         + _alpha("all_gather", etp, etp_nodes, net))
-             + c["slime_nonexpert_keys"] * _alpha("all_gather", tp, tp_nodes, net))
+    chain = (keys * collective_latency("broadcast", pp, p_nodes, net)
+             + c["slime_expert_keys"] * (collective_latency("broadcast", ep, ep_nodes, net)
+                                         + collective_latency("all_gather", etp, etp_nodes, net))
+             + c["slime_nonexpert_keys"] * collective_latency("all_gather", tp, tp_nodes, net))
     # device copies (read + write): the cat of gathered slices, the qkv split, the flatten
     full = b.params * 2.0
     routed = b.routed_params * 2.0
-    qkv = np.where(b.mla > 0, 0.0,
-                   b.layers * b.hidden * (b.heads + 2 * b.kv_heads) * b.head_dim * 2.0)
+    qkv = fused_qkv_bytes(b)
     copy_bytes = 2 * (np.where(tp > 1, full - routed, 0.0) + np.where(etp > 1, routed, 0.0)
                       + qkv + full)
-    t_copy = copy_bytes / (b.hbm_bw_gbs * 1e9 * compute._by_arch(b.sm_arch, "elementwise"))
+    t_copy = copy_seconds(b, copy_bytes)
     rollout_tp = b.rollout_tp * b.rollout_pp
     entries = c["slime_buckets"] + c["slime_hf_tensors"]
     t_entries = entries * 4.0 * rollout_tp * k["controller_entry_s"]
