@@ -238,10 +238,11 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     # verl's Megatron workers load and offload the parameters in each phase (verl_megatron.py)
     vm = verl_megatron.phase_moves(b, tf, sim, pcie)
     update = update + vm["update_s"]
-    # slime: the reference and actor weights restored from host copies around the ref pass
-    ext["ref_swap_s"] = ext["ref_swap_s"] + slime_train.ref_swap_seconds(
+    # the weights swapped for the reference pass: NeMo RL's (nemo_rl.extras) or slime's
+    # restores of its host copies (slime_train.py); zero for the other frameworks
+    ref_swap = ext["ref_swap_s"] + slime_train.ref_swap_seconds(
         b, sim["mem_weights"].to_numpy(), pcie)
-    ref = (lp_pass + ext["ref_swap_s"]) * b.use_ref + vm["ref_s"]
+    ref = (lp_pass + ref_swap) * b.use_ref + vm["ref_s"]
     values = lp_pass * (b.algorithm == 2)  # PPO critic values
     old = lp_pass + vm["log_prob_s"]
     # verl's FSDP workers: their own micro-batches, padding, critic and host moves (verl.py)
@@ -268,7 +269,7 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     return {
         "old_log_prob_time_s": old,
         "ref_time_s": ref,
-        "ref_swap_time_s": ext["ref_swap_s"] * b.use_ref,
+        "ref_swap_time_s": ref_swap * b.use_ref,
         "log_prob_time_s": old + values + ref,
         "values_time_s": values,
         # verl keeps the optimizer on the host until its update (verl.py rule 5): no
