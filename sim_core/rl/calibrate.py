@@ -132,12 +132,19 @@ def report(bench: pd.DataFrame) -> dict:
 TPOT_CONTEXT = 500
 
 
-def _tpot_frame(t: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({"model": t.model, "gpu": t.gpu, "num_gpus": t.tp, "rollout_tp": t.tp,
-                         "prompts_per_step": 1, "prompt_len": TPOT_CONTEXT,
-                         "response_mean": 1, "response_max": 1,
-                         "rollout_precision": t.precision, "rollout_engine": t.engine,
-                         "rollout_logprobs": False})  # serving benchmarks: no logprobs
+def tpot_frame(t: pd.DataFrame, prompt_len) -> pd.DataFrame:
+    """Published latency rows (model, gpu, tp, precision, engine; `vllm_v0` where a table
+    has it) as one-request RL frames whose step `generation.step_time` prices: the decode
+    checks here, the MoE ones and the per-stack fits (calibrate_stacks.py) share it.
+    prompt_len: the prompt tokens, one number or one per row."""
+    df = pd.DataFrame({"model": t.model, "gpu": t.gpu, "num_gpus": t.tp, "rollout_tp": t.tp,
+                       "prompts_per_step": 1, "prompt_len": prompt_len,
+                       "response_mean": 1, "response_max": 1,
+                       "rollout_precision": t.precision, "rollout_engine": t.engine,
+                       "rollout_logprobs": False})  # serving benchmarks: no logprobs
+    if "vllm_v0" in t.columns:
+        df["rollout_vllm_v0"] = t.vllm_v0.astype(bool)
+    return df
 
 
 def load_tpot(path=None) -> pd.DataFrame:
@@ -148,7 +155,7 @@ def leave_one_source_out() -> dict:
     """The two sources, each predicted with the constants fitted on the other alone: the
     TensorRT-LLM throughput rows from a fit on the SGLang/vLLM TPOT rows, and back."""
     bench, t = load(), load_tpot()
-    b = inputs.to_batch(_tpot_frame(t))
+    b = inputs.to_batch(tpot_frame(t, TPOT_CONTEXT))
     conc = (t.rps * t.median_e2e_ms / 1000.0).to_numpy(float)
     ctx = np.full(len(t), float(TPOT_CONTEXT))
     loss = np.empty((len(EFF_GRID), len(OVH_GRID)))
@@ -175,7 +182,7 @@ def tpot_check(path=None) -> pd.DataFrame:
     interleave with decode, so the model (decode only) is expected a little below it."""
     t = load_tpot(path)
     conc = t.rps * t.median_e2e_ms / 1000.0
-    b = inputs.to_batch(_tpot_frame(t))
+    b = inputs.to_batch(tpot_frame(t, TPOT_CONTEXT))
     pred = generation.step_time(b, conc.to_numpy(float), np.full(len(t), float(TPOT_CONTEXT)),
                                 generation.decode_constants()) * 1e3
     return t.assign(batch=conc.round(1), pred_tpot_ms=pred.round(2),
@@ -190,11 +197,7 @@ def load_moe_tpot(path=None) -> pd.DataFrame:
 def _moe_step_ms(t: pd.DataFrame, xnode_s=None) -> np.ndarray:
     """Predicted decode step (ms) of each MoE TPOT row at its concurrency; each request's
     cache holds its prompt + half its output."""
-    df = pd.DataFrame({"model": t.model, "gpu": t.gpu, "num_gpus": t.tp, "rollout_tp": t.tp,
-                       "prompts_per_step": 1, "prompt_len": t.isl, "response_mean": 1,
-                       "response_max": 1, "rollout_precision": t.precision,
-                       "rollout_engine": t.engine, "rollout_logprobs": False})
-    b = inputs.to_batch(df)
+    b = inputs.to_batch(tpot_frame(t, t.isl))
     k = generation.decode_constants()
     if xnode_s is not None:
         k["internode_collective_s"] = xnode_s

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .. import catalog
-from . import decode_stacks, generation, inputs
+from . import calibrate, decode_stacks, generation, inputs
 
 OVH_GRID = np.round(np.arange(0.0, 0.0600001, 0.0001), 6)  # s per decode step
 EFF_GRID = np.round(np.arange(0.30, 0.9501, 0.01), 4)
@@ -39,21 +39,9 @@ def load(name: str) -> pd.DataFrame:
     return pd.read_csv(io.StringIO(text), comment="#")
 
 
-def _frame(t: pd.DataFrame) -> pd.DataFrame:
-    """TPOT rows as one-request RL frames (the step itself is priced by step_time)."""
-    df = pd.DataFrame({"model": t.model, "gpu": t.gpu, "num_gpus": t.tp, "rollout_tp": t.tp,
-                       "prompts_per_step": 1, "prompt_len": t.context_tokens,
-                       "response_mean": 1, "response_max": 1,
-                       "rollout_precision": t.precision, "rollout_engine": t.engine,
-                       "rollout_logprobs": False})  # serving benchmarks ask no logprobs
-    if "vllm_v0" in t.columns:
-        df["rollout_vllm_v0"] = t.vllm_v0.astype(bool)
-    return df
-
-
 def step_ms(t: pd.DataFrame, k: dict) -> np.ndarray:
     """Predicted decode step (ms) of each row at its concurrency and context."""
-    b = inputs.to_batch(_frame(t))
+    b = inputs.to_batch(calibrate.tpot_frame(t, t.context_tokens))
     return generation.step_time(b, t.concurrency.to_numpy(float),
                                 t.context_tokens.to_numpy(float), k) * 1e3
 
