@@ -46,14 +46,19 @@ def step_ms(t: pd.DataFrame, k: dict) -> np.ndarray:
                                 t.context_tokens.to_numpy(float), k) * 1e3
 
 
-def fit_overhead(t: pd.DataFrame, eff: float) -> float:
-    """The per-step time on OVH_GRID minimising the mean squared log error of `t`'s rows,
-    the bandwidth fraction held at `eff`."""
+def _overhead_loss(t: pd.DataFrame, eff: float) -> np.ndarray:
+    """Mean squared log error of `t`'s rows at each per-step time of OVH_GRID, the bandwidth
+    fraction held at `eff`."""
     base = step_ms(t, {**generation.decode_constants(), "stacks": [],
                        "hbm_efficiency": eff, "step_overhead_s": 0.0})
     pred = base[None, :] + OVH_GRID[:, None] * 1e3
-    loss = (np.log(pred / t.tpot_ms.to_numpy(float)[None, :]) ** 2).mean(axis=1)
-    return float(OVH_GRID[int(np.argmin(loss))])
+    return (np.log(pred / t.tpot_ms.to_numpy(float)[None, :]) ** 2).mean(axis=1)
+
+
+def fit_overhead(t: pd.DataFrame, eff: float) -> float:
+    """The per-step time on OVH_GRID minimising the mean squared log error of `t`'s rows,
+    the bandwidth fraction held at `eff`."""
+    return float(OVH_GRID[int(np.argmin(_overhead_loss(t, eff)))])
 
 
 def fit_joint(t: pd.DataFrame) -> tuple[float, float, float]:
@@ -61,10 +66,7 @@ def fit_joint(t: pd.DataFrame) -> tuple[float, float, float]:
     meas = t.tpot_ms.to_numpy(float)
     best = (np.inf, 0.0, 0.0)
     for e in EFF_GRID:
-        base = step_ms(t, {**generation.decode_constants(), "stacks": [],
-                           "hbm_efficiency": e, "step_overhead_s": 0.0})
-        pred = base[None, :] + OVH_GRID[:, None] * 1e3
-        loss = (np.log(pred / meas[None, :]) ** 2).mean(axis=1)
+        loss = _overhead_loss(t, e)
         j = int(np.argmin(loss))
         if loss[j] < best[0]:
             best = (loss[j], float(e), float(OVH_GRID[j]))
