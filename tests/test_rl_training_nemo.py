@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim_core.rl import inputs, nemo_rl, training
+from sim_core.rl import inputs, nemo_rl, nemo_rl_host, training
 from sim_core.rl.phases import simulate_rl
 from sim_core.simulate import simulate_frame
 
@@ -61,9 +61,11 @@ def test_fp32_log_softmax_costs_hbm_traffic_per_logit():
     logits = 2048 * (92 + 795) / 8 * 128256  # the rank's tokens, at the mean length
     hbm = b.hbm_bw_gbs[0] * 1e9 * 0.8
     assert ext["update_loss_s"][0] == pytest.approx(64 * logits / hbm, rel=1e-6)
-    # (plus the packed bins' round-robin imbalance per optimizer step: test_rl_training_megatron)
+    # (plus the packed bins' round-robin imbalance per optimizer step: test_rl_training_megatron,
+    # and the loss run one sequence at a time: test_rl_nemo_host)
+    nh = nemo_rl_host.seconds(b, tf, sim, np.array([4096.0]))
     assert r.update_time_s[1] - r.update_time_s[0] == pytest.approx(
-        ext["update_loss_s"][0] + 4 * ext["update_bins_s"][0])
+        ext["update_loss_s"][0] + 4 * ext["update_bins_s"][0] + nh["update_s"][0])
 
 
 def test_fsdp_log_prob_passes_gather_per_log_prob_micro_batch():
