@@ -106,14 +106,15 @@ def experts_hit(b, tokens) -> np.ndarray:
 def expert_gemm_s(b, tokens) -> np.ndarray:
     """GPU seconds of one expert's forward GEMMs (gate, up, down) in the loop."""
     t_e = np.maximum(tokens * b.top_k / np.maximum(b.experts, 1.0), 1.0)
+    ffn = np.maximum(b.expert_ffn, 1.0)   # dense models: 0 (their rows price nothing here)
+    hid = np.maximum(b.hidden, 1.0)
     arch = b.sm_arch
-    eff = compute.gemm_curve(t_e, b.expert_ffn, b.hidden, compute._by_arch(arch, "gemm_max", "bf16"),
-                             compute._by_arch(arch, "gemm_k_half", "bf16"), b.sm_count, True)
-    eff_d = compute.gemm_curve(t_e, b.hidden, b.expert_ffn,
-                               compute._by_arch(arch, "gemm_max", "bf16"),
-                               compute._by_arch(arch, "gemm_k_half", "bf16"), b.sm_count, True)
+    emax = compute._by_arch(arch, "gemm_max", "bf16")
+    k_half = compute._by_arch(arch, "gemm_k_half", "bf16")
+    eff = compute.gemm_curve(t_e, ffn, hid, emax, k_half, b.sm_count, True)
+    eff_d = compute.gemm_curve(t_e, hid, ffn, emax, k_half, b.sm_count, True)
     peak = b.peak_bf16 * 1e12
-    flops = 2.0 * t_e * b.hidden * b.expert_ffn
+    flops = 2.0 * t_e * hid * ffn
     return 2.0 * flops / (peak * np.maximum(eff, 1e-6)) + flops / (peak * np.maximum(eff_d, 1e-6))
 
 
