@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import hf_moe, host, inputs, verl
+from . import fsdp_experts, hf_moe, host, inputs, verl
 
 WEIGHT_BYTES = 4.0   # the fp32 parameter shard FSDP2 keeps (mixed precision casts to bf16)
 GRAD_BYTES = 4.0     # reduce_dtype float32
@@ -148,6 +148,9 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
                                  True)
     moe_upd = hf_moe.pass_seconds(sub, tf_i, up_sim, run_len[idx] * mb_train[idx], nmb["upd"],
                                   ckpt, False)
+    # FSDP2 gathers the experts too, every micro-batch (fsdp_experts.py)
+    moe_lp = moe_lp + fsdp_experts.pass_seconds(sub, tf_i, lp_sim, nmb["lp"], True)
+    moe_upd = moe_upd + fsdp_experts.pass_seconds(sub, tf_i, up_sim, nmb["upd"], False)
     upd = (step - gpu_opt + off["upd_s"] + moe_upd) * minis * epochs
     lp_total = lp + off["lp_s"] + moe_lp
     out["hf_moe_s"] = put(moe_lp * (1 + b.use_ref[idx]) + moe_upd * minis * epochs)

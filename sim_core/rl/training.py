@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import generation, hf_moe, host, moe_host, nemo_rl, skyrl, slime_train, verl, verl_megatron
+from . import fsdp_experts, generation, hf_moe, host, moe_host, nemo_rl, skyrl, slime_train, verl, verl_megatron
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 
@@ -186,7 +186,8 @@ def _grad_fp32(tf: pd.DataFrame) -> np.ndarray:
 
 
 def _nemo_dtensor_moe(b, tf: pd.DataFrame, sim: pd.DataFrame, tok_ratio, gathers) -> dict:
-    """hf_moe's seconds for NeMo RL's DTensor (FSDP2) rows of an MoE model, per optimizer step
+    """hf_moe's and fsdp_experts' seconds for NeMo RL's DTensor (FSDP2) rows of an MoE model,
+    per optimizer step
     of the training frame (`update_s`) and per forward pass over its sequences (`log_prob_s`,
     in log-prob micro-batches of tok_ratio / gathers training micro-batches' tokens); zero
     elsewhere."""
@@ -198,9 +199,11 @@ def _nemo_dtensor_moe(b, tf: pd.DataFrame, sim: pd.DataFrame, tok_ratio, gathers
     m = np.maximum(sim["num_microbatches"].to_numpy(float), 1.0)
     ckpt = verl._checkpointing(tf)
     g = np.maximum(np.asarray(gathers, dtype=float), 1e-9)
-    upd = hf_moe.pass_seconds(b, tf, sim, tok, m, ckpt, False)
-    lp = hf_moe.pass_seconds(b, tf, sim, tok * np.asarray(tok_ratio, dtype=float) / g, m * g,
-                             ckpt, True)
+    ratio = np.asarray(tok_ratio, dtype=float) / g
+    upd = hf_moe.pass_seconds(b, tf, sim, tok, m, ckpt, False) \
+        + fsdp_experts.pass_seconds(b, tf, sim, m, False)
+    lp = hf_moe.pass_seconds(b, tf, sim, tok * ratio, m * g, ckpt, True) \
+        + fsdp_experts.pass_seconds(b, tf, sim, m * g, True, ratio)
     return {"update_s": np.where(on, upd, zero), "log_prob_s": np.where(on, lp, zero)}
 
 

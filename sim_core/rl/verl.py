@@ -71,7 +71,7 @@ import pandas as pd
 
 from .. import compute
 from ..simulate import simulate_frame
-from . import hf_moe, host, nemo_rl
+from . import fsdp_experts, hf_moe, host, nemo_rl
 from .inputs import RL_FRAMEWORK, forward_seconds, fsdp, train_col
 
 # bytes per parameter of the fp32 FSDP shards verl keeps (fsdp_workers.py: actor and critic
@@ -248,6 +248,9 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     lp = lp + hf_moe.pass_seconds(sub, tf_i, sims["lp"], mb_tok["lp"], mbs_of["lp"], ckpt, True)
     upd_step = upd_step + hf_moe.pass_seconds(sub, tf_i, sims["upd"], mb_tok["upd"],
                                               mbs_of["upd"], ckpt, False)
+    # ... and FSDP's gathers of the experts in every micro-batch (fsdp_experts.py)
+    lp = lp + fsdp_experts.pass_seconds(sub, tf_i, sims["lp"], mbs_of["lp"], True)
+    upd_step = upd_step + fsdp_experts.pass_seconds(sub, tf_i, sims["upd"], mbs_of["upd"], False)
     # 7. the host floor: every micro-batch lasts at least the host time of its kernels
     layers = b.layers[idx]
     lp = np.maximum(lp, host.forward_floor(layers, mbs_of["lp"]))
