@@ -67,6 +67,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import compute
+from ..columns import Batch
 from ..moe import table as moe_table
 from .inputs import RL_FRAMEWORK, constants, fsdp
 
@@ -93,6 +94,15 @@ def path(b, tf) -> np.ndarray:
     for fw, version in TRANSFORMERS.items():
         kind = LOOP if int(version.split(".")[0]) < 5 else GROUPED
         out = np.where(moe & (b.rl_framework == RL_FRAMEWORK.index(fw)), kind, out)
+    return out
+
+
+def rows_at(b, idx) -> Batch:
+    """The batch's per-row arrays at rows `idx` (scalars kept): the phases that price a subset
+    of rows hand it to this module."""
+    out = Batch()
+    for k, v in b.items():
+        out[k] = np.asarray(v)[idx] if np.ndim(v) else v
     return out
 
 

@@ -141,7 +141,7 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     minis = b.mini_batches[idx]
     epochs = b.ppo_epochs[idx]
     # the transformers MoE block's expert path (hf_moe.py; transformers 5.8.0: grouped_mm)
-    sub = _rows(b, idx)
+    sub = hf_moe.rows_at(b, idx)
     tf_i = tf.iloc[idx].reset_index(drop=True)
     ckpt = verl._checkpointing(tf_i)
     moe_lp = hf_moe.pass_seconds(sub, tf_i, lp_sim, run_len[idx] * mb_lp[idx], nmb["lp"], ckpt,
@@ -170,11 +170,3 @@ def _reduce_scatter_s(b, idx, shard_params, dp) -> np.ndarray:
     nbytes = shard_params * dp * GRAD_BYTES
     return nccl.collective_time("reduce_scatter", nbytes, dp, nodes, net)["time_s"]
 
-
-def _rows(b, idx):
-    """The batch's per-row arrays at rows `idx` (scalars kept)."""
-    from ..columns import Batch
-    out = Batch()
-    for k, v in b.items():
-        out[k] = np.asarray(v)[idx] if np.ndim(v) else v
-    return out

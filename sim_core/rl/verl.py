@@ -238,8 +238,7 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
         * scale["cupd"]
     # 8. an MoE model's transformers expert path (hf_moe.py: transformers 4.x's per-expert
     # loop, one host sync per expert): zero for dense models
-    from .skyrl import _rows
-    sub = _rows(b, idx)
+    sub = hf_moe.rows_at(b, idx)
     tf_i = tf.iloc[idx].reset_index(drop=True)
     ckpt = _checkpointing(tf)[idx]
     mb_tok = {k: (frames[k][2] * np.maximum(np.round(micro_batching(
