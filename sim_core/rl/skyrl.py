@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import host, inputs, verl
+from . import fsdp_experts, hf_moe, host, inputs, verl
 
 WEIGHT_BYTES = 4.0   # the fp32 parameter shard FSDP2 keeps (mixed precision casts to bf16)
 GRAD_BYTES = 4.0     # reduce_dtype float32
@@ -140,8 +140,20 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     gpu_opt = np.where(b.offload_params[idx] > 0, up_sim["time_optimizer"].to_numpy(), 0.0)
     minis = b.mini_batches[idx]
     epochs = b.ppo_epochs[idx]
-    upd = (step - gpu_opt + off["upd_s"]) * minis * epochs
-    lp_total = lp + off["lp_s"]
+    # the transformers MoE block's expert path (hf_moe.py; transformers 5.8.0: grouped_mm)
+    sub = hf_moe.rows_at(b, idx)
+    tf_i = tf.iloc[idx].reset_index(drop=True)
+    ckpt = verl._checkpointing(tf_i)
+    moe_lp = hf_moe.pass_seconds(sub, tf_i, lp_sim, run_len[idx] * mb_lp[idx], nmb["lp"], ckpt,
+                                 True)
+    moe_upd = hf_moe.pass_seconds(sub, tf_i, up_sim, run_len[idx] * mb_train[idx], nmb["upd"],
+                                  ckpt, False)
+    # FSDP2 gathers the experts too, every micro-batch (fsdp_experts.py)
+    moe_lp = moe_lp + fsdp_experts.pass_seconds(sub, tf_i, lp_sim, nmb["lp"], True)
+    moe_upd = moe_upd + fsdp_experts.pass_seconds(sub, tf_i, up_sim, nmb["upd"], False)
+    upd = (step - gpu_opt + off["upd_s"] + moe_upd) * minis * epochs
+    lp_total = lp + off["lp_s"] + moe_lp
+    out["hf_moe_s"] = put(moe_lp * (1 + b.use_ref[idx]) + moe_upd * minis * epochs)
     out["old_log_prob_s"] = put(lp_total)
     out["ref_s"] = put(lp_total * b.use_ref[idx])
     out["update_s"] = put(upd)
@@ -157,3 +169,4 @@ def _reduce_scatter_s(b, idx, shard_params, dp) -> np.ndarray:
     nodes = np.ceil(dp / np.maximum(b.gpus_per_node[idx], 1.0))
     nbytes = shard_params * dp * GRAD_BYTES
     return nccl.collective_time("reduce_scatter", nbytes, dp, nodes, net)["time_s"]
+

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import (generation, host, moe_host, nemo_rl, nemo_rl_host, skyrl, slime_train, verl,
-               verl_megatron)
+from . import (fsdp_experts, generation, hf_moe, host, moe_host, nemo_rl, nemo_rl_host, skyrl,
+               slime_train, verl, verl_megatron)
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 
@@ -186,6 +186,28 @@ def _grad_fp32(tf: pd.DataFrame) -> np.ndarray:
     return col.where(col.notna(), True).astype(str).str.lower().isin(["true", "1", "1.0"]).to_numpy()
 
 
+def _nemo_dtensor_moe(b, tf: pd.DataFrame, sim: pd.DataFrame, tok_ratio, gathers) -> dict:
+    """hf_moe's and fsdp_experts' seconds for NeMo RL's DTensor (FSDP2) rows of an MoE model,
+    per optimizer step
+    of the training frame (`update_s`) and per forward pass over its sequences (`log_prob_s`,
+    in log-prob micro-batches of tok_ratio / gathers training micro-batches' tokens); zero
+    elsewhere."""
+    on = (b.rl_framework == RL_FRAMEWORK.index("nemo_rl")) & (hf_moe.path(b, tf) > 0)
+    zero = np.zeros(len(tf))
+    if not on.any():
+        return {"update_s": zero, "log_prob_s": zero}
+    tok = tf["seq_len"].to_numpy(float) * tf["micro_batch"].to_numpy(float)
+    m = np.maximum(sim["num_microbatches"].to_numpy(float), 1.0)
+    ckpt = verl._checkpointing(tf)
+    g = np.maximum(np.asarray(gathers, dtype=float), 1e-9)
+    ratio = np.asarray(tok_ratio, dtype=float) / g
+    upd = hf_moe.pass_seconds(b, tf, sim, tok, m, ckpt, False) \
+        + fsdp_experts.pass_seconds(b, tf, sim, m, False)
+    lp = hf_moe.pass_seconds(b, tf, sim, tok * ratio, m * g, ckpt, True) \
+        + fsdp_experts.pass_seconds(b, tf, sim, m * g, True, ratio)
+    return {"update_s": np.where(on, upd, zero), "log_prob_s": np.where(on, lp, zero)}
+
+
 def passes(df: pd.DataFrame, b, profile=None) -> dict:
     """Seconds of the log-prob passes and of the update, and the training peak memory."""
     tf = training_frame(df, b)
@@ -233,10 +255,14 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     # NeMo RL's loss and log-prob collection one sequence at a time: host syncs and the
     # sliced logits' full-size gradients (nemo_rl_host.py)
     nh = nemo_rl_host.seconds(b, tf, sim, budget)
-    lp_pass = (fwd + mh["log_prob_s"]) * b.mini_batches + ext["logprob_loss_s"] \
-        + ext["logprob_bins_s"] + nh["log_prob_s"]
+    # NeMo RL's DTensor worker runs the transformers MoE block (hf_moe.py: v0.3.0 locks
+    # transformers 4.52.4, the per-expert loop); verl's and SkyRL's are priced in their phases
+    hf = _nemo_dtensor_moe(b, tf, sim, tok_ratio, gathers)
+    lp_pass = (fwd + mh["log_prob_s"] + hf["log_prob_s"]) * b.mini_batches \
+        + ext["logprob_loss_s"] + ext["logprob_bins_s"] + nh["log_prob_s"]
     updates = b.mini_batches * b.ppo_epochs
-    update = ((step + mh["update_s"] + ext["update_pad_s"] + ext["update_bins_s"]) * updates
+    update = ((step + mh["update_s"] + hf["update_s"] + ext["update_pad_s"]
+               + ext["update_bins_s"]) * updates
               + (ext["update_loss_s"] + nh["update_s"]) * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
     # verl's Megatron workers load and offload the parameters in each phase (verl_megatron.py)

@@ -53,6 +53,9 @@ from that code, nothing is fitted on the validation rows.
    host time of the kernels it issues: a pass is max(its GPU time, micro-batches x host time
    per micro-batch), an optimizer step max(GPU step, its micro-batches' and the optimizer's
    host time).
+8. **An MoE model's expert path** (`hf_moe.py`): transformers 4.x's `SparseMoeBlock` loops over
+   the experts in Python with a host sync per expert; zero for dense models. (The critic's
+   passes are not given it.)
 
 Each pass is the pre-training simulator's step on a frame of verl's micro-batches: forward
 passes (`compute_log_prob`, `compute_values`) split the GPU's whole batch, an update each
@@ -68,7 +71,7 @@ import pandas as pd
 
 from .. import compute
 from ..simulate import simulate_frame
-from . import host, nemo_rl
+from . import fsdp_experts, hf_moe, host, nemo_rl
 from .inputs import RL_FRAMEWORK, forward_seconds, fsdp, train_col
 
 # bytes per parameter of the fp32 FSDP shards verl keeps (fsdp_workers.py: actor and critic
@@ -233,9 +236,22 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     cval = np.maximum(forward(sims["cval"], g) - head_step[1] / 3.0, 0.0) * scale["cval"]
     cupd_step = np.maximum(sims["cupd"]["step_time_s"].to_numpy() - head_step[0], 0.0) \
         * scale["cupd"]
+    # 8. an MoE model's transformers expert path (hf_moe.py: transformers 4.x's per-expert
+    # loop, one host sync per expert): zero for dense models
+    sub = hf_moe.rows_at(b, idx)
+    tf_i = tf.iloc[idx].reset_index(drop=True)
+    ckpt = _checkpointing(tf)[idx]
+    mb_tok = {k: (frames[k][2] * np.maximum(np.round(micro_batching(
+        frames[k][0], frames[k][1], dyn, frames[k][3], frames[k][4])[0]), 1.0))[idx]
+        for k in ("lp", "upd")}
+    lp = lp + hf_moe.pass_seconds(sub, tf_i, sims["lp"], mb_tok["lp"], mbs_of["lp"], ckpt, True)
+    upd_step = upd_step + hf_moe.pass_seconds(sub, tf_i, sims["upd"], mb_tok["upd"],
+                                              mbs_of["upd"], ckpt, False)
+    # ... and FSDP's gathers of the experts in every micro-batch (fsdp_experts.py)
+    lp = lp + fsdp_experts.pass_seconds(sub, tf_i, sims["lp"], mbs_of["lp"], True)
+    upd_step = upd_step + fsdp_experts.pass_seconds(sub, tf_i, sims["upd"], mbs_of["upd"], False)
     # 7. the host floor: every micro-batch lasts at least the host time of its kernels
     layers = b.layers[idx]
-    ckpt = _checkpointing(tf)[idx]
     lp = np.maximum(lp, host.forward_floor(layers, mbs_of["lp"]))
     upd_step = np.maximum(upd_step, host.update_floor(layers, mbs_of["upd"], ckpt))
     cval = np.maximum(cval, host.forward_floor(layers, mbs_of["cval"]))
