@@ -307,3 +307,36 @@ def test_areal_allocation_mode(cell, want):
 def test_not_an_areal_split_allocation(cell):
     # the colocated (ReaLHF's own generation) and symmetric modes are not a split
     assert rl_table.parse_allocation(cell) is None
+
+
+def test_batch5_rows_read_as_their_sources_write_them():
+    """The rows of the fifth batch (docs/rl.md, 'More published rows (batch 5)') as their
+    sources spell them: approximate seconds and minutes from maintainers' notes ('~252s',
+    '~63 min'), a NeMo RL printout ('35.70s'), a GRPO relative (GSPO), a workstation GPU
+    ('RTX PRO 6000'), and a run's days over its steps (maxrl: ~3 days / 1000 steps)."""
+    t = rl.load()
+    new = t[t.source.isin([
+        "maxrl issue 2 (Qwen3-4B-Base, 32 H200)", "NeMo RL nightly test suites (H100)",
+        "SkyRL GLM-4.7-Flash H200 notes (PR 1280 branch)",
+        "nemo-rl-on-gke (Gemma 3 1B, 8 RTX PRO 6000)",
+        "AI-Hypercomputer gpu-recipes (NeMo RL on A4)"])].reset_index(drop=True)
+    assert len(new) == 8
+    n, notes, reason = rl_table.normalize(new)
+    assert all(r == "" for r in reason)
+    by = {s: n[new.source == s] for s in new.source.unique()}
+    sky = by["SkyRL GLM-4.7-Flash H200 notes (PR 1280 branch)"].iloc[0]
+    assert (sky.step_time_s, sky.gen_time_s, sky.update_actor_time_s,
+            sky.weight_sync_time_s) == (3780.0, 720.0, 2280.0, 10.0)
+    nightly = by["NeMo RL nightly test suites (H100)"]
+    assert sorted(nightly.step_time_s) == [12.0, 13.7, 18.5, 252.0]
+    assert set(nightly.gpu) == {"h100-sxm"}
+    gke = by["nemo-rl-on-gke (Gemma 3 1B, 8 RTX PRO 6000)"].iloc[0]
+    assert gke.gpu == "rtx-pro-6000" and gke.step_time_s == pytest.approx(35.70)
+    assert by["AI-Hypercomputer gpu-recipes (NeMo RL on A4)"].iloc[0].gpu == "b200"
+    maxrl = by["maxrl issue 2 (Qwen3-4B-Base, 32 H200)"].iloc[0]
+    assert maxrl.step_time_s * 1000 / 86400 == pytest.approx(3.0)
+    gspo = int(np.flatnonzero(new.algorithm.eq("gspo"))[0])
+    assert n.algorithm[gspo] == "grpo" and any("priced as GRPO" in x for x in notes[gspo])
+    # every one is priced (the catalog has their models and GPUs)
+    cmp = rl.compare(new)
+    assert cmp.pred_step_s.notna().all() and (cmp.skipped == "").all()

@@ -120,12 +120,17 @@ def test_rl_table_reads_the_new_columns_as_published():
 
     t = rl.load()
     df, _, _ = rl.to_frame(t)
-    # the blog's runs and NeMo RL issue 959's reruns of them
-    nemo = t.source.str.startswith("NeMo RL").to_numpy()
-    assert nemo.sum() == 11 and (df.rl_framework[nemo] == "nemo_rl").all()
-    # marin issue 8653 ran SkyRL's FSDP2 workers (sim_core/rl/skyrl.py)
-    sky = t.source.eq("marin issue 8653").to_numpy()
-    assert (df.rl_framework[sky] == "skyrl").all()
+    # the blog's runs, NeMo RL issue 959's reruns of them, the nightly test suites' runs
+    # (batch 5) and two cloud recipes' NeMo RL runs (batch 5)
+    nemo = (t.source.str.startswith("NeMo RL")
+            | t.source.isin(["nemo-rl-on-gke (Gemma 3 1B, 8 RTX PRO 6000)",
+                             "AI-Hypercomputer gpu-recipes (NeMo RL on A4)"])).to_numpy()
+    assert nemo.sum() == 17 and (df.rl_framework[nemo] == "nemo_rl").all()
+    # marin issue 8653 ran SkyRL's FSDP2 workers (sim_core/rl/skyrl.py); SkyRL's GLM-4.7-Flash
+    # notes its Megatron workers
+    sky = t.source.isin(["marin issue 8653",
+                         "SkyRL GLM-4.7-Flash H200 notes (PR 1280 branch)"]).to_numpy()
+    assert sky.sum() == 2 and (df.rl_framework[sky] == "skyrl").all()
     # the Miles ROCm blog's run, spelled 'miles' in the table (a fork of slime)
     slime = t.source.str.contains("Miles").to_numpy()
     assert slime.sum() == 1 and (df.rl_framework[slime] == "slime").all()
@@ -134,10 +139,15 @@ def test_rl_table_reads_the_new_columns_as_published():
     moe = df.model.eq("qwen3-30b-a3b").to_numpy()
     assert (~df.sequence_packing[moe & nemo].astype(bool)).all()
     assert df.sequence_packing[moe & slime].astype(bool).all()
-    # verl rows run without use_dynamic_bsz where they state a micro-batch (test_rl_verl.py)
+    # verl rows run without use_dynamic_bsz where they state a micro-batch (test_rl_verl.py);
+    # a stated sequence_packing is read as stated (the batch-5 NeMo RL recipes turn it off),
+    # a blank packs
     fixed = pd.to_numeric(t["micro_batch_seqs"]).notna().to_numpy()
-    assert df.sequence_packing[~moe & ~fixed].astype(bool).all()
+    stated = t["sequence_packing"].notna().to_numpy()
+    assert df.sequence_packing[~moe & ~fixed & ~stated].astype(bool).all()
     assert (~df.sequence_packing[fixed].astype(bool)).all()
+    assert (df.sequence_packing[stated].astype(bool)
+            == t.sequence_packing[stated].str.strip().eq("True")).all()
     # spellings as a table might carry them
     t2 = t.copy()
     t2["rl_framework"] = np.where(nemo, "NeMo RL", "")
