@@ -23,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import generation, host, moe_host, nemo_rl, skyrl, slime_train, verl, verl_megatron
+from . import (generation, host, moe_glu, moe_host, nemo_rl, skyrl, slime_train, verl,
+               verl_megatron)
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 
@@ -229,10 +230,13 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     # Megatron-Core's MoE layers sync the host once per layer forward: the host time of a
     # layer beyond its GPU time is paid layer by layer (moe_host.py)
     mh = moe_host.exposed(b, df, tf, sim, tok_ratio, gathers)
-    lp_pass = (fwd + mh["log_prob_s"]) * b.mini_batches + ext["logprob_loss_s"] \
-        + ext["logprob_bins_s"]
+    # the routed experts' activation run eagerly, with wide router probabilities (moe_glu.py)
+    glu = moe_glu.exposed(b, df, tf, sim, tok_ratio)
+    lp_pass = (fwd + mh["log_prob_s"] + glu["log_prob_s"]) * b.mini_batches \
+        + ext["logprob_loss_s"] + ext["logprob_bins_s"]
     updates = b.mini_batches * b.ppo_epochs
-    update = ((step + mh["update_s"] + ext["update_pad_s"] + ext["update_bins_s"]) * updates
+    update = ((step + mh["update_s"] + glu["update_s"] + ext["update_pad_s"]
+               + ext["update_bins_s"]) * updates
               + ext["update_loss_s"] * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
     # verl's Megatron workers load and offload the parameters in each phase (verl_megatron.py)
