@@ -43,9 +43,17 @@ def test_byte_counts_from_the_eager_path():
 
 
 def test_fused_activation_adds_nothing():
-    for over in ({}, {"train_moe_glu_fusion": True}):
+    # stated fused; slime's Qwen3 scripts (bias-SwiGLU fusion on); NeMo's DeepSeek config
+    for over in ({"train_moe_glu_fusion": True}, {"rl_framework": "slime"},
+                 {"model": "deepseek-v3", "train_ep": 8}):
         g, _, _ = _glu(**over)
         assert g["update_s"][0] == 0 and g["log_prob_s"][0] == 0
+
+
+def test_nemo_rl_qwen3_moe_defaults_to_the_eager_activation():
+    blank, _, _ = _glu()
+    stated, _, _ = _glu(train_moe_glu_fusion=False)
+    assert blank["update_s"][0] > 0 and blank["update_s"][0] == stated["update_s"][0]
 
 
 def test_eager_fp64_on_the_nemo_rl_row():
@@ -69,7 +77,7 @@ def test_wider_router_dtype_costs_more_and_nemo_rl_defaults_to_fp64():
     assert s["fp64"] / s["bf16"] == pytest.approx((24 + 76) / (8 + 26))
     blank = _glu(train_moe_glu_fusion=False)[0]["update_s"][0]
     assert blank == s["fp64"]
-    # slime's default is the activations' bf16
+    # slime's default router dtype is the activations' bf16
     assert _glu(train_moe_glu_fusion=False, rl_framework="slime")[0]["update_s"][0] \
         == pytest.approx(s["bf16"])
 
@@ -97,11 +105,12 @@ def test_bad_values_name_the_field():
         moe_glu.prob_bytes(df, b)
     df = pd.DataFrame([{**ROW, "train_moe_glu_fusion": "maybe"}])
     with pytest.raises(catalog.CatalogError, match="train_moe_glu_fusion: 'maybe'"):
-        moe_glu.glu_fused(df)
+        moe_glu.glu_fused(df, inputs.to_batch(df))
 
 
-def test_only_the_stated_rows_of_the_shipped_table_move():
+def test_only_the_nemo_rl_qwen3_moe_row_of_the_shipped_table_moves():
     from sim_core.accuracy import rl
     df, _, _ = rl.to_frame(rl.load())
-    on = ~moe_glu.glu_fused(df)
+    b = inputs.to_batch(df)
+    on = moe_glu.megatron_moe_rows(b, training.training_frame(df, b)) & ~moe_glu.glu_fused(df, b)
     assert np.flatnonzero(on).tolist() == [10]

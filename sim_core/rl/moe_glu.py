@@ -32,10 +32,10 @@ already prices (6 forward, 12 backward): 8 / 26 extra with bf16 probabilities, 1
 fp32, 24 / 76 with fp64. Each count good to about a fifth (no profile); priced at the HBM
 bandwidth times efficiency.yaml's `elementwise` efficiency. A full recompute replays the forward.
 
-Nothing here is fitted. The row states `train_moe_glu_fusion` (blank: fused, the core's
-assumption; no framework default, since NeMo's configs differ by model) and
-`train_moe_router_dtype` (blank: NeMo RL fp64, else the activations' bf16; slime's Qwen3 scripts
-state fp32, which matters only unfused).
+Nothing here is fitted. Optional row columns: `train_moe_glu_fusion` (blank: off for a Qwen3
+MoE model under NeMo RL, whose configs differ by model family, on elsewhere: the core's
+assumption) and `train_moe_router_dtype` (blank: NeMo RL fp64, else the activations' bf16;
+slime's Qwen3 scripts state fp32, which matters only unfused).
 """
 
 from __future__ import annotations
@@ -65,17 +65,25 @@ def eager_bytes(prob_bytes) -> dict:
     return {"fwd": fwd, "bwd": bwd}
 
 
-def glu_fused(df: pd.DataFrame) -> np.ndarray:
-    """`train_moe_glu_fusion` per row: Megatron's bias_activation_fusion, True where blank."""
+def glu_fused(df: pd.DataFrame, b) -> np.ndarray:
+    """`train_moe_glu_fusion` per row (Megatron's bias_activation_fusion); blank: off for a
+    Qwen3 MoE model under NeMo RL (NeMo 33259f25's Qwen3MoEConfig leaves it at Megatron's
+    False), on elsewhere (the core's assumption; NeMo's DeepSeek configs and slime's
+    `--no-bias-swiglu-fusion`-free scripts turn it on)."""
+    model = df["model"].astype(str).str.lower() if "model" in df.columns \
+        else pd.Series("", index=df.index)
+    nemo_qwen3 = ((np.asarray(b.rl_framework) == RL_FRAMEWORK.index("nemo_rl"))
+                  & model.str.contains("qwen3").to_numpy() & (np.asarray(b.experts) > 0))
+    default = ~nemo_qwen3
     if "train_moe_glu_fusion" not in df.columns:
-        return np.ones(len(df), dtype=bool)
+        return default
     col = df["train_moe_glu_fusion"]
-    s = col.astype(object).where(col.notna(), True).astype(str).str.strip().str.lower()
-    bad = ~s.isin(["true", "false", "1", "0", "1.0", "0.0"])
+    s = col.astype(object).where(col.notna(), "").astype(str).str.strip().str.lower()
+    bad = ~s.isin(["", "true", "false", "1", "0", "1.0", "0.0"])
     if bad.any():
         raise catalog.CatalogError(
             f"train_moe_glu_fusion: '{col[bad].iloc[0]}' is not true/false")
-    return s.isin(["true", "1", "1.0"]).to_numpy()
+    return np.where(s.eq("").to_numpy(), default, s.isin(["true", "1", "1.0"]).to_numpy())
 
 
 def prob_bytes(df: pd.DataFrame, b) -> np.ndarray:
@@ -102,7 +110,7 @@ def exposed(b, df: pd.DataFrame, tf: pd.DataFrame, sim: pd.DataFrame, tok_ratio)
     `log_prob_s` (one forward-only pass over the same tokens: `tok_ratio` times the training
     frame's, nemo_rl.dynamic_logprob_ratios). Also `extra_fwd_s`, `extra_bwd_s`: per MoE layer
     and training micro-batch."""
-    on = megatron_moe_rows(b, tf) & ~glu_fused(df)
+    on = megatron_moe_rows(b, tf) & ~glu_fused(df, b)
     extra = eager_bytes(prob_bytes(df, b))
     tp = np.maximum(train_col(tf, "tp"), 1.0)
     cp = np.maximum(train_col(tf, "cp"), 1.0)
