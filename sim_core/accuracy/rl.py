@@ -236,7 +236,10 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    # Megatron-Core MoE kernel settings (sim_core/rl/moe_host.py; blank: the
                    # rows' frameworks' grouped GEMM and permute fusion on, router fusion off)
                    ("train_moe_grouped_gemm", True), ("train_moe_permute_fusion", True),
-                   ("train_moe_router_fusion", False)):
+                   ("train_moe_router_fusion", False),
+                   # the experts' activation fused (Megatron bias_activation_fusion) and the
+                   # router's dtype (sim_core/rl/moe_glu.py; blank: the framework's and model's)
+                   ("train_moe_glu_fusion", np.nan), ("train_moe_router_dtype", np.nan)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import (fsdp_experts, generation, hf_moe, host, moe_host, nemo_rl, nemo_rl_host, skyrl,
-               slime_train, verl, verl_megatron)
+from . import (fsdp_experts, generation, hf_moe, host, moe_glu, moe_host, nemo_rl, nemo_rl_host,
+               skyrl, slime_train, verl, verl_megatron)
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 
@@ -255,13 +255,16 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     # NeMo RL's loss and log-prob collection one sequence at a time: host syncs and the
     # sliced logits' full-size gradients (nemo_rl_host.py)
     nh = nemo_rl_host.seconds(b, tf, sim, budget)
-    # NeMo RL's DTensor worker runs the transformers MoE block (hf_moe.py: v0.3.0 locks
-    # transformers 4.52.4, the per-expert loop); verl's and SkyRL's are priced in their phases
+    # per micro-batch pass, beyond the pre-training step: NeMo RL's DTensor worker runs the
+    # transformers MoE block (hf_moe.py: v0.3.0 locks transformers 4.52.4, the per-expert
+    # loop; verl's and SkyRL's are priced in their phases); the routed experts' activation
+    # run eagerly with wide router probabilities (moe_glu.py)
     hf = _nemo_dtensor_moe(b, tf, sim, tok_ratio, gathers)
-    lp_pass = (fwd + mh["log_prob_s"] + hf["log_prob_s"]) * b.mini_batches \
+    glu = moe_glu.exposed(b, df, tf, sim, tok_ratio)
+    lp_pass = (fwd + mh["log_prob_s"] + hf["log_prob_s"] + glu["log_prob_s"]) * b.mini_batches \
         + ext["logprob_loss_s"] + ext["logprob_bins_s"] + nh["log_prob_s"]
     updates = b.mini_batches * b.ppo_epochs
-    update = ((step + mh["update_s"] + hf["update_s"] + ext["update_pad_s"]
+    update = ((step + mh["update_s"] + hf["update_s"] + glu["update_s"] + ext["update_pad_s"]
                + ext["update_bins_s"]) * updates
               + (ext["update_loss_s"] + nh["update_s"]) * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
