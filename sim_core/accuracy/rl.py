@@ -225,7 +225,7 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    # async run, GPUs per NVLink domain (blank: the GPU's cluster,
                    # inputs.to_batch), the training precision and its FP8 recipe
                    ("rollout_ep", 1), ("partial_rollout", True),
-                   ("use_rollout_log_probs", False), ("spec_tokens", 0),
+                   ("use_rollout_log_probs", False), ("reuse_log_probs", False), ("spec_tokens", 0),
                    ("spec_acceptance", np.nan), ("kv_cache_bytes", 2),
                    ("gpus_per_node", np.nan), ("train_precision", "bf16"),
                    ("train_fp8_recipe", np.nan),
@@ -245,8 +245,21 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
         df["rl_framework"] = (df["rl_framework"].astype(str).str.strip().str.lower()
                               .str.replace(r"[\s-]+", "_", regex=True))
-        # miles (radixark/miles) is a fork of slime with the same Megatron actor
-        df["rl_framework"] = df["rl_framework"].replace({"miles": "slime"})
+        # miles (radixark/miles) is a fork of slime with the same Megatron actor; so is vime
+        # (vllm-project/vime: a snapshot of slime 44d29ee with vLLM rollouts,
+        # SLIME_GAP_ANALYSIS.md at 53a5cb64), which keeps slime's reuse of the training
+        # forward's log-probs (bf9b1a3b, before 44d29ee): set unless the row says otherwise
+        vime = df["rl_framework"].eq("vime").to_numpy()
+        stated = t["reuse_log_probs"].notna().to_numpy() if "reuse_log_probs" in t.columns \
+            else np.zeros(len(t), dtype=bool)
+        for i in np.flatnonzero(vime & ~stated):
+            imputed[i].append("reuse_log_probs=True (vime: slime 44d29ee's "
+                              "can_reuse_log_probs_in_loss)")
+        if "reuse_log_probs" not in df.columns:
+            df["reuse_log_probs"] = False
+        df["reuse_log_probs"] = np.where(vime & ~stated, True,
+                                         df["reuse_log_probs"].to_numpy(dtype=object))
+        df["rl_framework"] = df["rl_framework"].replace({"miles": "slime", "vime": "slime"})
     # Megatron sequence parallelism: stated, else verl's Megatron default (v0.7.0
     # _generated_ppo_megatron_trainer.yaml actor/ref `megatron.sequence_parallel: true`; it
     # acts only with TP > 1), else off (NeMo RL grpo_math_1B.yaml megatron_cfg
@@ -313,7 +326,10 @@ def compare(t: pd.DataFrame) -> pd.DataFrame:
 # critic's passes differently); generation on synchronous rows only, where the column is the
 # rollout itself and not the wait for it
 PHASES = {"generation": "gen_time_s", "log-probs": "log_prob_time_s",
-          "update": "update_time_s"}
+          "update": "update_time_s",
+          # slime's / vime's perf/train_time: the log-prob passes and the update under one
+          # timer (megatron_utils/actor.py train_actor, timer("train"))
+          "train": "train_time_s"}
 
 
 def pred_phases(pred: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
@@ -336,7 +352,8 @@ def _phase_pairs(norm: pd.DataFrame, p: pd.DataFrame, sync: np.ndarray) -> dict:
     meas = {"generation": np.where(sync, col("gen_time_s"), np.nan),
             "log-probs": np.where(no_critic & np.isfinite(olp), olp + np.nan_to_num(ref),
                                   np.nan),
-            "update": np.where(no_critic, col("update_actor_time_s"), np.nan)}
+            "update": np.where(no_critic, col("update_actor_time_s"), np.nan),
+            "train": np.where(no_critic, col("train_time_s"), np.nan)}
     out = {}
     for name, pc in PHASES.items():
         out[f"meas_{pc}"] = meas[name]

@@ -23,7 +23,10 @@ from .. import catalog, model_names
 LENGTH_COLUMNS = ("max_prompt_len", "max_response_or_total_len", "mean_seq_len",
                   "train_seq_len", "critic_seq_len")
 TIME_COLUMNS = ("step_time_s", "gen_time_s", "old_log_prob_time_s", "ref_time_s",
-                "update_actor_time_s", "weight_sync_time_s")
+                "update_actor_time_s", "weight_sync_time_s",
+                # one timer around the log-prob passes and the update (slime's and vime's
+                # perf/train_time: megatron_utils/actor.py train_actor, timer("train"))
+                "train_time_s")
 COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollout_pp",
                  "train_tp", "train_cp", "train_ep", "train_pp", "train_etp",
                  # verl FSDP workers' Ulysses sequence parallel size (sim_core/rl/training.py)
@@ -47,6 +50,8 @@ BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_e
                 # in-flight requests survive a weight sync (NeMo RL async_grpo
                 # `in_flight_weight_updates`, verl fully_async `partial_rollout`)
                 "partial_rollout", "use_rollout_log_probs", "train_sequence_parallel",
+                # the loss reuses the training forward's log-probs (rl/slime_train.py)
+                "reuse_log_probs",
                 # the engine returns the sampled tokens' log-probabilities (sampler cost)
                 "rollout_logprobs",
                 # the rollout engine is vLLM's V0 engine (host cost per running sequence)

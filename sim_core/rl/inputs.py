@@ -63,6 +63,10 @@ RL_COLUMNS = {
     # ray_trainer.py `_process_batch_common` sets old_log_probs = rollout_log_probs unless
     # compute_prox_log_prob)
     "use_rollout_log_probs": False,
+    # the loss reuses the training forward's log-probs when one optimizer step takes the whole
+    # rollout: no old-policy pass (slime bf9b1a3b `can_reuse_log_probs_in_loss`, which vime
+    # carries; rl/slime_train.py reuses_log_probs)
+    "reuse_log_probs": False,
     "rollout_engine": "vllm",
     "rollout_tp": 1,
     "rollout_pp": 1,

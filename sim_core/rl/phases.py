@@ -149,6 +149,9 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
         "log_prob_time_s": lp * keep,
         "values_time_s": tr["values_time_s"] * keep,
         "update_time_s": up * keep,
+        # what slime's (vime's) `perf/train_time` times: timer("train") around the log-prob
+        # passes and the update (slime 44d29ee megatron_utils/actor.py train_actor)
+        "train_time_s": (lp + up) * keep,
         "weight_sync_time_s": sync * keep,
         "offload_time_s": t_off * keep,
         "refit_host_time_s": rh["refit_host_s"] * keep,

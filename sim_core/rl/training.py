@@ -294,6 +294,8 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     update = np.where(son, s["update_s"], update)
     # old log-probs from the rollout engine (verl fully_async use_rollout_log_probs): no pass
     old = np.where(b.use_rollout_log_probs > 0, 0.0, old)
+    # slime's (vime's) loss reusing the training forward's log-probs: no pass (slime_train.py)
+    old = np.where(slime_train.reuses_log_probs(b), 0.0, old)
     # FSDP2 cpu_offload: weights, grads and optimizer states never on the GPU between passes
     on_host = s["states_on_host"]
     state_cols = ("mem_weights", "mem_grads", "mem_optimizer")
