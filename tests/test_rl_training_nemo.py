@@ -134,6 +134,10 @@ def test_rl_table_reads_the_new_columns_as_published():
     # the Miles ROCm blog's run, spelled 'miles' in the table (a fork of slime)
     slime = t.source.str.contains("Miles").to_numpy()
     assert slime.sum() == 1 and (df.rl_framework[slime] == "slime").all()
+    # vime 358's rows: vime is a snapshot of slime 44d29ee, priced as slime (test_rl_vime.py)
+    vime = t.source.str.startswith("vime").to_numpy()
+    assert vime.sum() == 4 and (df.rl_framework[vime] == "slime").all()
+    slime = slime | vime
     assert (df.rl_framework[~nemo & ~sky & ~slime] == "verl").all()
     # NeMo RL's Qwen3-30B-A3B config turns packing off; slime's recipe packs (dynamic batch)
     moe = df.model.eq("qwen3-30b-a3b").to_numpy()
