@@ -402,7 +402,9 @@ def rl_phases_summary(man: dict) -> list[str]:
     return [f"rl_phases ({c.get('timed_rows')} timed RL runs, {c.get('groups')} {c.get('group')} "
             f"groups): {sc}",
             f"  median |step err| white-box {_pct(e.get('before'))} -> in-sample "
-            f"{_pct(e.get('in_sample'))}, leave one {c.get('group')} out {_pct(e.get('cv'))}"]
+            f"{_pct(e.get('in_sample'))}, leave one {c.get('group')} out {_pct(e.get('cv'))}"
+            + ("" if c.get("cv_improves_step", True) else
+               f" (worse than white-box on a {c.get('group')} left out)")]
 
 
 def active_line() -> str | None:

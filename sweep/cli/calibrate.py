@@ -639,6 +639,16 @@ def cmd_rl_runs(args) -> int:
     print(f"  {'leave one ' + group + ' out':<26} {_pct(cal.median_abs('before'))} -> "
           f"{_pct(cal.median_abs('cv'))}  (each {group}'s rows predicted with the scales "
           "fitted on the others)")
+    print("median |phase error| over the rows that state it (white-box -> in-sample -> "
+          f"leave one {group} out):")
+    for ph, e in cal.phase_errors().items():
+        print(f"  {ph:<12} {e['rows']:>4} rows  {_pct(e['before'])} -> {_pct(e['in_sample'])} "
+              f"-> {_pct(e['cv'])}")
+    if not cal.median_abs("cv") < cal.median_abs("before"):
+        print(f"warning: the scales do not lower the step error of a {group} left out "
+              f"({_pct(cal.median_abs('before'))} -> {_pct(cal.median_abs('cv'))}): the rows' "
+              "phases disagree across groups (several frameworks or clusters?); --rows can "
+              "select one (e.g. \"rl_framework == 'nemo_rl'\")")
     print(f"by {group} (rows: white-box -> left out):")
     for r in cal.by_group().itertuples():
         print(f"  {str(r.group)[:60]:<60} {r.rows:>3}: {_pct(r.before)} -> {_pct(r.cv_after)}")
