@@ -7,10 +7,9 @@ and URL per row) and the published excerpts under tests/data/rl_tables/ (README 
 recovery tests rewrite one measured phase of the real rows to a known multiple of the
 prediction, standing for a cluster that runs that phase slower in a known way."""
 
+import json
 from importlib import resources
 from pathlib import Path
-
-import json
 
 import numpy as np
 import pandas as pd
