@@ -232,6 +232,10 @@ def activate(name_or_path) -> dict:
                                    "size by an older sweep; run `sweep calibrate runs` again")
             terms.set_residual(residual_fit.hook(residual_fit.load(d / res["file"]),
                                                  res["range"], comps["runs"]["terms"]))
+    if "rl_phases" in comps:  # RL phase scales (sweep calibrate rl-runs): simulate_rl only
+        from .rl import phases as rl_phases
+
+        rl_phases.set_phase_scales(comps["rl_phases"]["scales"])
     _active = {"dir": d, "version": man.get("version"), "manifest": man}
     return man
 
@@ -253,6 +257,9 @@ def deactivate() -> None:
     risk.set_calibrated_sigma(None)
     overlap.set_model(None)
     nccl.set_calibration(None)
+    from .rl import phases as rl_phases
+
+    rl_phases.set_phase_scales(None)
     _active = None
 
 
@@ -350,6 +357,7 @@ def describe(name_or_path) -> str:
                          f"{_pct(r['max_abs_err'])}")
     if "runs" in comps:
         lines += runs_summary(man)
+    lines += rl_phases_summary(man)
     for comp in comps.values():
         for i in comp.get("inputs", []):
             lines.append(f"  data {i['file']}  sha256 {i['sha256'][:16]}")
@@ -381,6 +389,22 @@ def runs_summary(man: dict) -> list[str]:
             f"leave one {k} out {_pct(v['without'])} -> {_pct(v['with'])}" for k, v in r.items())
             + f"; none beyond {int(c['residual']['range']['num_gpus'])} GPUs (flagged)")
     return out
+
+
+def rl_phases_summary(man: dict) -> list[str]:
+    """The RL phase scales of a profile and the grouped-CV step error they were fitted with
+    (`sweep calibrate rl-runs`)."""
+    c = man.get("components", {}).get("rl_phases")
+    if not c:
+        return []
+    e = c.get("median_abs_step_err", {})
+    sc = ", ".join(f"{k} x{v:.3f} ({c['rows'].get(k, 0)} rows)" for k, v in c["scales"].items())
+    return [f"rl_phases ({c.get('timed_rows')} timed RL runs, {c.get('groups')} {c.get('group')} "
+            f"groups): {sc}",
+            f"  median |step err| white-box {_pct(e.get('before'))} -> in-sample "
+            f"{_pct(e.get('in_sample'))}, leave one {c.get('group')} out {_pct(e.get('cv'))}"
+            + ("" if c.get("cv_improves_step", True) else
+               f" (worse than white-box on a {c.get('group')} left out)")]
 
 
 def active_line() -> str | None:

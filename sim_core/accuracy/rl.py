@@ -279,7 +279,9 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     return df, ["; ".join(x) for x in imputed], np.array(reason, dtype=object)
 
 
-def compare(t: pd.DataFrame) -> pd.DataFrame:
+def compare(t: pd.DataFrame, phase_scales=None) -> pd.DataFrame:
+    """Each row predicted against what it measured. phase_scales: simulate_rl's (None: the
+    installed profile's, if any; {}: the white-box model)."""
     df, imputed, reason = to_frame(t)
     norm, _, _ = rl_table.normalize(t)
     ok = reason == ""
@@ -288,7 +290,7 @@ def compare(t: pd.DataFrame) -> pd.DataFrame:
                                  "invalid_reason"], dtype=object)
     phases = pred_phases(pd.DataFrame(), ok)
     if ok.any():
-        p = simulate_rl(df[ok].reset_index(drop=True))
+        p = simulate_rl(df[ok].reset_index(drop=True), phase_scales=phase_scales)
         for c in pred.columns:
             pred.loc[np.flatnonzero(ok), c] = p[c].to_numpy()
         phases = pred_phases(p, ok)

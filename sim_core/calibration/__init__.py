@@ -7,6 +7,8 @@ One module per artefact, each readable and changeable alone:
 * `overlap`   overlap tables -> the Echo slowdown regressor and the hook overlap.py calls;
 * `nccl`      nccl-tests logs -> per-cluster scales of the white-box NCCL model;
 * `runs`      a user's own training runs -> a few interpretable per-cluster/framework scales;
+* `rl_phases` a user's own RL run table -> one scale per RL phase (generation, log-probs,
+              update, weight sync) with leave-one-group-out CV (`sweep calibrate rl-runs`);
 * `training`  what the learned models share (xgboost calls, fingerprints, validation);
 * `synthetic` example inputs with known ground truth (`python -m sim_core.calibration.synthetic
               make-examples`).

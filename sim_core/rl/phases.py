@@ -38,9 +38,45 @@ def _pcie(b) -> np.ndarray:
     return training.pcie_bytes_per_s(b)
 
 
-def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
+# per-phase multiplicative scales of a calibration profile (`sweep calibrate rl-runs`,
+# sim_core/calibration/rl_phases.py), installed by sim_core.profiles.activate; None = the
+# white-box model (the default: nothing fitted enters it)
+PHASE_SCALES = ("generation", "log-probs", "update", "weight sync")
+_phase_scales: dict | None = None
+
+
+def set_phase_scales(scales: dict | None) -> None:
+    """Install (or with None remove) the phase scales every later simulate_rl applies."""
+    global _phase_scales
+    if scales:
+        bad = sorted(set(scales) - set(PHASE_SCALES))
+        if bad:
+            raise ValueError(f"{bad[0]}: not an RL phase (phases: {', '.join(PHASE_SCALES)})")
+    _phase_scales = {k: float(v) for k, v in scales.items()} if scales else None
+
+
+def phase_scales() -> dict | None:
+    """The installed phase scales (None: the white-box model)."""
+    return dict(_phase_scales) if _phase_scales else None
+
+
+def compose_step(asynchrony, g_tail, g_async, lp, up, sync, t_off) -> np.ndarray:
+    """The step from its phases (module docstring): sync adds them; one step off overlaps
+    the generation (with its tail) with log-probs + update, then waits for the weight sync;
+    async overlaps its streamed generation the same way."""
+    serial = g_tail + lp + up + sync + t_off
+    return np.select([asynchrony == 0, asynchrony == 1],
+                     [serial, np.maximum(g_tail, lp + up) + sync],
+                     np.maximum(g_async, lp + up) + sync)
+
+
+def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFrame:
     """Predict one RL step for every row of `df` (columns of inputs.RL_COLUMNS plus the
-    training layout as train_tp, train_pp, ...). Returns one row of predictions per row."""
+    training layout as train_tp, train_pp, ...). Returns one row of predictions per row.
+
+    phase_scales: {phase: factor} multiplying a phase's seconds before the step is composed
+    (so overlap and the critical path stay physical); None takes the installed ones
+    (set_phase_scales, a profile's `rl_phases`), {} forces the white-box model."""
     df = df.reset_index(drop=True)
     b = inputs.to_batch(df)
     gen = generation.generate(b)
@@ -83,6 +119,15 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     t_off = np.where(colo, (pinned + pageable * slow) * gib / _pcie(b), 0.0)
 
     lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
+    sc = _phase_scales if phase_scales is None else phase_scales
+    if sc:  # a calibration profile's phase scales (none: the arrays are left untouched)
+        s_gen, s_lp, s_up, s_ws = (float(sc.get(k, 1.0)) for k in PHASE_SCALES)
+        gen = {**gen, **{k: gen[k] * s_gen for k in (
+            "gen_time_s", "gen_time_throughput_s", "prefill_time_s", "decode_time_s")}}
+        tr = {**tr, **{k: tr[k] * s_lp for k in (
+            "old_log_prob_time_s", "ref_time_s", "ref_swap_time_s", "values_time_s")}}
+        rh = {**rh, **{k: rh[k] * s_ws for k in ("refit_host_s", "refit_chain_s")}}
+        lp, up, sync = lp * s_lp, up * s_up, sync * s_ws
     # DAPO's dynamic-sampling filter: each round generates the whole batch again, tail
     # included (SkyRL trainer_utils.handle_dynamic_sampling; verl recipe/dapo): `gen_rounds`
     rounds = np.maximum(np.nan_to_num(b.gen_rounds, nan=1.0), 1.0)
@@ -92,10 +137,7 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     # without partial rollouts / in-flight weight updates every sync waits for the pending
     # generations: the tail is paid each step, as one step off
     g_async = np.where(b.partial_rollout > 0, g_spread, g_tail)
-    serial = g_tail + lp + up + sync + t_off
-    step = np.select([b.asynchrony == 0, b.asynchrony == 1],
-                     [serial, np.maximum(g_tail, lp + up) + sync],
-                     np.maximum(g_async, lp + up) + sync)
+    step = compose_step(b.asynchrony, g_tail, g_async, lp, up, sync, t_off)
     gen_eff = np.select([b.asynchrony == 0, b.asynchrony == 1],
                         [g_tail, g_tail], g_async)
 

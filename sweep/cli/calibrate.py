@@ -6,6 +6,7 @@ a named profile that `sweep simulate` / `sweep search` accept (`--profile NAME`)
     sweep calibrate nccl all_reduce_perf.txt [MORE...] [--gpu h100-sxm] --profile NAME
     sweep calibrate inspect TRACE.json.gz|nsys_stats.txt [MORE...]
     sweep calibrate runs RUNS.csv [--fit EXPR] [--failed-as oom] [--plot DIR] --profile NAME
+    sweep calibrate rl-runs RL_RUNS.csv [--group COL] [--rows EXPR] --profile NAME
     sweep calibrate learning-curve RUNS.csv [MORE...] [--sizes 3,5,8,12]
     sweep calibrate show NAME
     sweep calibrate list
@@ -586,6 +587,85 @@ def cmd_runs(args) -> int:
     return 0
 
 
+def cmd_rl_runs(args) -> int:
+    """One scale per RL phase fitted on the user's RL run table (sim_core/calibration/
+    rl_phases.py), with leave-one-group-out CV next to the in-sample fit, saved in a profile."""
+    from sim_core import profiles
+    from sim_core.accuracy import rl, rl_table
+    from sim_core.calibration import rl_phases
+
+    path = _need([args.file])[0]
+    profiles.profile_dir(args.profile)  # a bad name fails before the fit
+    try:
+        t = rl.load(path)
+    except ValueError as exc:
+        raise SweepError(f"{path.name}: {str(exc).splitlines()[0]}") from None
+    n_all = len(t)
+    if args.rows:
+        norm, _, _ = rl_table.normalize(t)
+        frame = norm.assign(**{c: t[c] for c in t.columns if c not in norm.columns})
+        try:
+            keep = pd.Series(frame.eval(args.rows, engine="python"), index=t.index)
+            keep = keep.astype(object).fillna(False).astype(bool)
+        except Exception as exc:  # noqa: BLE001 - a user's expression: any error is theirs
+            raise SweepError(f"--rows: cannot evaluate {args.rows!r} on the RL table ({exc}); "
+                             f"columns: {', '.join(frame.columns)}") from None
+        t = t[keep.to_numpy()].reset_index(drop=True)
+        if len(t) == 0:
+            raise SweepError(f"--rows: {args.rows!r} selects none of the {n_all} rows")
+    profiles.deactivate()  # the fit starts from the white-box model
+    try:
+        d = rl_phases.prepare(t, args.group)
+        cal = rl_phases.calibrate(d, min_rows=args.min_rows)
+    except rl_phases.RLCalibrationError as exc:
+        raise SweepError(f"{path.name}: {exc}") from None
+    group = args.group or "source"
+    timed = np.isfinite(cal.errors("before"))
+    print(f"{path.name}: {n_all} rows" + (f", {len(t)} selected by --rows" if args.rows else "")
+          + f"; {int(d.priced.sum())} priced, {int(timed.sum())} with a measured step; "
+          f"{len(cal.by_group())} {group} groups")
+    for i in np.flatnonzero(~d.priced):
+        print(f"  row {i}: not priced: {d.cmp.skipped.iloc[i]}")
+    print("per-phase scale, measured / predicted (exp of the median log ratio over the rows "
+          f"that state the phase; under {args.min_rows} rows: 1.0); range over the CV folds:")
+    for ph, v in cal.scales.items():
+        fold = [f[ph] for f in cal.fold_scales.values()]
+        note = (f"  folds x{min(fold):.3f}-x{max(fold):.3f}" if cal.rows[ph] >= args.min_rows
+                else "  (kept: too few rows)")
+        print(f"  {ph:<12} x{v:.3f}  {cal.rows[ph]:>4} rows{note}")
+    print(f"median |step error| over {int(timed.sum())} timed rows (white-box -> calibrated):")
+    print(f"  {'in-sample':<26} {_pct(cal.median_abs('before'))} -> "
+          f"{_pct(cal.median_abs('in_sample'))}")
+    print(f"  {'leave one ' + group + ' out':<26} {_pct(cal.median_abs('before'))} -> "
+          f"{_pct(cal.median_abs('cv'))}  (each {group}'s rows predicted with the scales "
+          "fitted on the others)")
+    print("median |phase error| over the rows that state it (white-box -> in-sample -> "
+          f"leave one {group} out):")
+    for ph, e in cal.phase_errors().items():
+        print(f"  {ph:<12} {e['rows']:>4} rows  {_pct(e['before'])} -> {_pct(e['in_sample'])} "
+              f"-> {_pct(e['cv'])}")
+    if not cal.median_abs("cv") < cal.median_abs("before"):
+        print(f"warning: the scales do not lower the step error of a {group} left out "
+              f"({_pct(cal.median_abs('before'))} -> {_pct(cal.median_abs('cv'))}): the rows' "
+              "phases disagree across groups (several frameworks or clusters?); --rows can "
+              "select one (e.g. \"rl_framework == 'nemo_rl'\")")
+    print(f"by {group} (rows: white-box -> left out):")
+    for r in cal.by_group().itertuples():
+        print(f"  {str(r.group)[:60]:<60} {r.rows:>3}: {_pct(r.before)} -> {_pct(r.cv_after)}")
+    info = cal.component(group)
+    if args.rows:
+        info["selection"] = {"rows": args.rows}
+
+    def write(d_: Path):
+        return []
+
+    man = profiles.save_component(args.profile, "rl_phases", info, [path], write)
+    print(f"saved to profile {man['name']} version {man['version']} "
+          f"({profiles.profile_dir(args.profile)}); use it with `sweep validate --rl --profile "
+          f"{args.profile}` and `sweep search SPACE --profile {args.profile}` (RL spaces)")
+    return 0
+
+
 def cmd_learning_curve(args) -> int:
     """Error against the number of calibration runs (docs/calibration.md)."""
     from sim_core.calibration import runs as runs_fit
@@ -707,6 +787,17 @@ def add_args(p: argparse.ArgumentParser) -> None:
     q.add_argument("--verbose", action="store_true", help="print every skipped and held-out run")
     q.add_argument("--profile", required=True, help="profile name or folder")
 
+    q = add("rl-runs", "fit one scale per RL phase (generation, log-probs, update, weight "
+            "sync) to your own RL run table, with leave-one-group-out CV", cmd_rl_runs)
+    q.add_argument("file", help="RL run table CSV (the columns of sim_core/data/rl/rl_runs.csv; "
+                                "docs/rl.md)")
+    q.add_argument("--group", help="column whose values are the CV groups (default: source)")
+    q.add_argument("--rows", help="pandas expression selecting the rows to use, e.g. "
+                                  "\"rl_framework == 'nemo_rl'\"")
+    q.add_argument("--min-rows", type=int, default=3,
+                   help="rows that must state a phase before it gets a scale (default 3)")
+    q.add_argument("--profile", required=True, help="profile name or folder")
+
     q = add("learning-curve", "step-time error on unseen runs against the number of "
             "calibration runs (random subsets, terms chosen by CV inside each)",
             cmd_learning_curve)
@@ -721,10 +812,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from sim_core.calibration.rl_phases import RLCalibrationError
     from sim_core.calibration.runs import CalibrationError
     from sim_core.profiles import ProfileError
 
     try:
         return args._calibrate(args)
-    except (ProfileError, CalibrationError) as exc:
+    except (ProfileError, CalibrationError, RLCalibrationError) as exc:
         raise SweepError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None

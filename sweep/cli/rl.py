@@ -55,7 +55,24 @@ def _text(row) -> str:
     return "\n".join(lines)
 
 
+def _activate_profile(args) -> None:
+    """`--profile` on an RL file: activate it in this process (the RL search runs here) and
+    say what it changes (its RL phase scales; its other components reach the training
+    passes too)."""
+    name = getattr(args, "profile", None)
+    if not name:
+        return
+    from sim_core import profiles
+
+    man = profiles.activate(name)
+    lines = profiles.rl_phases_summary(man)
+    print(f"calibration profile {man['name']} version {man.get('version')} active"
+          + (": " + "\n".join(lines) if lines else " (no rl_phases component: the RL phases "
+             "stay white-box)"), file=sys.stderr if getattr(args, "json", False) else sys.stdout)
+
+
 def simulate_rl_run(cfg, args) -> int:
+    _activate_profile(args)
     res = evaluate(cfg)
     row = res.iloc[0]
     if not row["valid"]:
@@ -75,6 +92,7 @@ def search_rl(cfg, args) -> int:
     out = Path(args.out) if getattr(args, "out", None) else Path("results") / (cfg.name or "rl")
     if getattr(args, "top", None):
         cfg.search.top = args.top
+    _activate_profile(args)
     r = search(cfg, out)
     res, ranked = r["results"], r["ranking"]
     n_inv = int((~res["valid"]).sum())

@@ -32,6 +32,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rl", action="store_true",
                    help="RL post-training runs (sim_core/data/rl/rl_runs.csv or DATASET with "
                         "its columns; docs/rl.md): step time and generation share")
+    p.add_argument("--profile", default=None,
+                   help="with --rl: a calibration profile whose RL phase scales (`sweep "
+                        "calibrate rl-runs`) the predictions use")
     p.add_argument("--markdown", action="store_true",
                    help="print only the accuracy summary as a Markdown table (for the README; "
                         "with --loso it has the held-out column)")
@@ -42,6 +45,11 @@ def run(args) -> int:
 
     if args.rl:
         return run_rl(args)
+    if getattr(args, "profile", None):
+        from ..errors import SweepError
+
+        raise SweepError("--profile: only with --rl (a pre-training profile reports its own "
+                         "grouped CV: sweep calibrate runs / show)")
 
     data = load_dataset(args.dataset)
     skipped = data[data["skip"] != ""]
@@ -103,9 +111,22 @@ def run(args) -> int:
 
 def run_rl(args) -> int:
     """`sweep validate --rl`: the RL model on published RL steps (sim_core/accuracy/rl.py)."""
+    from sim_core import profiles
     from sim_core.accuracy import rl
 
-    cmp = rl.compare(rl.load(args.dataset))
+    t = rl.load(args.dataset)
+    profile = getattr(args, "profile", None)
+    if profile:
+        man = profiles.activate(profile)
+        lines = profiles.rl_phases_summary(man)
+        print(f"calibration profile {man['name']} version {man.get('version')}: "
+              + ("\n".join(lines) if lines else "no rl_phases component (fit one with `sweep "
+                 "calibrate rl-runs`): the RL phases stay white-box"))
+    try:
+        cmp = rl.compare(t)
+    finally:
+        if profile:
+            profiles.deactivate()
     pd.set_option("display.width", 250)
     cols = ["model", "gpu", "num_gpus", "placement", "policy_mode", "step_time_s",
             "pred_step_s", "step_err", "gen_share", "pred_gen_share", "fits"]
@@ -118,8 +139,11 @@ def run_rl(args) -> int:
             print(f"  row {i}: {note or 'no measured step time'}")
     s = rl.summary(cmp)
     share = s["median_abs_gen_share_pts"]
-    err = (f"median |step error| {s['median_abs_step_err']:.1%} (nothing fitted on them: "
-           "leave-one-source-out = in-sample)" if s["rows"] else "no measured step to compare")
+    fitted = ("with the profile's phase scales (in-sample where the profile was fitted on "
+              "these rows; `sweep calibrate rl-runs` prints its leave-one-group-out error)"
+              if profile else "nothing fitted on them: leave-one-source-out = in-sample")
+    err = (f"median |step error| {s['median_abs_step_err']:.1%} ({fitted})"
+           if s["rows"] else "no measured step to compare")
     print(f"\n{s['rows']} rows predicted ({s['skipped']} skipped): {err}; generation share "
           + (f"median |error| {share:.1f} points over {s['gen_share_rows']} sync rows"
              if share is not None else "not measured"))
