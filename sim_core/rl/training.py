@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import (fsdp_experts, generation, hf_moe, host, moe_glu, moe_host, nemo_rl, nemo_rl_host,
-               skyrl, slime_train, verl, verl_megatron)
+from . import (dtensor_host, fsdp_experts, generation, hf_moe, host, moe_glu, moe_host, nemo_rl,
+               nemo_rl_host, skyrl, slime_train, verl, verl_megatron)
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 
@@ -261,11 +261,15 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     # run eagerly with wide router probabilities (moe_glu.py)
     hf = _nemo_dtensor_moe(b, tf, sim, tok_ratio, gathers)
     glu = moe_glu.exposed(b, df, tf, sim, tok_ratio)
+    # NeMo RL's DTensor worker: DTensor's Python dispatch per op at TP > 1 (the host floor of
+    # a micro-batch), the single-tensor AdamW over DTensor parameters, the SP plan's own
+    # all-gathers (dtensor_host.py)
+    dh = dtensor_host.seconds(b, tf, sim, tok_ratio, gathers, fwd)
     lp_pass = (fwd + mh["log_prob_s"] + hf["log_prob_s"] + glu["log_prob_s"]) * b.mini_batches \
-        + ext["logprob_loss_s"] + ext["logprob_bins_s"] + nh["log_prob_s"]
+        + ext["logprob_loss_s"] + ext["logprob_bins_s"] + nh["log_prob_s"] + dh["log_prob_s"]
     updates = b.mini_batches * b.ppo_epochs
     update = ((step + mh["update_s"] + hf["update_s"] + glu["update_s"] + ext["update_pad_s"]
-               + ext["update_bins_s"]) * updates
+               + ext["update_bins_s"] + dh["update_s"]) * updates
               + (ext["update_loss_s"] + nh["update_s"]) * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
     # verl's Megatron workers load and offload the parameters in each phase (verl_megatron.py)
