@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import generation, inputs, refit_host, training, weight_sync
+from . import generation, inputs, refit_host, step_fixed, training, weight_sync
 
 
 def _pcie(b) -> np.ndarray:
@@ -83,6 +83,13 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     t_off = np.where(colo, (pinned + pageable * slow) * gib / _pcie(b), 0.0)
 
     lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
+    # the work that does not scale with the model (step_fixed.py): the engine's sleep / wake
+    # beyond its bytes and the trainer's allocator cleaning around the refit (colocated, on the
+    # serial path), and the cleaning before the log-prob pass and the update (the training
+    # pipeline, every placement)
+    fx = step_fixed.fixed_time(b, zero >= 3)
+    fixed_colo = np.where(colo, fx["engine_s"] + fx["refit_side_s"], 0.0)
+    prep = fx["phase_side_s"]
     # DAPO's dynamic-sampling filter: each round generates the whole batch again, tail
     # included (SkyRL trainer_utils.handle_dynamic_sampling; verl recipe/dapo): `gen_rounds`
     rounds = np.maximum(np.nan_to_num(b.gen_rounds, nan=1.0), 1.0)
@@ -92,10 +99,10 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
     # without partial rollouts / in-flight weight updates every sync waits for the pending
     # generations: the tail is paid each step, as one step off
     g_async = np.where(b.partial_rollout > 0, g_spread, g_tail)
-    serial = g_tail + lp + up + sync + t_off
+    serial = g_tail + lp + up + sync + t_off + fixed_colo + prep
     step = np.select([b.asynchrony == 0, b.asynchrony == 1],
-                     [serial, np.maximum(g_tail, lp + up) + sync],
-                     np.maximum(g_async, lp + up) + sync)
+                     [serial, np.maximum(g_tail, lp + up + prep) + sync],
+                     np.maximum(g_async, lp + up + prep) + sync)
     gen_eff = np.select([b.asynchrony == 0, b.asynchrony == 1],
                         [g_tail, g_tail], g_async)
 
@@ -154,6 +161,11 @@ def simulate_rl(df: pd.DataFrame, profile=None) -> pd.DataFrame:
         "train_time_s": (lp + up) * keep,
         "weight_sync_time_s": sync * keep,
         "offload_time_s": t_off * keep,
+        # step_fixed.py: what does not scale with the model, in total and by side
+        "step_fixed_time_s": (fixed_colo + prep) * keep,
+        "engine_sleep_wake_fixed_s": np.where(colo, fx["engine_s"], 0.0) * keep,
+        "refit_cleanup_time_s": np.where(colo, fx["refit_side_s"], 0.0) * keep,
+        "phase_cleanup_time_s": prep * keep,
         "refit_host_time_s": rh["refit_host_s"] * keep,
         "refit_chain_time_s": rh["refit_chain_s"] * keep,
         "refit_tensors": rh["refit_tensors"], "refit_groups": rh["refit_groups"],
