@@ -24,6 +24,9 @@
   that a larger max_trajectory_age_steps then gives no benefit): the tail drains before each
   sync, so the step composes as one step off whatever the staleness.
 - Colocated with `one_step_off`/`async` is invalid (nothing to overlap on the same GPUs).
+- Work that does not scale with the model (`step_fixed.py`): the engine's sleep / wake beyond
+  its bytes and the trainer's allocator cleaning around the refit add to a colocated step; the
+  cleaning before the log-prob pass and the update joins the training pipeline everywhere.
 """
 
 from __future__ import annotations
