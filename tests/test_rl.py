@@ -47,9 +47,11 @@ def test_placement_composition():
             {"placement": "split", "rollout_gpus": 32, "asynchrony": "one_step_off"},
             {"asynchrony": "one_step_off"})
     serial = r.gen_time_s + r.log_prob_time_s + r.update_time_s + r.weight_sync_time_s
-    np.testing.assert_allclose(r.step_time_s[:2], (serial + r.offload_time_s)[:2], rtol=1e-9)
+    np.testing.assert_allclose(r.step_time_s[:2],
+                               (serial + r.offload_time_s + r.step_fixed_time_s)[:2], rtol=1e-9)
     assert r.offload_time_s[0] > 0 and r.offload_time_s[1] == 0
-    over = np.maximum(r.gen_time_s[2], r.log_prob_time_s[2] + r.update_time_s[2])
+    over = np.maximum(r.gen_time_s[2], r.log_prob_time_s[2] + r.update_time_s[2]
+                      + r.phase_cleanup_time_s[2])
     assert r.step_time_s[2] == pytest.approx(over + r.weight_sync_time_s[2])
     assert r.step_time_s[2] < r.step_time_s[1]
     assert not r.valid[3] and "colocated" in r.invalid_reason[3]
@@ -217,7 +219,9 @@ def test_python_api_and_check(tmp_path, capsys):
     # colocated sync: the phases follow each other on one track and add up to the step
     end = max(e["ts"] + e["dur"] for e in ev) / 1e6
     assert end == pytest.approx(one.step_time_s.iloc[0], rel=1e-6)
-    assert [e["name"] for e in ev][:3] == ["reload (wake)", "prefill", "decode"]
+    assert [e["name"] for e in ev][:4] == ["reload (wake)", "sleep / wake, cleanup (fixed)",
+                                           "prefill", "decode"]
+    assert "trainer cleanup (fixed)" in [e["name"] for e in ev]
 
 
 def test_rl_errors_are_one_line(tmp_path, capsys):

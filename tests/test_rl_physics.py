@@ -88,12 +88,14 @@ def test_every_asynchrony_predicts_and_composes_as_the_frameworks_do():
     assert np.isfinite(r.step_time_s[:5]).all() and r.valid[:5].all()
     # colocated has nothing to overlap
     assert not r.valid[5] and "sync only" in r.invalid_reason[5]
-    lp_up = r.log_prob_time_s + r.update_time_s
+    lp_up = r.log_prob_time_s + r.update_time_s + r.phase_cleanup_time_s
     # verl one_step_off ray_trainer: wait for the pending generation, sync on the critical path
     np.testing.assert_allclose(r.step_time_s[1], max(r.gen_tail_time_s[1], lp_up[1])
                                + r.weight_sync_time_s[1], rtol=1e-9)
     np.testing.assert_allclose(r.step_time_s[0], r.gen_tail_time_s[0] + lp_up[0]
-                               + r.weight_sync_time_s[0] + r.offload_time_s[0], rtol=1e-9)
+                               + r.weight_sync_time_s[0] + r.offload_time_s[0]
+                               + r.engine_sleep_wake_fixed_s[0] + r.refit_cleanup_time_s[0],
+                               rtol=1e-9)
     assert r.step_time_s[1] < r.step_time_s[0]
     # streaming with partial rollouts: more staleness spreads more of the tail
     assert r.gen_time_s[3] < r.gen_time_s[2] < r.gen_tail_time_s[2]

@@ -86,7 +86,7 @@ def test_sync_step_is_the_sum_of_its_phases(frame, pred):
     df, _ = frame
     s = df.asynchrony.eq("sync").to_numpy()
     parts = (pred.gen_time_s + pred.log_prob_time_s + pred.update_time_s
-             + pred.weight_sync_time_s + pred.offload_time_s)
+             + pred.weight_sync_time_s + pred.offload_time_s + pred.step_fixed_time_s)
     assert np.allclose(pred.step_time_s[s], parts[s], rtol=1e-9)
 
 
@@ -98,8 +98,8 @@ def test_async_overlaps_what_sync_serialises(frame, pred):
     assert a.sum() >= 10
     sync = simulate_rl(df[a].assign(asynchrony="sync"))
     assert (pred.step_time_s[a].to_numpy() < sync.step_time_s.to_numpy()).all()
-    floor = np.maximum(pred.gen_time_s[a], pred.log_prob_time_s[a] + pred.update_time_s[a]) \
-        + pred.weight_sync_time_s[a]
+    floor = np.maximum(pred.gen_time_s[a], pred.log_prob_time_s[a] + pred.update_time_s[a]
+                       + pred.phase_cleanup_time_s[a]) + pred.weight_sync_time_s[a]
     assert np.allclose(pred.step_time_s[a], floor, rtol=1e-9)
 
 

@@ -287,7 +287,7 @@ def compare(t: pd.DataFrame, phase_scales=None) -> pd.DataFrame:
     ok = reason == ""
     pred = pd.DataFrame(index=range(len(df)),
                         columns=["step_time_s", "gen_share", "fits", "oom_reason",
-                                 "invalid_reason"], dtype=object)
+                                 "invalid_reason", "step_fixed_time_s"], dtype=object)
     phases = pred_phases(pd.DataFrame(), ok)
     if ok.any():
         p = simulate_rl(df[ok].reset_index(drop=True), phase_scales=phase_scales)
@@ -303,6 +303,8 @@ def compare(t: pd.DataFrame, phase_scales=None) -> pd.DataFrame:
     out["step_time_s"] = norm.step_time_s
     out["pred_step_s"] = pd.to_numeric(pred.step_time_s)
     out["step_err"] = out.pred_step_s / out.step_time_s - 1
+    # the part of the predicted step that does not scale with the model (rl/step_fixed.py)
+    out["pred_fixed_s"] = pd.to_numeric(pred.step_fixed_time_s)
     meas_share = norm.get("gen_time_s", pd.Series(np.nan, index=t.index)) / norm.step_time_s
     sync = df.asynchrony.eq("sync").to_numpy()
     out["gen_share"] = np.where(sync, meas_share, np.nan)

@@ -60,6 +60,8 @@ class RLPhaseData:
     pred: dict                     # phase -> predicted seconds, white-box
     gen_tail: np.ndarray
     offload: np.ndarray
+    fixed_serial: np.ndarray       # step_fixed.py's colocated serial work (never scaled)
+    prep: np.ndarray               # step_fixed.py's training-side cleaning (never scaled)
     asynchrony: np.ndarray         # 0 sync, 1 one step off, 2 async
     priced: np.ndarray             # bool: the model prices the row
 
@@ -164,6 +166,7 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
     n = len(t)
     pred = {k: np.full(n, np.nan) for k in PRED}
     tail, off, asy = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
+    fixed, prep = np.zeros(n), np.zeros(n)
     if ok.any():
         p = simulate_rl(df[ok].reset_index(drop=True), phase_scales={})
         i = np.flatnonzero(ok)
@@ -171,10 +174,13 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
             pred[k][i] = p[c].to_numpy(dtype=float)
         tail[i] = p["gen_tail_time_s"].to_numpy(dtype=float)
         off[i] = p["offload_time_s"].to_numpy(dtype=float)
+        prep[i] = p["phase_cleanup_time_s"].to_numpy(dtype=float)
+        fixed[i] = p["step_fixed_time_s"].to_numpy(dtype=float) - prep[i]
         asy[i] = [inputs.ASYNC.index(a) for a in df.asynchrony[ok]]
     return RLPhaseData(table=t, cmp=cmp, group=grp,
                        step=pd.to_numeric(norm.step_time_s, errors="coerce").to_numpy(float),
                        meas=_measured(norm, cmp), pred=pred, gen_tail=tail, offload=off,
+                       fixed_serial=fixed, prep=prep,
                        asynchrony=asy, priced=ok)
 
 
@@ -204,7 +210,8 @@ def step_with(d: RLPhaseData, scales: dict) -> np.ndarray:
     g = s["generation"]
     return compose_step(d.asynchrony, d.gen_tail * g, d.pred["generation"] * g,
                         d.pred["log-probs"] * s["log-probs"], d.pred["update"] * s["update"],
-                        d.pred["weight sync"] * s["weight sync"], d.offload)
+                        d.pred["weight sync"] * s["weight sync"], d.offload, d.fixed_serial,
+                        d.prep)
 
 
 def calibrate(d: RLPhaseData, min_rows: int = MIN_ROWS) -> RLCalibration:

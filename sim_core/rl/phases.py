@@ -24,6 +24,9 @@
   that a larger max_trajectory_age_steps then gives no benefit): the tail drains before each
   sync, so the step composes as one step off whatever the staleness.
 - Colocated with `one_step_off`/`async` is invalid (nothing to overlap on the same GPUs).
+- Work that does not scale with the model (`step_fixed.py`): the engine's sleep / wake beyond
+  its bytes and the trainer's allocator cleaning around the refit add to a colocated step; the
+  cleaning before the log-prob pass and the update joins the training pipeline everywhere.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import generation, inputs, refit_host, training, weight_sync
+from . import generation, inputs, refit_host, step_fixed, training, weight_sync
 
 
 def _pcie(b) -> np.ndarray:
@@ -60,14 +63,17 @@ def phase_scales() -> dict | None:
     return dict(_phase_scales) if _phase_scales else None
 
 
-def compose_step(asynchrony, g_tail, g_async, lp, up, sync, t_off) -> np.ndarray:
+def compose_step(asynchrony, g_tail, g_async, lp, up, sync, t_off, fixed_serial=0.0,
+                 prep=0.0) -> np.ndarray:
     """The step from its phases (module docstring): sync adds them; one step off overlaps
     the generation (with its tail) with log-probs + update, then waits for the weight sync;
-    async overlaps its streamed generation the same way."""
-    serial = g_tail + lp + up + sync + t_off
+    async overlaps its streamed generation the same way. `fixed_serial`: work on the serial
+    path of a colocated step only (step_fixed.py: the engine's sleep / wake, the cleaning
+    around the refit); `prep`: the training pipeline's own cleaning, with log-probs + update."""
+    serial = g_tail + lp + up + sync + t_off + fixed_serial + prep
     return np.select([asynchrony == 0, asynchrony == 1],
-                     [serial, np.maximum(g_tail, lp + up) + sync],
-                     np.maximum(g_async, lp + up) + sync)
+                     [serial, np.maximum(g_tail, lp + up + prep) + sync],
+                     np.maximum(g_async, lp + up + prep) + sync)
 
 
 def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFrame:
@@ -128,6 +134,13 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
             "old_log_prob_time_s", "ref_time_s", "ref_swap_time_s", "values_time_s")}}
         rh = {**rh, **{k: rh[k] * s_ws for k in ("refit_host_s", "refit_chain_s")}}
         lp, up, sync = lp * s_lp, up * s_up, sync * s_ws
+    # the work that does not scale with the model (step_fixed.py): the engine's sleep / wake
+    # beyond its bytes and the trainer's allocator cleaning around the refit (colocated, on the
+    # serial path), and the cleaning before the log-prob pass and the update (the training
+    # pipeline, every placement)
+    fx = step_fixed.fixed_time(b, zero >= 3)
+    fixed_colo = np.where(colo, fx["engine_s"] + fx["refit_side_s"], 0.0)
+    prep = fx["phase_side_s"]
     # DAPO's dynamic-sampling filter: each round generates the whole batch again, tail
     # included (SkyRL trainer_utils.handle_dynamic_sampling; verl recipe/dapo): `gen_rounds`
     rounds = np.maximum(np.nan_to_num(b.gen_rounds, nan=1.0), 1.0)
@@ -137,7 +150,7 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     # without partial rollouts / in-flight weight updates every sync waits for the pending
     # generations: the tail is paid each step, as one step off
     g_async = np.where(b.partial_rollout > 0, g_spread, g_tail)
-    step = compose_step(b.asynchrony, g_tail, g_async, lp, up, sync, t_off)
+    step = compose_step(b.asynchrony, g_tail, g_async, lp, up, sync, t_off, fixed_colo, prep)
     gen_eff = np.select([b.asynchrony == 0, b.asynchrony == 1],
                         [g_tail, g_tail], g_async)
 
@@ -196,6 +209,11 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
         "train_time_s": (lp + up) * keep,
         "weight_sync_time_s": sync * keep,
         "offload_time_s": t_off * keep,
+        # step_fixed.py: what does not scale with the model, in total and by side
+        "step_fixed_time_s": (fixed_colo + prep) * keep,
+        "engine_sleep_wake_fixed_s": np.where(colo, fx["engine_s"], 0.0) * keep,
+        "refit_cleanup_time_s": np.where(colo, fx["refit_side_s"], 0.0) * keep,
+        "phase_cleanup_time_s": prep * keep,
         "refit_host_time_s": rh["refit_host_s"] * keep,
         "refit_chain_time_s": rh["refit_chain_s"] * keep,
         "refit_tensors": rh["refit_tensors"], "refit_groups": rh["refit_groups"],

@@ -225,20 +225,33 @@ def trace_events(row) -> list[dict]:
     up = float(row["update_time_s"])
     sync = float(row["weight_sync_time_s"])
     off = float(row.get("offload_time_s", 0.0) or 0.0)
+
+    def fixed(name):
+        v = row.get(name, 0.0)
+        return float(v) if v == v and v is not None else 0.0
+
+    # sim_core/rl/step_fixed.py: the engine's sleep / wake beyond its bytes and the trainer's
+    # allocator cleaning around the refit (colocated), and before the log-prob pass and the
+    # update (every placement)
+    around = fixed("engine_sleep_wake_fixed_s") + fixed("refit_cleanup_time_s")
+    prep = fixed("phase_cleanup_time_s")
     if colo or row["asynchrony"] == "sync":
         t = span(1, "reload (wake)", 0.0, off / 2) if colo else 0.0
+        t = span(1, "sleep / wake, cleanup (fixed)", t, around) if colo and around > 0 else t
         t = span(1, "prefill", t, float(row["prefill_time_s"]))
         t = span(1, "decode", t, gen - float(row["prefill_time_s"]))
         tpid = 1 if colo else 2
         t = span(tpid, "offload (sleep)", t, off / 2) if colo else t
+        t = span(tpid, "trainer cleanup (fixed)", t, prep) if prep > 0 else t
         t = span(tpid, "log-probs (old, ref)", t, lp)
         t = span(tpid, "update", t, up)
         span(1, "weight sync", t, sync)
     else:
         span(1, "generation (next batch)", 0.0, gen)
-        t = span(2, "log-probs (old, ref)", 0.0, lp)
+        t = span(2, "trainer cleanup (fixed)", 0.0, prep) if prep > 0 else 0.0
+        t = span(2, "log-probs (old, ref)", t, lp)
         t = span(2, "update", t, up)
-        end = max(gen, lp + up)
+        end = max(gen, prep + lp + up)
         span(1, "weight sync", end, sync)
         span(2, "weight sync", end, sync)
     return ev

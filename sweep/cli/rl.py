@@ -14,7 +14,7 @@ from ..engine.rl import OBJECTIVES, evaluate, search
 from ..errors import SweepError
 
 PHASES = ("gen_time_s", "prefill_time_s", "decode_time_s", "old_log_prob_time_s", "ref_time_s",
-          "update_time_s", "weight_sync_time_s", "offload_time_s")
+          "update_time_s", "weight_sync_time_s", "offload_time_s", "step_fixed_time_s")
 
 
 def _plain(v):

@@ -129,7 +129,7 @@ def run_rl(args) -> int:
             profiles.deactivate()
     pd.set_option("display.width", 250)
     cols = ["model", "gpu", "num_gpus", "placement", "policy_mode", "step_time_s",
-            "pred_step_s", "step_err", "gen_share", "pred_gen_share", "fits"]
+            "pred_step_s", "pred_fixed_s", "step_err", "gen_share", "pred_gen_share", "fits"]
     print(cmp[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     for i, r in cmp.iterrows():
         note = (r["skipped"] and f"not predicted: {r['skipped']}") or "; ".join(

@@ -1,0 +1,112 @@
+"""The per-step work of an RL step that does not scale with the model.
+
+A colocated step does more than generate, score and train: the engine goes to sleep and wakes
+up around every generation, and the trainer's workers move their states and clean their
+allocators between phases. The bytes of those moves are priced by `phases.py`
+(`offload_time_s`, at PCIe rate); what this module prices is the rest, which costs about the
+same for a 0.5B as for a 70B model and so weighs most on small-model steps:
+
+1. **The engine's sleep and wake-up, beyond the bytes** (colocated vLLM). vLLM's level-1 sleep
+   (vllm/device_allocator/cumem.py `CuMemAllocator.sleep`) backs the `weights` allocations up
+   to pinned host memory, unmaps and releases every allocation, the KV cache's included, and
+   runs `gc.collect()` and `torch.cuda.empty_cache()`; `wake_up` re-creates and maps every
+   allocation and copies the weights back. NeMo RL calls them every step
+   (`vllm_worker.py` `sleep` from `finish_generation`, `wake_up(tags=["weights"])` then
+   `wake_up(tags=["kv_cache"])` from `refit_policy_generation`, v0.3.1 to 29f58809), and so
+   does verl's rollout sharding manager (`fsdp_vllm.py` / `megatron_vllm.py` `__enter__`
+   wake_up, `__exit__` sleep(level=1), v0.4.1 and v0.5.0, with `free_cache_engine` on).
+   Priced from the vLLM blog's measured sleep and wake of two models of different size
+   (catalogs/rl.yaml `step_fixed`): the fixed part of a line through them.
+2. **The trainer workers' allocator cleaning.** Full `gc.collect()` passes and
+   `torch.cuda.empty_cache()` calls the frameworks make around the phases, counted in their
+   code (below), each at the cost huggingface/peft PR 2894 measured in a PyTorch training
+   process (catalogs/rl.yaml `step_fixed`). All workers run them in parallel: the count on one
+   worker is the critical path.
+
+What is not priced (no published per-call figure found): SGLang's
+`release_memory_occupation` / `resume_memory_occupation` (torch_memory_saver) that NeMo RL's
+SGLang backend and slime call instead of vLLM's sleep; the extra `gc.collect()` +
+`empty_cache()` NeMo RL's vLLM worker runs after `LLM.sleep` (in the engine's process, whose
+collections the blog's 0.09 s sleep bounds well below the trainer's); Ray's dispatch of each
+worker-group call; NeMo RL's math environment (math-verify in Ray workers: inside the
+`generation` timer, as the table's generation column is) and verl's reward and advantage
+(`timing_s/reward`, `timing_s/adv`, on the driver); SkyRL's and slime's own calls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .inputs import RL_FRAMEWORK, constants
+
+NEMO_RL = RL_FRAMEWORK.index("nemo_rl")
+VERL = RL_FRAMEWORK.index("verl")
+
+# (gc.collect, empty_cache) calls per step on one training worker, read in the code.
+#
+# NeMo RL DTensor workers (dtensor_policy_worker.py and _v2.py at v0.5.0 and 29f58809, the same
+# in both): `offload_before_refit` 1 + 1; `offload_after_refit` = `move_to_cpu` (1 + 1) and
+# `offload_before_refit` again (1 + 1) -> refit side 3 + 3, colocated only (grpo.py
+# `refit_policy_generation` calls them when `colocated_inference`).
+# `prepare_for_lp_inference` = `move_to_cuda` (1 + 1) and its own 1 + 1; `prepare_for_training`
+# = `move_to_cuda` (1 + 1) and one more empty_cache -> phase side 3 + 4, every placement (grpo.py
+# calls both every step). v0.3.1 runs one more of each in `offload_after_refit`; the current
+# code's counts are used.
+NEMO_DTENSOR_REFIT = (3, 3)
+NEMO_DTENSOR_PHASES = (3, 4)
+# NeMo RL Megatron worker (megatron_policy_worker.py at 29f58809): `offload_before_refit` 1 + 1,
+# `offload_after_refit` calls it again -> 2 + 2; `prepare_for_lp_inference` 1 + 1,
+# `prepare_for_training` one empty_cache at `empty_unused_memory_level` >= 1 (the recipes'
+# default 1, grpo_math_1B_megatron.yaml) -> 1 + 2.
+NEMO_MEGATRON_REFIT = (2, 2)
+NEMO_MEGATRON_PHASES = (1, 2)
+# verl (v0.4.1 and v0.5.0): the rollout sharding manager's `__enter__` empties the cache before
+# the state_dict and again between the two wake-ups, `__exit__` once after the sleep, and the
+# worker's `generate_sequences` once more (fsdp_workers.py / megatron_workers.py) -> 0 + 4,
+# colocated. The Megatron workers also empty it at the end of `compute_log_prob`,
+# `compute_ref_log_prob` and `update_actor` (megatron_workers.py v0.5.0); the FSDP workers do
+# not.
+VERL_ROLLOUT = (0, 4)
+
+
+def sleep_wake_fixed_s() -> float:
+    """Seconds of one level-1 sleep plus one wake-up of a vLLM engine that do not scale with the
+    weights' bytes: the intercepts of the lines through the blog's two models."""
+    k = constants()["step_fixed"]
+    gb0, gb1 = k["sleep_mode_small_gb"], k["sleep_mode_large_gb"]
+
+    def intercept(t0, t1):
+        return t0 - gb0 * (t1 - t0) / (gb1 - gb0)
+
+    return (intercept(k["wake_small_s"], k["wake_large_s"])
+            + intercept(k["sleep_small_s"], k["sleep_large_s"]))
+
+
+def fixed_time(b, fsdp: np.ndarray) -> dict:
+    """Per row: `engine_s`, the fixed part of the engine's sleep and wake (colocated vLLM);
+    `refit_side_s`, the trainer's allocator cleaning around the refit and the generation
+    (colocated); `phase_side_s`, the cleaning before the log-prob pass and the update (every
+    placement, NeMo RL; verl's Megatron workers). `fsdp`: the training side is sharded with
+    FSDP / DTensor (ZeRO-3), else Megatron."""
+    k = constants()["step_fixed"]
+    gc, ec = k["gc_collect_s"], k["empty_cache_s"]
+    n = len(b.placement)
+    colo = b.placement == 0
+    vllm = b.rollout_engine == 0
+    nemo = b.rl_framework == NEMO_RL
+    verl = b.rl_framework == VERL
+    fsdp = np.asarray(fsdp, bool) * np.ones(n, bool)
+
+    def cost(calls):
+        return calls[0] * gc + calls[1] * ec
+
+    engine = np.where(colo & vllm & (nemo | verl), sleep_wake_fixed_s(), 0.0)
+    nemo_refit = np.where(fsdp, cost(NEMO_DTENSOR_REFIT), cost(NEMO_MEGATRON_REFIT))
+    verl_refit = cost(VERL_ROLLOUT)
+    refit = np.where(colo & nemo, nemo_refit, np.where(colo & verl & vllm, verl_refit, 0.0))
+    nemo_phase = np.where(fsdp, cost(NEMO_DTENSOR_PHASES), cost(NEMO_MEGATRON_PHASES))
+    # verl's Megatron workers: one empty_cache after the log-prob pass, the reference's (when
+    # there is one) and the update
+    verl_phase = np.where(fsdp, 0.0, (2 + (b.use_ref > 0)) * ec)
+    phase = np.where(nemo, nemo_phase, np.where(verl, verl_phase, 0.0))
+    return {"engine_s": engine, "refit_side_s": refit, "phase_side_s": phase}
