@@ -340,6 +340,12 @@ def test_batch5_rows_read_as_their_sources_write_them():
     assert by["AI-Hypercomputer gpu-recipes (NeMo RL on A4)"].iloc[0].gpu == "b200"
     maxrl = by["maxrl issue 2 (Qwen3-4B-Base, 32 H200)"].iloc[0]
     assert maxrl.step_time_s * 1000 / 86400 == pytest.approx(3.0)
+    # vLLM 0.17.0 schedules asynchronously by default on NeMo RL's TP-1 `uni` executor: the
+    # two nightly vLLM rows say so (batch-5 audit), the SGLang ones and the rest do not
+    ahead = nightly[nightly.rollout_engine.eq("vllm")].rollout_async_scheduling
+    assert len(ahead) == 2 and all(x is True for x in ahead)
+    assert not any(x is True for x in n.rollout_async_scheduling[
+        ~(new.source.eq("NeMo RL nightly test suites (H100)") & new.rollout_engine.eq("vllm"))])
     gspo = int(np.flatnonzero(new.algorithm.eq("gspo"))[0])
     assert n.algorithm[gspo] == "grpo" and any("priced as GRPO" in x for x in notes[gspo])
     # every one is priced (the catalog has their models and GPUs)
