@@ -331,10 +331,21 @@ def test_batch5_rows_read_as_their_sources_write_them():
     assert sorted(nightly.step_time_s) == [12.0, 13.7, 18.5, 252.0]
     assert set(nightly.gpu) == {"h100-sxm"}
     gke = by["nemo-rl-on-gke (Gemma 3 1B, 8 RTX PRO 6000)"].iloc[0]
-    assert gke.gpu == "rtx-pro-6000" and gke.step_time_s == pytest.approx(35.70)
+    # its printed 35.70 s step is step 10: NeMo RL v0.5.0 runs that step's validation (6.25 s
+    # outside every printed timer) and checkpoint (6.49 s) inside total_step_time, so the row
+    # holds the sum of the training timers (batch-5 audit); its prompt from the E2E tokens
+    assert gke.gpu == "rtx-pro-6000" and gke.step_time_s == pytest.approx(35.70 - 6.49 - 6.25)
+    assert float(new.prompt_len[new.source == gke.source].iloc[0]) == pytest.approx(
+        8588.75 * 35.70 / 1024 - 201.2197, abs=0.1)
     assert by["AI-Hypercomputer gpu-recipes (NeMo RL on A4)"].iloc[0].gpu == "b200"
     maxrl = by["maxrl issue 2 (Qwen3-4B-Base, 32 H200)"].iloc[0]
     assert maxrl.step_time_s * 1000 / 86400 == pytest.approx(3.0)
+    # vLLM 0.17.0 schedules asynchronously by default on NeMo RL's TP-1 `uni` executor: the
+    # two nightly vLLM rows say so (batch-5 audit), the SGLang ones and the rest do not
+    ahead = nightly[nightly.rollout_engine.eq("vllm")].rollout_async_scheduling
+    assert len(ahead) == 2 and all(x is True for x in ahead)
+    assert not any(x is True for x in n.rollout_async_scheduling[
+        ~(new.source.eq("NeMo RL nightly test suites (H100)") & new.rollout_engine.eq("vllm"))])
     gspo = int(np.flatnonzero(new.algorithm.eq("gspo"))[0])
     assert n.algorithm[gspo] == "grpo" and any("priced as GRPO" in x for x in notes[gspo])
     # every one is priced (the catalog has their models and GPUs)

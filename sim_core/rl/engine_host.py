@@ -16,7 +16,9 @@ loop, and says how each engine's loop combines it with the GPU step:
   and NeMo RL v0.3.0 set `VLLM_ENABLE_V1_MULTIPROCESSING=0`), so `LLMEngine.step`'s output
   processing (`v1/engine/output_processor.py process_outputs`) is on the same thread too.
   Asynchronous scheduling came in vLLM 0.10.0 (PR 19970, `SchedulerConfig.async_scheduling`
-  default False, multiprocess executor only): no row runs it.
+  default False, multiprocess executor only); vLLM 0.16.0 / 0.17.0 turn it on by default on
+  the `mp`, `uni` and `external_launcher` executors (`vllm/config/vllm.py`), so the NeMo RL
+  nightly rows at vLLM 0.17.0 and TP 1 run it (`rollout_async_scheduling` in rl_runs.csv).
 - **SGLang 0.4.x: overlapped.** Its overlap scheduler is on by default (sglang 0.4.6
   `server_args.py disable_overlap_schedule: False`; AReaL v0.3.0 keeps it,
   `realhf/api/cli_args.py`): the result of batch N is processed while batch N+1 runs, so a
