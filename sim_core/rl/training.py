@@ -188,10 +188,9 @@ def _grad_fp32(tf: pd.DataFrame) -> np.ndarray:
 
 def _nemo_dtensor_moe(b, tf: pd.DataFrame, sim: pd.DataFrame, tok_ratio, gathers) -> dict:
     """hf_moe's and fsdp_experts' seconds for NeMo RL's DTensor (FSDP2) rows of an MoE model,
-    per optimizer step
-    of the training frame (`update_s`) and per forward pass over its sequences (`log_prob_s`,
-    in log-prob micro-batches of tok_ratio / gathers training micro-batches' tokens); zero
-    elsewhere."""
+    per optimizer step of the training frame (`update_s`) and per forward pass over its
+    sequences (`log_prob_s`, in log-prob micro-batches of tok_ratio / gathers training
+    micro-batches' tokens); zero elsewhere."""
     on = (b.rl_framework == RL_FRAMEWORK.index("nemo_rl")) & (hf_moe.path(b, tf) > 0)
     zero = np.zeros(len(tf))
     if not on.any():
