@@ -14,15 +14,12 @@ from sim_core.rl import dtensor_host, host, inputs
 from sim_core.rl.inputs import RL_FRAMEWORK, constants
 from sim_core.rl.phases import simulate_rl
 
+from .rl_rows import NEMO_DTENSOR_8B, NEMO_DTENSOR_70B
+
 # the blog's Llama 3.1-70B DTensor TP8 + SP row with dynamic batching (rl_runs.csv), an 8B
 # TP1 DTensor row and the Megatron sibling
-BASE = dict(model="llama3.1-8b", gpu="h100-sxm", num_gpus=8, rollout_tp=1,
-            prompts_per_step=64, responses_per_prompt=32, prompt_len=92, response_mean=777,
-            response_max=4004, gpu_memory_utilization=0.6, train_tp=1, train_pp=1,
-            train_recompute="none", mini_batches=4, train_seq_len=4096, train_zero=3,
-            rl_framework="nemo_rl", logprob_batch_size=2)
-BIG = dict(model="llama3.1-70b", num_gpus=64, rollout_tp=4, train_tp=8, response_mean=395,
-           dynamic_batching=True, train_sequence_parallel=True)
+BASE = NEMO_DTENSOR_8B
+BIG = {**NEMO_DTENSOR_70B, "train_sequence_parallel": True}
 
 
 def test_layer_counts_read_from_the_code():

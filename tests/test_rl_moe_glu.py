@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from sim_core import catalog
-from sim_core.rl import inputs, moe_glu, nemo_rl, training
-from sim_core.simulate import simulate_frame
+from sim_core.rl import inputs, moe_glu, training
+
+from .rl_rows import priced_training_frame
 
 # the NeMo RL v0.3 blog's Qwen3-30B-A3B row (TP2 EP8 SP, 64 H100, one 4,096-token sequence
 # per training micro-batch, four per log-prob micro-batch)
@@ -23,11 +24,7 @@ ROW = dict(model="qwen3-30b-a3b", gpu="h100-sxm", num_gpus=64, rollout_tp=4,
 
 
 def _glu(**over):
-    df = pd.DataFrame([{**ROW, **over}])
-    b = inputs.to_batch(df)
-    tf = training.training_frame(df, b)
-    sim = simulate_frame(tf.reset_index(drop=True))
-    tok, _ = nemo_rl.dynamic_logprob_ratios(b, tf, training.pack_budget(df, b))
+    df, b, tf, sim, tok, _ = priced_training_frame({**ROW, **over})
     return moe_glu.exposed(b, df, tf, sim, tok), b, tf
 
 

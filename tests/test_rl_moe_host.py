@@ -4,14 +4,14 @@ time than packed ones, dense models nothing, sequential experts more than groupe
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from sim_core import catalog
-from sim_core.rl import inputs, moe_host, nemo_rl, training
+from sim_core.rl import moe_host
 from sim_core.rl.phases import simulate_rl
-from sim_core.simulate import simulate_frame
+
+from .rl_rows import priced_training_frame
 
 # the NeMo RL v0.3 blog's Qwen3-30B-A3B row (TP2 EP8, 64 H100, no sequence packing), with
 # short responses so that one sequence per micro-batch is little GPU work per layer
@@ -23,11 +23,7 @@ SHORT = dict(model="qwen3-30b-a3b", gpu="h100-sxm", num_gpus=64, rollout_tp=4,
 
 
 def _exposed(**over):
-    df = pd.DataFrame([{**SHORT, **over}])
-    b = inputs.to_batch(df)
-    tf = training.training_frame(df, b)
-    sim = simulate_frame(tf.reset_index(drop=True))
-    tok, gathers = nemo_rl.dynamic_logprob_ratios(b, tf, training.pack_budget(df, b))
+    df, b, tf, sim, tok, gathers = priced_training_frame({**SHORT, **over})
     return moe_host.exposed(b, df, tf, sim, tok, gathers), sim
 
 
