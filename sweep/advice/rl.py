@@ -47,17 +47,15 @@ def verl_fsdp(row) -> bool:
     return _int(row, "train_zero") >= 3 or _int(row, "train_ulysses") > 1
 
 
-def _fsdp_overrides(row, o: dict) -> dict:
-    """The FSDP workers' keys in place of the Megatron ones (verl v0.7.0
-    _generated_ppo_trainer.yaml): strategy fsdp2, Ulysses size of the actor and the reference
-    (ulysses_sequence_parallel_size), offloads, gradient checkpointing."""
-    for k in [k for k in o if ".megatron." in k]:
-        del o[k]
+def _fsdp_keys(row) -> dict:
+    """The FSDP workers' keys (verl v0.7.0 _generated_ppo_trainer.yaml): strategy fsdp2,
+    Ulysses size of the actor and the reference (ulysses_sequence_parallel_size), offloads,
+    gradient checkpointing."""
     for f in ("tp", "pp", "cp", "ep"):
         if _int(row, f"train_{f}") > 1:
             raise SweepError(f"verl recipe: train_{f} > 1 has no place in verl's FSDP workers "
                              "(their layouts are FSDP x Ulysses only)")
-    o["actor_rollout_ref.actor.strategy"] = "fsdp2"
+    o = {"actor_rollout_ref.actor.strategy": "fsdp2"}
     u = _int(row, "train_ulysses")
     if u > 1:
         o["actor_rollout_ref.actor.ulysses_sequence_parallel_size"] = u
@@ -66,6 +64,22 @@ def _fsdp_overrides(row, o: dict) -> dict:
     o["actor_rollout_ref.actor.fsdp_config.optimizer_offload"] = bool(row["offload_optimizer"])
     o["actor_rollout_ref.ref.fsdp_config.param_offload"] = bool(row.get("ref_offload", False))
     o["actor_rollout_ref.model.enable_gradient_checkpointing"] = row["train_recompute"] != "none"
+    return o
+
+
+def _megatron_keys(row) -> dict:
+    """The Megatron workers' layout and offload keys (verl v0.7.0 ppo_megatron_trainer)."""
+    o = {
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": _i(row["train_tp"]),
+        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": _i(row["train_pp"]),
+        "actor_rollout_ref.actor.megatron.context_parallel_size": _i(row["train_cp"]),
+        "actor_rollout_ref.actor.megatron.expert_model_parallel_size": _i(row["train_ep"]),
+    }
+    if _i(row.get("train_etp", 0) or 0) > 0:
+        o["actor_rollout_ref.actor.megatron.expert_tensor_parallel_size"] = _i(row["train_etp"])
+    o["actor_rollout_ref.actor.megatron.optimizer_offload"] = bool(row["offload_optimizer"])
+    o["actor_rollout_ref.actor.megatron.param_offload"] = bool(row["offload_params"])
+    o["actor_rollout_ref.ref.megatron.param_offload"] = bool(row.get("ref_offload", False))
     return o
 
 
@@ -78,6 +92,7 @@ def verl_overrides(row) -> dict:
     train_gpus = _i(row["train_gpus"])
     rollout_gpus = _i(row["rollout_gpus"])
     seqs = _i(row["prompts_per_step"])
+    fsdp = verl_fsdp(row)
     o = {
         "algorithm.adv_estimator": "grpo" if row["algorithm"] in ("grpo", "dapo") else "gae",
         "data.train_batch_size": seqs,
@@ -89,15 +104,7 @@ def verl_overrides(row) -> dict:
         "actor_rollout_ref.rollout.pipeline_model_parallel_size": _i(row["rollout_pp"]),
         "actor_rollout_ref.rollout.gpu_memory_utilization": round(float(
             row["gpu_memory_utilization"]), 2),
-        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": _i(row["train_tp"]),
-        "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size": _i(row["train_pp"]),
-        "actor_rollout_ref.actor.megatron.context_parallel_size": _i(row["train_cp"]),
-        "actor_rollout_ref.actor.megatron.expert_model_parallel_size": _i(row["train_ep"]),
-        "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size":
-            _i(row["train_etp"]) if _i(row.get("train_etp", 0) or 0) > 0 else None,
-        "actor_rollout_ref.actor.megatron.optimizer_offload": bool(row["offload_optimizer"]),
-        "actor_rollout_ref.actor.megatron.param_offload": bool(row["offload_params"]),
-        "actor_rollout_ref.ref.megatron.param_offload": bool(row.get("ref_offload", False)),
+        **({} if fsdp else _megatron_keys(row)),
         "actor_rollout_ref.actor.ppo_mini_batch_size": max(seqs // _i(row["mini_batches"]), 1),
         "actor_rollout_ref.actor.ppo_epochs": _i(row["ppo_epochs"]),
         "actor_rollout_ref.actor.use_dynamic_bsz": True,
@@ -105,14 +112,11 @@ def verl_overrides(row) -> dict:
         "trainer.n_gpus_per_node": gpn,
         "trainer.nnodes": max(train_gpus // gpn, 1),
     }
-    if o["actor_rollout_ref.actor.megatron.expert_tensor_parallel_size"] is None:
-        del o["actor_rollout_ref.actor.megatron.expert_tensor_parallel_size"]
-    if row["train_recompute"] != "none":
+    if fsdp:
+        o.update(_fsdp_keys(row))
+    elif row["train_recompute"] != "none":
         o["actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity"] = \
             row["train_recompute"]
-    fsdp = verl_fsdp(row)
-    if fsdp:
-        o = _fsdp_overrides(row, o)
     if bool(row.get("enforce_eager", False)):
         o["actor_rollout_ref.rollout.enforce_eager"] = True
     if split:
