@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import generation, inputs, refit_host, step_fixed, training, weight_sync
+from . import generation, inputs, refit_host, refit_timer, step_fixed, training, weight_sync
 
 
 def _pcie(b) -> np.ndarray:
@@ -141,6 +141,12 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     fx = step_fixed.fixed_time(b, zero >= 3)
     fixed_colo = np.where(colo, fx["engine_s"] + fx["refit_side_s"], 0.0)
     prep = fx["phase_side_s"]
+    # what a NeMo RL "refit" timer holds (refit_timer.py): the sync plus the engine's wake, the
+    # trainer's offload out and the cleaning around it; the sync elsewhere
+    rt = refit_timer.timer(b, zero >= 3, sync, gen["rollout_weights_gib"],
+                           tr["train_weights_gib"], tr["train_optimizer_gib"],
+                           tr["gen_optimizer_moves"], _pcie(b),
+                           np.where(colo, fx["refit_side_s"], 0.0))
     # DAPO's dynamic-sampling filter: each round generates the whole batch again, tail
     # included (SkyRL trainer_utils.handle_dynamic_sampling; verl recipe/dapo): `gen_rounds`
     rounds = np.maximum(np.nan_to_num(b.gen_rounds, nan=1.0), 1.0)
@@ -208,6 +214,10 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
         # passes and the update (slime 44d29ee megatron_utils/actor.py train_actor)
         "train_time_s": (lp + up) * keep,
         "weight_sync_time_s": sync * keep,
+        # the refit as NeMo RL's `prepare_for_generation` timer holds it (refit_timer.py)
+        "refit_timer_s": rt["refit_timer_s"] * keep,
+        "refit_wake_s": rt["refit_wake_s"] * keep,
+        "refit_offload_s": rt["refit_offload_s"] * keep,
         "offload_time_s": t_off * keep,
         # step_fixed.py: what does not scale with the model, in total and by side
         "step_fixed_time_s": (fixed_colo + prep) * keep,

@@ -69,17 +69,31 @@ NEMO_MEGATRON_PHASES = (1, 2)
 VERL_ROLLOUT = (0, 4)
 
 
+def _intercept(small: str, large: str) -> float:
+    """The fixed part of a sleep-mode call: the intercept of the line through the blog's two
+    models (the slope is the bytes)."""
+    k = constants()["step_fixed"]
+    gb0, gb1 = k["sleep_mode_small_gb"], k["sleep_mode_large_gb"]
+    t0, t1 = k[small], k[large]
+    return t0 - gb0 * (t1 - t0) / (gb1 - gb0)
+
+
+def wake_fixed_s() -> float:
+    """Seconds of one vLLM `wake_up` that do not scale with the weights' bytes (NeMo RL calls
+    it from `refit_policy_generation`, inside its refit timer: refit_timer.py)."""
+    return _intercept("wake_small_s", "wake_large_s")
+
+
+def sleep_fixed_s() -> float:
+    """Seconds of one level-1 `sleep` that do not scale with the weights' bytes (NeMo RL:
+    `finish_generation`, inside its generation timer)."""
+    return _intercept("sleep_small_s", "sleep_large_s")
+
+
 def sleep_wake_fixed_s() -> float:
     """Seconds of one level-1 sleep plus one wake-up of a vLLM engine that do not scale with the
     weights' bytes: the intercepts of the lines through the blog's two models."""
-    k = constants()["step_fixed"]
-    gb0, gb1 = k["sleep_mode_small_gb"], k["sleep_mode_large_gb"]
-
-    def intercept(t0, t1):
-        return t0 - gb0 * (t1 - t0) / (gb1 - gb0)
-
-    return (intercept(k["wake_small_s"], k["wake_large_s"])
-            + intercept(k["sleep_small_s"], k["sleep_large_s"]))
+    return wake_fixed_s() + sleep_fixed_s()
 
 
 def fixed_time(b, fsdp: np.ndarray) -> dict:
