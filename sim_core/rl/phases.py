@@ -101,7 +101,11 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     # NeMo RL's colocated refit: the per-tensor collectives, Python and controller entries
     # (refit_host.py); groups are sized on the memory free once the optimizer is offloaded and
     # the engine's weights are woken
-    free = (b.hbm_gib - tr["train_weights_gib"] - gen["rollout_weights_gib"]) * 2.0 ** 30
+    # (NeMo RL's Megatron offload leaves the fp32 main parameters on the GPU: refit_timer.py)
+    moved = refit_timer.optimizer_moved_share(b, zero >= 3)
+    kept_opt = b.offload_optimizer * (1.0 - moved) * tr["train_optimizer_gib"]
+    free = (b.hbm_gib - tr["train_weights_gib"] - gen["rollout_weights_gib"]
+            - np.where(colo, kept_opt, 0.0)) * 2.0 ** 30
     rh = refit_host.host_time(b, zero >= 3, np.maximum(free, 0.0), ttp, tpp,
                               _train(df, "train_ep"), np.nan_to_num(shard, nan=1.0),
                               inputs.network(b))
@@ -116,11 +120,12 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     # `megatron.grad_offload=${offload}` with `param_offload` (run_qwen3-235b_megatron_96gb.sh,
     # run_deepseek671b_math_megatron_80gb.sh ALL_OFFLOAD at v0.7.0): memory only, no copy priced
     off_gib = (b.offload_params * (tr["train_weights_gib"] + tr["train_grads_gib"])
-               + b.offload_optimizer * tr["train_optimizer_gib"])
+               + b.offload_optimizer * moved * tr["train_optimizer_gib"])
     # weights through pinned buffers at PCIe rate; optimizer states through pageable memory
     # (catalogs/rl.yaml pageable_slowdown: NeMo RL's `v.to("cpu")` and back)
     pinned = gen["rollout_weights_gib"] + 2 * b.offload_params * tr["train_weights_gib"]
-    pageable = 2 * b.offload_optimizer * tr["train_optimizer_gib"] * tr["gen_optimizer_moves"]
+    pageable = (2 * b.offload_optimizer * moved * tr["train_optimizer_gib"]
+                * tr["gen_optimizer_moves"])
     slow = float(inputs.constants().get("pageable_slowdown", 1.0))
     t_off = np.where(colo, (pinned + pageable * slow) * gib / _pcie(b), 0.0)
 

@@ -65,6 +65,17 @@ GIB = 2.0 ** 30
 ADAM_MOMENT_SHARE = 8.0 / 12.0
 
 
+def optimizer_moved_share(b, fsdp) -> np.ndarray:
+    """The share of the simulator's optimizer states (`train_optimizer_gib`, 12 B per
+    parameter) a run's offload moves to the host: NeMo RL's Megatron worker moves the inner
+    Adam's `state` only, the two moments (module docstring, item 1), and leaves the
+    distributed optimizer's fp32 main parameters on the GPU; everything else here moves the
+    whole (NeMo RL DTensor: fp32 parameters and moments, the same 12 B)."""
+    n = len(b.placement)
+    fsdp = np.asarray(fsdp, bool) * np.ones(n, bool)
+    return np.where((b.rl_framework == NEMO_RL) & ~fsdp, ADAM_MOMENT_SHARE, 1.0)
+
+
 def timer(b, fsdp, sync, rollout_weights_gib, train_weights_gib, train_optimizer_gib,
           optimizer_moves, pcie_bytes_per_s, refit_side_s) -> dict:
     """Per row, what NeMo RL's `prepare_for_generation` timer holds (module docstring).
@@ -84,7 +95,7 @@ def timer(b, fsdp, sync, rollout_weights_gib, train_weights_gib, train_optimizer
     w = b.offload_params * np.asarray(train_weights_gib, float)
     # Megatron: the moments pageable, the bf16 weights pinned; DTensor: fp32 weights and the
     # moments (the simulator's 12 B) pageable
-    pageable = np.where(fsdp, opt, ADAM_MOMENT_SHARE * opt)
+    pageable = optimizer_moved_share(b, fsdp) * opt
     pinned = np.where(fsdp, 0.0, w)
     offload = (pinned + pageable * slow) * GIB / pcie_bytes_per_s
     wake = (np.asarray(rollout_weights_gib, float) * GIB / pcie_bytes_per_s
