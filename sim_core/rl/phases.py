@@ -123,11 +123,15 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
                + b.offload_optimizer * moved * tr["train_optimizer_gib"])
     # weights through pinned buffers at PCIe rate; optimizer states through pageable memory
     # (catalogs/rl.yaml pageable_slowdown: NeMo RL's `v.to("cpu")` and back)
-    pinned = gen["rollout_weights_gib"] + 2 * b.offload_params * tr["train_weights_gib"]
+    pinned = 2 * b.offload_params * tr["train_weights_gib"]
     pageable = (2 * b.offload_optimizer * moved * tr["train_optimizer_gib"]
                 * tr["gen_optimizer_moves"])
     slow = float(inputs.constants().get("pageable_slowdown", 1.0))
-    t_off = np.where(colo, (pinned + pageable * slow) * gib / _pcie(b), 0.0)
+    # the engine's weights back in: vLLM's wake_up at the rate the sleep-mode blog measured
+    # (step_fixed.wake_bytes_per_s); other engines at the link's rate
+    wake_rate = np.where(b.rollout_engine == 0, step_fixed.wake_bytes_per_s(_pcie(b)), _pcie(b))
+    wake_bytes_s = gen["rollout_weights_gib"] * gib / wake_rate
+    t_off = np.where(colo, wake_bytes_s + (pinned + pageable * slow) * gib / _pcie(b), 0.0)
 
     lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
     sc = _phase_scales if phase_scales is None else phase_scales
@@ -148,7 +152,7 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     prep = fx["phase_side_s"]
     # what a NeMo RL "refit" timer holds (refit_timer.py): the sync plus the engine's wake, the
     # trainer's offload out and the cleaning around it; the sync elsewhere
-    rt = refit_timer.timer(b, zero >= 3, sync, gen["rollout_weights_gib"],
+    rt = refit_timer.timer(b, zero >= 3, sync, wake_bytes_s,
                            tr["train_weights_gib"], tr["train_optimizer_gib"],
                            tr["gen_optimizer_moves"], _pcie(b),
                            np.where(colo, fx["refit_side_s"], 0.0))

@@ -76,11 +76,12 @@ def optimizer_moved_share(b, fsdp) -> np.ndarray:
     return np.where((b.rl_framework == NEMO_RL) & ~fsdp, ADAM_MOMENT_SHARE, 1.0)
 
 
-def timer(b, fsdp, sync, rollout_weights_gib, train_weights_gib, train_optimizer_gib,
+def timer(b, fsdp, sync, wake_bytes_s, train_weights_gib, train_optimizer_gib,
           optimizer_moves, pcie_bytes_per_s, refit_side_s) -> dict:
     """Per row, what NeMo RL's `prepare_for_generation` timer holds (module docstring).
 
-    `sync`: the priced weight sync (s); `fsdp`: the training side is DTensor / FSDP, else
+    `sync`: the priced weight sync (s); `wake_bytes_s`: the engine's weights brought back
+    by its wake-up (s, phases.py: vLLM at step_fixed.wake_bytes_per_s); `fsdp`: the training side is DTensor / FSDP, else
     Megatron; `optimizer_moves`: 1 where the optimizer leaves the GPU around generation
     (training.py `gen_optimizer_moves`); `refit_side_s`: step_fixed.py's cleaning around the
     refit. Returns `refit_timer_s` (weight sync elsewhere) and its parts: `refit_wake_s`
@@ -98,7 +99,7 @@ def timer(b, fsdp, sync, rollout_weights_gib, train_weights_gib, train_optimizer
     pageable = optimizer_moved_share(b, fsdp) * opt
     pinned = np.where(fsdp, 0.0, w)
     offload = (pinned + pageable * slow) * GIB / pcie_bytes_per_s
-    wake = (np.asarray(rollout_weights_gib, float) * GIB / pcie_bytes_per_s
+    wake = (np.asarray(wake_bytes_s, float)
             + np.where(vllm, step_fixed.wake_fixed_s(), 0.0))
     extra = np.where(nemo_colo, wake + offload + refit_side_s, 0.0)
     return {"refit_timer_s": sync + extra,

@@ -90,6 +90,25 @@ def sleep_fixed_s() -> float:
     return _intercept("sleep_small_s", "sleep_large_s")
 
 
+# the blog's GPU: A100 (SM 8.0), whose host link catalogs/rl.yaml `pcie_gbs` prices at Gen4
+BLOG_SM_ARCH = 80
+
+
+def wake_bytes_per_s(pcie_bytes_per_s) -> np.ndarray:
+    """The rate at which a level-1 `wake_up` brings the weights back, per GPU: the slope of the
+    blog's wake line (0.078 s per GB of weights on the A100: 12.8 GB/s, half of the Gen4 link's
+    25.6 GB/s that a plain pinned copy gets), carried to other GPUs in proportion to their
+    host link (`pcie_gbs`). vLLM's CuMemAllocator.wake_up re-creates, maps and copies each
+    allocation in turn (cuMemCreate + cuMemMap + cuMemSetAccess, then a synchronous
+    cudaMemcpy from the pinned backup), so the copy does not stream at the link's rate.
+    `pcie_bytes_per_s`: the GPU's host link per direction (training.pcie_bytes_per_s)."""
+    k = constants()["step_fixed"]
+    measured = ((k["sleep_mode_large_gb"] - k["sleep_mode_small_gb"])
+                / (k["wake_large_s"] - k["wake_small_s"]))
+    link = float(constants()["pcie_gbs"][BLOG_SM_ARCH])
+    return np.asarray(pcie_bytes_per_s, float) * measured / link
+
+
 def sleep_wake_fixed_s() -> float:
     """Seconds of one level-1 sleep plus one wake-up of a vLLM engine that do not scale with the
     weights' bytes: the intercepts of the lines through the blog's two models."""
