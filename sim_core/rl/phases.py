@@ -3,8 +3,9 @@
 - **Colocated** (verl's hybrid engine, NeMo RL `colocated.enabled: true`): every GPU generates,
   then computes log-probs and trains; the phases add. Between them the engine sleeps (verl
   v0.7.0 rollout.yaml `free_cache_engine: True`: vLLM's sleep mode drops the KV cache and
-  moves its weights to the host) and wakes (weights back over PCIe), and the training states
-  the run offloads (`param_offload`, `optimizer_offload`) go to the host and back. Memory
+  moves its weights to the host) and wakes (weights back over PCIe, at the rate vLLM's
+  sleep-mode blog measured), and the training states the run offloads (`param_offload`,
+  `optimizer_offload`) go to the host and back. Memory
   during generation holds the resident training states plus the engine's
   `gpu_memory_utilization` share; during training, the training peak.
 - **Split** (verl `recipe/one_step_off_policy` / `fully_async_policy`, NeMo RL non-colocated):

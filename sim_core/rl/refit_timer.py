@@ -81,11 +81,12 @@ def timer(b, fsdp, sync, wake_bytes_s, train_weights_gib, train_optimizer_gib,
     """Per row, what NeMo RL's `prepare_for_generation` timer holds (module docstring).
 
     `sync`: the priced weight sync (s); `wake_bytes_s`: the engine's weights brought back
-    by its wake-up (s, phases.py: vLLM at step_fixed.wake_bytes_per_s); `fsdp`: the training side is DTensor / FSDP, else
-    Megatron; `optimizer_moves`: 1 where the optimizer leaves the GPU around generation
-    (training.py `gen_optimizer_moves`); `refit_side_s`: step_fixed.py's cleaning around the
-    refit. Returns `refit_timer_s` (weight sync elsewhere) and its parts: `refit_wake_s`
-    (the engine's wake, bytes + fixed), `refit_offload_s` (the trainer's states out)."""
+    by its wake-up (s, phases.py: vLLM at step_fixed.wake_bytes_per_s); `fsdp`: the
+    training side is DTensor / FSDP, else Megatron; `optimizer_moves`: 1 where the optimizer
+    leaves the GPU around generation (training.py `gen_optimizer_moves`); `refit_side_s`:
+    step_fixed.py's cleaning around the refit. Returns `refit_timer_s` (weight sync
+    elsewhere) and its parts: `refit_wake_s` (the engine's wake, bytes + fixed),
+    `refit_offload_s` (the trainer's states out)."""
     sync = np.asarray(sync, dtype=float)
     n = len(sync)
     fsdp = np.asarray(fsdp, bool) * np.ones(n, bool)

@@ -3,8 +3,9 @@
 A colocated step does more than generate, score and train: the engine goes to sleep and wakes
 up around every generation, and the trainer's workers move their states and clean their
 allocators between phases. The bytes of those moves are priced by `phases.py`
-(`offload_time_s`, at PCIe rate); what this module prices is the rest, which costs about the
-same for a 0.5B as for a 70B model and so weighs most on small-model steps:
+(`offload_time_s`, at PCIe rate; the engine's wake at the rate the blog below measured,
+`wake_bytes_per_s`); what this module prices is the rest, which costs about the same for a
+0.5B as for a 70B model and so weighs most on small-model steps:
 
 1. **The engine's sleep and wake-up, beyond the bytes** (colocated vLLM). vLLM's level-1 sleep
    (vllm/device_allocator/cumem.py `CuMemAllocator.sleep`) backs the `weights` allocations up
