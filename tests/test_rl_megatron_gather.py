@@ -109,7 +109,8 @@ def test_a_dtensor_row_does_not_take_the_megatron_path():
     assert ws["sync_copy_s"][0] == 0 and ws["sync_pp_bcast_bytes"][0] == 0
     assert ws["sync_copy_s"][1] > 0
     from sim_core import nccl
-    flat = nccl.collective_time("all_gather", b.params * 2.0, np.full(2, 64.0), np.full(2, 8.0),
+    # (NeMo RL's DTensor worker gathers its fp32 parameters: 4 B each, weight_sync.py)
+    flat = nccl.collective_time("all_gather", b.params * 4.0, np.full(2, 64.0), np.full(2, 8.0),
                                 inputs.network(b))["time_s"]
     assert ws["sync_gather_s"][0] == pytest.approx(flat[0])
     assert (p.weight_sync_time_s > 0).all()

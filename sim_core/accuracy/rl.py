@@ -333,7 +333,12 @@ PHASES = {"generation": "gen_time_s", "log-probs": "log_prob_time_s",
           "update": "update_time_s",
           # slime's / vime's perf/train_time: the log-prob passes and the update under one
           # timer (megatron_utils/actor.py train_actor, timer("train"))
-          "train": "train_time_s"}
+          "train": "train_time_s",
+          # a table's refit / weight-sync column against what that framework's timer holds:
+          # NeMo RL's colocated `prepare_for_generation` also holds the engine's wake, the
+          # trainer's offload out and the cleaning around it (rl/refit_timer.py); elsewhere
+          # the weight sync
+          "refit": "refit_timer_s"}
 
 
 def pred_phases(pred: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
@@ -357,7 +362,8 @@ def _phase_pairs(norm: pd.DataFrame, p: pd.DataFrame, sync: np.ndarray) -> dict:
             "log-probs": np.where(no_critic & np.isfinite(olp), olp + np.nan_to_num(ref),
                                   np.nan),
             "update": np.where(no_critic, col("update_actor_time_s"), np.nan),
-            "train": np.where(no_critic, col("train_time_s"), np.nan)}
+            "train": np.where(no_critic, col("train_time_s"), np.nan),
+            "refit": col("weight_sync_time_s")}
     out = {}
     for name, pc in PHASES.items():
         out[f"meas_{pc}"] = meas[name]

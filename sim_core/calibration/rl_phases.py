@@ -9,7 +9,8 @@ cluster and framework run the phases slower or faster than it prices (verl's
                  the wait for the rollout, not the rollout: sim_core/accuracy/rl.py PHASES)
     log-probs    old_log_prob_time_s + ref_time_s, rows without a critic
     update       update_actor_time_s, rows without a critic
-    weight sync  weight_sync_time_s
+    weight sync  weight_sync_time_s (a NeMo RL refit timer less what else it holds,
+                 rl/refit_timer.py)
 
 Each scale is exp(median(log(measured / predicted))) over the rows that state the phase: the
 median of log ratios is symmetric in over- and under-prediction and robust to the few rows
@@ -166,7 +167,7 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
     n = len(t)
     pred = {k: np.full(n, np.nan) for k in PRED}
     tail, off, asy = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
-    fixed, prep = np.zeros(n), np.zeros(n)
+    fixed, prep, timer_extra = np.zeros(n), np.zeros(n), np.zeros(n)
     if ok.any():
         p = simulate_rl(df[ok].reset_index(drop=True), phase_scales={})
         i = np.flatnonzero(ok)
@@ -177,9 +178,17 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
         prep[i] = p["phase_cleanup_time_s"].to_numpy(dtype=float)
         fixed[i] = p["step_fixed_time_s"].to_numpy(dtype=float) - prep[i]
         asy[i] = [inputs.ASYNC.index(a) for a in df.asynchrony[ok]]
+        timer_extra[i] = (p["refit_timer_s"] - p["weight_sync_time_s"]).to_numpy(dtype=float)
+    meas = _measured(norm, cmp)
+    # a refit column is the framework's timer (rl/refit_timer.py: NeMo RL's also holds the
+    # engine's wake, the trainer's offload out and the cleaning, which the weight-sync scale does
+    # not multiply): the sync it measured is what is left once those are taken out; rows left
+    # with nothing count as not stating it
+    ws = meas["weight sync"] - timer_extra
+    meas["weight sync"] = np.where(ws > 0, ws, np.nan)
     return RLPhaseData(table=t, cmp=cmp, group=grp,
                        step=pd.to_numeric(norm.step_time_s, errors="coerce").to_numpy(float),
-                       meas=_measured(norm, cmp), pred=pred, gen_tail=tail, offload=off,
+                       meas=meas, pred=pred, gen_tail=tail, offload=off,
                        fixed_serial=fixed, prep=prep,
                        asynchrony=asy, priced=ok)
 

@@ -3,8 +3,9 @@
 - **Colocated** (verl's hybrid engine, NeMo RL `colocated.enabled: true`): every GPU generates,
   then computes log-probs and trains; the phases add. Between them the engine sleeps (verl
   v0.7.0 rollout.yaml `free_cache_engine: True`: vLLM's sleep mode drops the KV cache and
-  moves its weights to the host) and wakes (weights back over PCIe), and the training states
-  the run offloads (`param_offload`, `optimizer_offload`) go to the host and back. Memory
+  moves its weights to the host) and wakes (weights back over PCIe, at the rate vLLM's
+  sleep-mode blog measured), and the training states the run offloads (`param_offload`,
+  `optimizer_offload`) go to the host and back. Memory
   during generation holds the resident training states plus the engine's
   `gpu_memory_utilization` share; during training, the training peak.
 - **Split** (verl `recipe/one_step_off_policy` / `fully_async_policy`, NeMo RL non-colocated):
@@ -34,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import generation, inputs, refit_host, step_fixed, training, weight_sync
+from . import generation, inputs, refit_host, refit_timer, step_fixed, training, weight_sync
 
 
 def _pcie(b) -> np.ndarray:
@@ -101,7 +102,11 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     # NeMo RL's colocated refit: the per-tensor collectives, Python and controller entries
     # (refit_host.py); groups are sized on the memory free once the optimizer is offloaded and
     # the engine's weights are woken
-    free = (b.hbm_gib - tr["train_weights_gib"] - gen["rollout_weights_gib"]) * 2.0 ** 30
+    # (NeMo RL's Megatron offload leaves the fp32 main parameters on the GPU: refit_timer.py)
+    moved = refit_timer.optimizer_moved_share(b, zero >= 3)
+    kept_opt = b.offload_optimizer * (1.0 - moved) * tr["train_optimizer_gib"]
+    free = (b.hbm_gib - tr["train_weights_gib"] - gen["rollout_weights_gib"]
+            - np.where(colo, kept_opt, 0.0)) * 2.0 ** 30
     rh = refit_host.host_time(b, zero >= 3, np.maximum(free, 0.0), ttp, tpp,
                               _train(df, "train_ep"), np.nan_to_num(shard, nan=1.0),
                               inputs.network(b))
@@ -116,13 +121,18 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     # `megatron.grad_offload=${offload}` with `param_offload` (run_qwen3-235b_megatron_96gb.sh,
     # run_deepseek671b_math_megatron_80gb.sh ALL_OFFLOAD at v0.7.0): memory only, no copy priced
     off_gib = (b.offload_params * (tr["train_weights_gib"] + tr["train_grads_gib"])
-               + b.offload_optimizer * tr["train_optimizer_gib"])
+               + b.offload_optimizer * moved * tr["train_optimizer_gib"])
     # weights through pinned buffers at PCIe rate; optimizer states through pageable memory
     # (catalogs/rl.yaml pageable_slowdown: NeMo RL's `v.to("cpu")` and back)
-    pinned = gen["rollout_weights_gib"] + 2 * b.offload_params * tr["train_weights_gib"]
-    pageable = 2 * b.offload_optimizer * tr["train_optimizer_gib"] * tr["gen_optimizer_moves"]
+    pinned = 2 * b.offload_params * tr["train_weights_gib"]
+    pageable = (2 * b.offload_optimizer * moved * tr["train_optimizer_gib"]
+                * tr["gen_optimizer_moves"])
     slow = float(inputs.constants().get("pageable_slowdown", 1.0))
-    t_off = np.where(colo, (pinned + pageable * slow) * gib / _pcie(b), 0.0)
+    # the engine's weights back in: vLLM's wake_up at the rate the sleep-mode blog measured
+    # (step_fixed.wake_bytes_per_s); other engines at the link's rate
+    wake_rate = np.where(b.rollout_engine == 0, step_fixed.wake_bytes_per_s(_pcie(b)), _pcie(b))
+    wake_bytes_s = gen["rollout_weights_gib"] * gib / wake_rate
+    t_off = np.where(colo, wake_bytes_s + (pinned + pageable * slow) * gib / _pcie(b), 0.0)
 
     lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
     sc = _phase_scales if phase_scales is None else phase_scales
@@ -141,6 +151,12 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     fx = step_fixed.fixed_time(b, zero >= 3)
     fixed_colo = np.where(colo, fx["engine_s"] + fx["refit_side_s"], 0.0)
     prep = fx["phase_side_s"]
+    # what a NeMo RL "refit" timer holds (refit_timer.py): the sync plus the engine's wake, the
+    # trainer's offload out and the cleaning around it; the sync elsewhere
+    rt = refit_timer.timer(b, zero >= 3, sync, wake_bytes_s,
+                           tr["train_weights_gib"], tr["train_optimizer_gib"],
+                           tr["gen_optimizer_moves"], _pcie(b),
+                           np.where(colo, fx["refit_side_s"], 0.0))
     # DAPO's dynamic-sampling filter: each round generates the whole batch again, tail
     # included (SkyRL trainer_utils.handle_dynamic_sampling; verl recipe/dapo): `gen_rounds`
     rounds = np.maximum(np.nan_to_num(b.gen_rounds, nan=1.0), 1.0)
@@ -208,6 +224,10 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
         # passes and the update (slime 44d29ee megatron_utils/actor.py train_actor)
         "train_time_s": (lp + up) * keep,
         "weight_sync_time_s": sync * keep,
+        # the refit as NeMo RL's `prepare_for_generation` timer holds it (refit_timer.py)
+        "refit_timer_s": rt["refit_timer_s"] * keep,
+        "refit_wake_s": rt["refit_wake_s"] * keep,
+        "refit_offload_s": rt["refit_offload_s"] * keep,
         "offload_time_s": t_off * keep,
         # step_fixed.py: what does not scale with the model, in total and by side
         "step_fixed_time_s": (fixed_colo + prep) * keep,

@@ -3,8 +3,9 @@
 A colocated step does more than generate, score and train: the engine goes to sleep and wakes
 up around every generation, and the trainer's workers move their states and clean their
 allocators between phases. The bytes of those moves are priced by `phases.py`
-(`offload_time_s`, at PCIe rate); what this module prices is the rest, which costs about the
-same for a 0.5B as for a 70B model and so weighs most on small-model steps:
+(`offload_time_s`, at PCIe rate; the engine's wake at the rate the blog below measured,
+`wake_bytes_per_s`); what this module prices is the rest, which costs about the same for a
+0.5B as for a 70B model and so weighs most on small-model steps:
 
 1. **The engine's sleep and wake-up, beyond the bytes** (colocated vLLM). vLLM's level-1 sleep
    (vllm/device_allocator/cumem.py `CuMemAllocator.sleep`) backs the `weights` allocations up
@@ -69,17 +70,50 @@ NEMO_MEGATRON_PHASES = (1, 2)
 VERL_ROLLOUT = (0, 4)
 
 
+def _intercept(small: str, large: str) -> float:
+    """The fixed part of a sleep-mode call: the intercept of the line through the blog's two
+    models (the slope is the bytes)."""
+    k = constants()["step_fixed"]
+    gb0, gb1 = k["sleep_mode_small_gb"], k["sleep_mode_large_gb"]
+    t0, t1 = k[small], k[large]
+    return t0 - gb0 * (t1 - t0) / (gb1 - gb0)
+
+
+def wake_fixed_s() -> float:
+    """Seconds of one vLLM `wake_up` that do not scale with the weights' bytes (NeMo RL calls
+    it from `refit_policy_generation`, inside its refit timer: refit_timer.py)."""
+    return _intercept("wake_small_s", "wake_large_s")
+
+
+def sleep_fixed_s() -> float:
+    """Seconds of one level-1 `sleep` that do not scale with the weights' bytes (NeMo RL:
+    `finish_generation`, inside its generation timer)."""
+    return _intercept("sleep_small_s", "sleep_large_s")
+
+
+# the blog's GPU: A100 (SM 8.0), whose host link catalogs/rl.yaml `pcie_gbs` prices at Gen4
+BLOG_SM_ARCH = 80
+
+
+def wake_bytes_per_s(pcie_bytes_per_s) -> np.ndarray:
+    """The rate at which a level-1 `wake_up` brings the weights back, per GPU: the slope of the
+    blog's wake line (0.078 s per GB of weights on the A100: 12.8 GB/s, half of the Gen4 link's
+    25.6 GB/s that a plain pinned copy gets), carried to other GPUs in proportion to their
+    host link (`pcie_gbs`). vLLM's CuMemAllocator.wake_up re-creates, maps and copies each
+    allocation in turn (cuMemCreate + cuMemMap + cuMemSetAccess, then a synchronous
+    cudaMemcpy from the pinned backup), so the copy does not stream at the link's rate.
+    `pcie_bytes_per_s`: the GPU's host link per direction (training.pcie_bytes_per_s)."""
+    k = constants()["step_fixed"]
+    measured = ((k["sleep_mode_large_gb"] - k["sleep_mode_small_gb"])
+                / (k["wake_large_s"] - k["wake_small_s"]))
+    link = float(constants()["pcie_gbs"][BLOG_SM_ARCH])
+    return np.asarray(pcie_bytes_per_s, float) * measured / link
+
+
 def sleep_wake_fixed_s() -> float:
     """Seconds of one level-1 sleep plus one wake-up of a vLLM engine that do not scale with the
     weights' bytes: the intercepts of the lines through the blog's two models."""
-    k = constants()["step_fixed"]
-    gb0, gb1 = k["sleep_mode_small_gb"], k["sleep_mode_large_gb"]
-
-    def intercept(t0, t1):
-        return t0 - gb0 * (t1 - t0) / (gb1 - gb0)
-
-    return (intercept(k["wake_small_s"], k["wake_large_s"])
-            + intercept(k["sleep_small_s"], k["sleep_large_s"]))
+    return wake_fixed_s() + sleep_fixed_s()
 
 
 def fixed_time(b, fsdp: np.ndarray) -> dict:

@@ -50,7 +50,12 @@ def sync_time(b: Batch, train_tp, train_pp, train_dp_shard, train_ep=None,
     tg = b.train_gpus if train_gpus is None else train_gpus
     group = train_tp * train_pp * train_dp_shard
     nodes = np.maximum(np.ceil(group / b.gpus_per_node), 1.0)
-    flat = nccl.collective_time("all_gather", full, group, nodes, net)["time_s"]
+    # NeMo RL's DTensor worker holds fp32 parameters (v0.3.0 dtensor_policy_worker.py: "Always
+    # load the model in float32 to keep master weights in float32") and gathers them as they
+    # are (`full_tensor()`), casting to bf16 after the gather (`.to(self.dtype)`): 4 B each
+    nemo_fp32 = b.rl_framework == RL_FRAMEWORK.index("nemo_rl")
+    flat = nccl.collective_time("all_gather", np.where(nemo_fp32, 2.0 * full, full), group,
+                                nodes, net)["time_s"]
     # ETP not stated (0 / NaN): Megatron's default, the TP size (megatron/core/parallel_state.py
     # initialize_model_parallel: `if expert_tensor_parallel_size is None: ... =
     # tensor_model_parallel_size`)
