@@ -56,10 +56,11 @@ from scipy.optimize import brentq
 from .. import catalog, moe
 from .inputs import RL_FRAMEWORK, fsdp, train_col
 
-# TensorRT-LLM examples/wide_ep/ep_load_balancer/README.md at 2a595f8157669fce7999f2098fbe32d8263981f0,
-# "Step 1" report_load_statistics.py output: DeepSeek-R1, --ep 32, no EPLB
+# TensorRT-LLM examples/wide_ep/ep_load_balancer/README.md at commit 2a595f81 (full hash in
+# the URL), "Step 1" report_load_statistics.py output: DeepSeek-R1, --ep 32, no EPLB
 MEASURED = {"experts": 256, "ep": 32, "imbalance_ratio": 1.564272,
-            "url": "https://github.com/NVIDIA/TensorRT-LLM/blob/2a595f8157669fce7999f2098fbe32d8263981f0/"
+            "url": "https://github.com/NVIDIA/TensorRT-LLM/blob/"
+                   "2a595f8157669fce7999f2098fbe32d8263981f0/"
                    "examples/wide_ep/ep_load_balancer/README.md"}
 UNBALANCED_FRAMEWORKS = ("nemo_rl", "slime", "skyrl")
 
