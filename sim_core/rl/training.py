@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import (dtensor_host, fsdp_experts, generation, hf_moe, host, moe_glu, moe_host, nemo_rl,
-               nemo_rl_host, skyrl, slime_train, verl, verl_megatron)
+from . import (dtensor_host, fsdp_experts, generation, hf_moe, host, moe_glu, moe_host, moe_skew,
+               nemo_rl, nemo_rl_host, skyrl, slime_train, verl, verl_megatron)
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 
@@ -122,6 +122,8 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
         if col in df.columns and df[col].notna().any():
             out[f] = df[col].to_numpy()
     ulysses_layout(df, out)
+    # routing skew where the framework trains the router without load balancing (moe_skew.py)
+    out["expert_skew"] = moe_skew.skew(df, b, out)
     pack = pack_budget(df, b)
     mean_len = b.prompt_len + b.response_mean
     cp = train_col(out, "cp")

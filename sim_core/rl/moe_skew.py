@@ -1,0 +1,114 @@
+"""Uneven expert-parallel load when an RL framework trains an MoE model without load balancing:
+the training frame's routing skew (`expert_skew`), set from a published per-rank measurement.
+
+Why: the pre-training step prices balanced routing (expert_skew 0; pre-training runs train with
+a balancing loss or force-balanced routing, sim_core/moe.py). RL frameworks train the router
+without one, so the routed copies each EP rank receives follow the pretrained router's
+preferences on the RL data, uneven across ranks; the layer runs at its busiest rank's pace
+(Megatron-Core's alltoall dispatcher is one collective per dispatch / combine, and each rank's
+TEGroupedMLP runs the rows it received: megatron/core/transformer/moe/token_dispatcher.py and
+experts.py at Megatron-LM 2ff0f099). Read at the rows' versions:
+
+- NeMo RL v0.3.0 (examples/configs/grpo_math_1B_megatron.yaml, every Megatron run):
+  `moe_router_load_balancing_type: none`, `moe_router_bias_update_rate: 0`,
+  `freeze_moe_router: true` (the router is not trained at all);
+- slime 05370bf9 (scripts/models/qwen3-30B-A3B.sh), which LMSYS's Miles runs:
+  `--moe-aux-loss-coeff 0` (the aux loss is computed and scaled by 0);
+- SkyRL's GLM-4.7-Flash Megatron run (scripts/glm47_h200/02_train_4x8_h200.sh at 0355eb7d):
+  `moe_aux_loss_coeff=0.0`, `moe_router_enable_expert_bias=true` with
+  `moe_router_bias_update_rate=0` (the pretrained bias is kept, not updated).
+None sets `moe_expert_capacity_factor`, so Megatron-Core routes dropless (its default None):
+imbalance costs time, not tokens. verl's Megatron workers are left balanced here: their router
+settings at the rows' commits were not read.
+
+The measured imbalance (`MEASURED`): TensorRT-LLM's `examples/wide_ep/ep_load_balancer/
+README.md` (commit 2a595f81) counts the routed copies per EP rank of DeepSeek-R1 (256 experts,
+8 per rank, aux-loss-free bias frozen at inference) over 100 iterations on 32-way EP, mean 1,024
+copies per rank: imbalance ratio (max - mean) / mean averaged over layers and iterations
+**1.564** (per layer 0.46 to 2.46), i.e. the busiest rank holds 2.56x the mean. At ~1,000
+copies per rank the counting noise is ~3% (sqrt(1024) / 1024), so the figure is the router's
+systematic preference, which does not shrink with more tokens per micro-batch.
+
+From that figure to other shapes with the core's own law (moe.expert_load_factor: Zipf
+popularity over the experts, the hottest expert's rank carrying its share plus an average share
+for its other local experts): the exponent that reproduces 2.564 at 256 experts / EP 32 is
+0.637 (`exponent()`), which gives 1.45 for Qwen3-30B-A3B (128 experts) on EP 8 and 1.58 for
+GLM-4.7-Flash (64 experts) on EP 8. The core then prices the busiest rank's expert GEMM rows,
+permutation bytes and all-to-all bytes at that load (workload.py, moe.dispatch_bytes), in the
+update and in the log-prob passes, and the busiest rank's MoE activation memory.
+
+Limits, said plainly: one measured model (DeepSeek-R1, inference, a trtllm-bench dataset whose
+content the README does not give), carried to other models and EP sizes through the Zipf law;
+no per-rank load of Qwen3-30B-A3B or GLM-4.7-Flash at RL shapes was found published. Optional
+row column `train_moe_router_balanced` (true/false; blank: false for NeMo RL, slime and SkyRL
+Megatron MoE rows, true elsewhere) says a run balanced its router.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import brentq
+
+from .. import catalog, moe
+from .inputs import RL_FRAMEWORK, fsdp, train_col
+
+# TensorRT-LLM examples/wide_ep/ep_load_balancer/README.md at commit 2a595f81 (full hash in
+# the URL), "Step 1" report_load_statistics.py output: DeepSeek-R1, --ep 32, no EPLB
+MEASURED = {"experts": 256, "ep": 32, "imbalance_ratio": 1.564272,
+            "url": "https://github.com/NVIDIA/TensorRT-LLM/blob/"
+                   "2a595f8157669fce7999f2098fbe32d8263981f0/"
+                   "examples/wide_ep/ep_load_balancer/README.md"}
+UNBALANCED_FRAMEWORKS = ("nemo_rl", "slime", "skyrl")
+
+
+def load_factor(experts, ep, alpha) -> np.ndarray:
+    """The core's busiest-rank load (moe.expert_load_factor) at these experts, EP sizes and
+    Zipf exponents, dropless."""
+    e = np.atleast_1d(np.asarray(experts, dtype=float))
+    shape = np.broadcast(e, np.asarray(ep), np.asarray(alpha)).shape
+    b = SimpleNamespace(experts=np.broadcast_to(e, shape).astype(float),
+                        ep=np.broadcast_to(np.asarray(ep, dtype=float), shape).astype(float),
+                        expert_skew=np.broadcast_to(np.asarray(alpha, dtype=float),
+                                                    shape).astype(float),
+                        moe_dropless=np.ones(shape, dtype=bool),
+                        capacity_factor=np.ones(shape))
+    return moe.expert_load_factor(b)
+
+
+@functools.lru_cache(maxsize=1)
+def exponent() -> float:
+    """The Zipf exponent at which the core's law gives the measured busiest-rank load
+    (1 + imbalance ratio) at the measured experts and EP size."""
+    target = 1.0 + MEASURED["imbalance_ratio"]
+    return float(brentq(lambda a: load_factor(MEASURED["experts"], MEASURED["ep"], a)[0] - target,
+                        1e-3, 5.0, xtol=1e-9))
+
+
+def unbalanced(df: pd.DataFrame, b, tf: pd.DataFrame) -> np.ndarray:
+    """Rows whose router trains without load balancing: Megatron-Core (not FSDP) MoE rows with
+    EP > 1 under NeMo RL, slime or SkyRL, unless `train_moe_router_balanced` says otherwise."""
+    fw = np.isin(b.rl_framework, [RL_FRAMEWORK.index(f) for f in UNBALANCED_FRAMEWORKS])
+    ep = train_col(tf, "ep")
+    default = fw & ~fsdp(tf) & (np.asarray(b.experts) > 0) & (np.nan_to_num(ep, nan=1.0) > 1)
+    if "train_moe_router_balanced" not in df.columns:
+        return default
+    col = df["train_moe_router_balanced"]
+    s = col.astype(object).where(col.notna(), "").astype(str).str.strip().str.lower()
+    bad = ~s.isin(["", "true", "false", "1", "0", "1.0", "0.0"])
+    if bad.any():
+        raise catalog.CatalogError(
+            f"train_moe_router_balanced: '{col[bad].iloc[0]}' is not true/false")
+    stated_balanced = s.isin(["true", "1", "1.0"]).to_numpy()
+    blank = s.eq("").to_numpy()
+    on = np.where(blank, default, ~stated_balanced)
+    return on & (np.asarray(b.experts) > 0) & (np.nan_to_num(ep, nan=1.0) > 1)
+
+
+def skew(df: pd.DataFrame, b, tf: pd.DataFrame) -> np.ndarray:
+    """The training frame's `expert_skew` per row: `exponent()` where the router is unbalanced,
+    0 (the core's balanced routing) elsewhere."""
+    return np.where(unbalanced(df, b, tf), exponent(), 0.0)
