@@ -117,7 +117,7 @@ def transfer_s(seqs, chunk_seqs, in_b, out_b, pcie_bytes_per_s) -> np.ndarray:
 def seconds(b, fsdp_on, dp, pcie_bytes_per_s, micro_batches: dict) -> dict:
     """Per row and phase (`PHASES`, seconds; zero off verl or where the phase does not run)
     and `total_s`. `fsdp_on`: verl FSDP rows (verl.active); `dp`: data-parallel ranks (the
-    chunks); `micro_batches`: update micro-batches per optimizer step on one GPU, keys
+    Megatron workers' chunks; FSDP's are per worker); `micro_batches`: update micro-batches per optimizer step on one GPU, keys
     `update_actor`, `update_critic` (verl.phases' counts; NaN / absent off FSDP)."""
     n = len(b.placement)
     verl = b.rl_framework == VERL
@@ -127,7 +127,9 @@ def seconds(b, fsdp_on, dp, pcie_bytes_per_s, micro_batches: dict) -> dict:
             "update_actor": verl, "update_critic": verl & ppo}
     dp = np.maximum(np.asarray(dp, float) * np.ones(n), 1.0)
     seqs = b.sequences
-    chunk = seqs / dp
+    # DP_COMPUTE_PROTO chunks over the worker group's world (Ulysses ranks each get a chunk and
+    # all-gather in `preprocess_data`); MEGATRON_COMPUTE_PROTO over the data-parallel ranks
+    chunk = seqs / np.where(fsdp_on, np.maximum(b.train_gpus, 1.0), dp)
     pcie = np.asarray(pcie_bytes_per_s, float) * np.ones(n)
     call = ray_call_s(b.train_gpus)
     sizes = batch_bytes(b.prompt_max, b.response_max, b.use_ref, ppo)
