@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim_core.rl import host
+from sim_core.rl import host, verl_calls
 from sim_core.rl.phases import simulate_rl
 
 # a verl GRPO row of Qwen2.5-0.5B (24 layers) on 8 H100 with FSDP, four sequences per
@@ -18,6 +18,14 @@ SMALL = dict(model="qwen2.5-0.5b", gpu="h100-sxm", num_gpus=8, rollout_tp=1,
              response_max=256, prompt_max=512, gpu_memory_utilization=0.6, train_tp=1,
              train_pp=1, train_zero=3, mini_batches=4, train_seq_len=8000,
              sequence_packing=False, micro_batch_seqs=4, use_ref=False)
+
+
+@pytest.fixture(autouse=True)
+def _floor_alone(monkeypatch):
+    """These tests price the floor alone: verl's per-call work (verl_calls.py) set to zero."""
+    real = verl_calls.seconds
+    monkeypatch.setattr(verl_calls, "seconds", lambda *a, **k: {
+        key: np.zeros_like(v) for key, v in real(*a, **k).items()})
 
 
 def run(*rows):

@@ -29,7 +29,8 @@ What is not priced (no published per-call figure found): SGLang's
 SGLang backend and slime call instead of vLLM's sleep; the extra `gc.collect()` +
 `empty_cache()` NeMo RL's vLLM worker runs after `LLM.sleep` (in the engine's process, whose
 collections the blog's 0.09 s sleep bounds well below the trainer's); Ray's dispatch of each
-worker-group call; NeMo RL's math environment (math-verify in Ray workers: inside the
+worker-group call (verl's: `verl_calls.py`); NeMo RL's math environment (math-verify in Ray
+workers: inside the
 `generation` timer, as the table's generation column is) and verl's reward and advantage
 (`timing_s/reward`, `timing_s/adv`, on the driver); SkyRL's and slime's own calls.
 """

@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..simulate import simulate_frame
 from . import (dtensor_host, fsdp_experts, generation, hf_moe, host, moe_glu, moe_host, moe_skew,
-               nemo_rl, nemo_rl_host, skyrl, slime_train, verl, verl_megatron)
+               nemo_rl, nemo_rl_host, skyrl, slime_train, verl, verl_calls, verl_megatron)
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 
@@ -291,6 +291,14 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     ref = np.where(on, v["ref_s"], ref)
     values = np.where(on, v["values_s"], values)
     update = np.where(on, v["update_actor_s"] + v["update_critic_s"], update)
+    # verl's worker-group calls: Ray dispatch, the DataProto's bytes, the offload's
+    # empty_cache, the update loops' host syncs (verl_calls.py; zero off verl)
+    vc = verl_calls.seconds(b, on, dp, pcie, {"update_actor": v["update_micro_batches"],
+                                              "update_critic": v["critic_micro_batches"]})
+    old = old + vc["old_log_prob"]
+    ref = ref + vc["ref"]
+    values = values + vc["values"]
+    update = update + vc["update_actor"] + vc["update_critic"]
     # SkyRL's FSDP2 workers: count micro-batches, cpu_offload's host moves and AdamW (skyrl.py)
     s = skyrl.phases(df, b, tf, dp, pcie, gather_share, profile)
     son = s["on"]
@@ -316,6 +324,7 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
         # optimizer round trip around generation
         "gen_optimizer_moves": np.where(on | on_host, 0.0, 1.0),
         "update_time_s": update,
+        "verl_calls_time_s": vc["total_s"],
         "train_step_time_s": step,
         "train_valid": sim["valid"].to_numpy() & mem["valid"].to_numpy(),
         "train_invalid_reason": np.where(sim["invalid_reason"].to_numpy() != "",

@@ -177,7 +177,8 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     on = active(b, tf)
     nan = np.full(n, np.nan)
     out = {k: nan.copy() for k in ("old_log_prob_s", "ref_s", "ref_stream_s", "values_s",
-                                   "update_actor_s", "update_critic_s", "host_moves_s")}
+                                   "update_actor_s", "update_critic_s", "host_moves_s",
+                                   "update_micro_batches", "critic_micro_batches")}
     out["on"] = on
     if not on.any():
         return out
@@ -280,4 +281,8 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     out["update_actor_s"] = put(upd_step * minis * epochs + moves_upd)
     out["update_critic_s"] = put(np.where(ppo_i, cupd_step * minis * epochs + moves_upd, 0.0))
     out["host_moves_s"] = put(moves_lp + moves_upd + np.where(ppo_i, moves_lp + moves_upd, 0.0))
+    # update micro-batches per optimizer step on one GPU (verl_calls.py: the syncs per
+    # micro-batch)
+    out["update_micro_batches"] = put(mbs_of["upd"])
+    out["critic_micro_batches"] = put(mbs_of["cupd"])
     return out
