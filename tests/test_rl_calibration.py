@@ -46,12 +46,12 @@ def _frame(t):
 
 def test_no_scales_is_bit_identical_and_a_profile_is_undone_exactly(shipped, tmp_path):
     df = _frame(shipped)
-    plain = simulate_rl(df)
+    plain = simulate_rl(df)  # the shipped model: NeMo RL's fitted scales (test_rl_defaults.py)
     assert phases.phase_scales() is None
     # {} and all-ones take the scaling path or skip it: both must equal the white-box output
-    assert_frame_equal(simulate_rl(df, phase_scales={}), plain, check_exact=True)
+    white = simulate_rl(df, phase_scales={})
     ones = dict.fromkeys(phases.PHASE_SCALES, 1.0)
-    assert_frame_equal(simulate_rl(df, phase_scales=ones), plain, check_exact=True)
+    assert_frame_equal(simulate_rl(df, phase_scales=ones), white, check_exact=True)
     cmp = rl.compare(shipped)
     assert main(["calibrate", "rl-runs", str(SHIPPED), "--profile", "p"]) == 0
     profiles.activate("p")

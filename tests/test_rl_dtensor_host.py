@@ -97,12 +97,12 @@ def test_end_to_end_only_nemo_dtensor_rows_move(monkeypatch):
             {**BASE, **BIG, "train_zero": 1, "train_pp": 4, "train_tp": 4,
              "train_sequence_parallel": None, "dynamic_batching": None}]
     df = pd.DataFrame(rows)
-    with_dt = simulate_rl(df)
+    with_dt = simulate_rl(df, phase_scales={})  # the white-box model: the rule alone
     keys = ("update_s", "log_prob_s", "update_host_s", "optimizer_host_s", "gather_update_s",
             "gather_log_prob_s")
     monkeypatch.setattr(dtensor_host, "seconds",
                         lambda b, tf, *a: {k: np.zeros(len(tf)) for k in keys})
-    without = simulate_rl(df)
+    without = simulate_rl(df, phase_scales={})
     d_up = with_dt["update_time_s"].to_numpy() - without["update_time_s"].to_numpy()
     d_lp = with_dt["log_prob_time_s"].to_numpy() - without["log_prob_time_s"].to_numpy()
     # 70B TP8 SP: the optimizer and the SP gathers add to both; Megatron rows do not move

@@ -85,7 +85,7 @@ def test_full_recompute_replays_the_sync_in_backward():
 
 def test_update_and_log_prob_carry_it(monkeypatch):
     df = pd.DataFrame([SHORT])
-    with_rule = simulate_rl(df)
+    with_rule = simulate_rl(df, phase_scales={})  # the white-box model: the rule alone
     seen = {}
     real = moe_host.exposed
 
@@ -94,7 +94,7 @@ def test_update_and_log_prob_carry_it(monkeypatch):
         seen.update(out)
         return {**out, "update_s": out["update_s"] * 0, "log_prob_s": out["log_prob_s"] * 0}
     monkeypatch.setattr(moe_host, "exposed", zero)
-    without = simulate_rl(df)
+    without = simulate_rl(df, phase_scales={})
     # four optimizer steps per RL step, one log-prob pass each for the policy and the reference
     assert with_rule.update_time_s[0] - without.update_time_s[0] == \
         pytest.approx(4 * seen["update_s"][0])

@@ -1,6 +1,8 @@
 """Calibrate the RL step model on a user's own RL run table (`sweep calibrate rl-runs`).
 
-The RL model (sim_core/rl/) is white-box: nothing of it is fitted on RL steps. A user whose
+The RL model (sim_core/rl/) is white-box but for two shipped scales of NeMo RL's training
+passes (catalogs/rl.yaml, fitted by rl_defaults.py). A fit here starts from the white-box model
+(`phase_scales={}`) and, once its profile is active, replaces the shipped scales. A user whose
 cluster and framework run the phases slower or faster than it prices (verl's
 `timing_s/gen`, `timing_s/old_log_prob` + `timing_s/ref`, `timing_s/update_actor`,
 `timing_s/update_weights`; NeMo RL's timers) can fit one multiplicative scale per phase:

@@ -44,7 +44,8 @@ def _pcie(b) -> np.ndarray:
 
 # per-phase multiplicative scales of a calibration profile (`sweep calibrate rl-runs`,
 # sim_core/calibration/rl_phases.py), installed by sim_core.profiles.activate; None = the
-# white-box model (the default: nothing fitted enters it)
+# shipped scales (default_scales: NeMo RL's two fitted training-pass scales, white-box
+# everywhere else)
 PHASE_SCALES = ("generation", "log-probs", "update", "weight sync")
 _phase_scales: dict | None = None
 
@@ -62,6 +63,19 @@ def set_phase_scales(scales: dict | None) -> None:
 def phase_scales() -> dict | None:
     """The installed phase scales (None: the white-box model)."""
     return dict(_phase_scales) if _phase_scales else None
+
+
+def default_scales(b) -> dict:
+    """The shipped phase scales per row: NeMo RL's log-prob passes and update times the fitted
+    `nemo_rl_logprob_scale` / `nemo_rl_update_scale` (catalogs/rl.yaml, where why and how they
+    were fitted is said; sim_core/calibration/rl_defaults.py fits them); 1 on every other row.
+    Empty when no row is NeMo RL's."""
+    nemo = b.rl_framework == inputs.RL_FRAMEWORK.index("nemo_rl")
+    if not nemo.any():
+        return {}
+    k = inputs.constants()
+    return {"log-probs": np.where(nemo, float(k["nemo_rl_logprob_scale"]), 1.0),
+            "update": np.where(nemo, float(k["nemo_rl_update_scale"]), 1.0)}
 
 
 def compose_step(asynchrony, g_tail, g_async, lp, up, sync, t_off, fixed_serial=0.0,
@@ -83,7 +97,8 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
 
     phase_scales: {phase: factor} multiplying a phase's seconds before the step is composed
     (so overlap and the critical path stay physical); None takes the installed ones
-    (set_phase_scales, a profile's `rl_phases`), {} forces the white-box model."""
+    (set_phase_scales, a profile's `rl_phases`) or, with none installed, the shipped ones
+    (default_scales: NeMo RL's training passes); {} forces the white-box model."""
     df = df.reset_index(drop=True)
     b = inputs.to_batch(df)
     gen = generation.generate(b)
@@ -136,8 +151,11 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
 
     lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
     sc = _phase_scales if phase_scales is None else phase_scales
-    if sc:  # a calibration profile's phase scales (none: the arrays are left untouched)
-        s_gen, s_lp, s_up, s_ws = (float(sc.get(k, 1.0)) for k in PHASE_SCALES)
+    if phase_scales is None and _phase_scales is None:
+        sc = default_scales(b)  # NeMo RL's fitted training-pass scales (catalogs/rl.yaml)
+    if sc:  # phase scales, per row or one each (none: the arrays are left untouched)
+        s_gen, s_lp, s_up, s_ws = (np.asarray(sc.get(k, 1.0), dtype=float)
+                                   for k in PHASE_SCALES)
         gen = {**gen, **{k: gen[k] * s_gen for k in (
             "gen_time_s", "gen_time_throughput_s", "prefill_time_s", "decode_time_s")}}
         tr = {**tr, **{k: tr[k] * s_lp for k in (

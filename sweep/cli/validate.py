@@ -109,6 +109,17 @@ def run(args) -> int:
 
 
 
+def _shipped_fit(t):
+    """The shipped NeMo RL scales' fit on this table's NeMo RL rows (in-sample and leaving
+    each source out: sim_core/calibration/rl_defaults.py); None when it has none."""
+    from sim_core.calibration import rl_defaults, rl_phases
+
+    try:
+        return rl_defaults.fit(t)
+    except rl_phases.RLCalibrationError:
+        return None
+
+
 def run_rl(args) -> int:
     """`sweep validate --rl`: the RL model on published RL steps (sim_core/accuracy/rl.py)."""
     from sim_core import profiles
@@ -139,19 +150,33 @@ def run_rl(args) -> int:
             print(f"  row {i}: {note or 'no measured step time'}")
     s = rl.summary(cmp)
     share = s["median_abs_gen_share_pts"]
-    fitted = ("with the profile's phase scales (in-sample where the profile was fitted on "
-              "these rows; `sweep calibrate rl-runs` prints its leave-one-group-out error)"
-              if profile else "nothing fitted on them: leave-one-source-out = in-sample")
+    shipped = None if profile else _shipped_fit(t)
+    fitted_share = ""
+    if profile:
+        fitted = ("with the profile's phase scales (in-sample where the profile was fitted on "
+                  "these rows; `sweep calibrate rl-runs` prints its leave-one-group-out error)")
+    elif shipped is None:
+        fitted = "nothing fitted on them: leave-one-source-out = in-sample"
+    else:
+        fitted = (f"NeMo RL's log-prob and update scales fitted on its {shipped['rows']} rows, "
+                  f"in-sample; {shipped['left_out']:.1%} leaving each NeMo RL source out, "
+                  "python -m sim_core.calibration.rl_defaults")
+    if shipped is not None and shipped["gen_share_left_out_pts"] is not None:
+        fitted_share = f"; {shipped['gen_share_left_out_pts']:.1f} left out"
+    else:
+        fitted_share = ""
     err = (f"median |step error| {s['median_abs_step_err']:.1%} ({fitted})"
            if s["rows"] else "no measured step to compare")
     print(f"\n{s['rows']} rows predicted ({s['skipped']} skipped): {err}; generation share "
           + (f"median |error| {share:.1f} points over {s['gen_share_rows']} sync rows"
-             if share is not None else "not measured"))
+             f"{fitted_share}" if share is not None else "not measured"))
     if s["priced"] > s["rows"]:
         print(f"{s['priced']} rows priced in all ({s['priced_fit']} fit in memory), "
               f"{s['priced'] - s['rows']} without a measured step")
     for src, e in s["by_source"].items():
-        print(f"  source {src}: median |step error| {e:.1%}")
+        out = shipped and shipped["by_source"].get(src)
+        print(f"  source {src}: median |step error| {e:.1%}"
+              + (f" ({out[2]:.1%} left out of the NeMo RL fit)" if out else ""))
     for name, ph in s["phases"].items():
         print(f"  phase {name}: predicted / measured median {ph['median_ratio']:.2f} "
               f"(|error| {ph['median_abs_err']:.1%}) over {ph['rows']} rows that state it")
