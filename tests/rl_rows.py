@@ -14,6 +14,15 @@ NEMO_DTENSOR_8B = dict(model="llama3.1-8b", gpu="h100-sxm", num_gpus=8, rollout_
                        train_tp=1, train_pp=1, train_recompute="none", mini_batches=4,
                        train_seq_len=4096, train_zero=3, rl_framework="nemo_rl",
                        logprob_batch_size=2)
+# the blog's Qwen3-30B-A3B row (Megatron TP2 EP8 SP, 64 H100, one 4,096-token sequence per
+# training micro-batch, four per log-prob micro-batch)
+NEMO_QWEN3_30B_A3B = dict(model="qwen3-30b-a3b", gpu="h100-sxm", num_gpus=64, rollout_tp=4,
+                          prompts_per_step=64, responses_per_prompt=32, prompt_len=92,
+                          response_mean=3251, response_max=4004, gpu_memory_utilization=0.7,
+                          train_tp=2, train_ep=8, train_etp=1, train_recompute="none",
+                          mini_batches=4, rl_framework="nemo_rl", logprob_batch_size=4,
+                          sequence_packing=False, train_sequence_parallel=True,
+                          train_seq_len=4096)
 NEMO_DTENSOR_70B = dict(model="llama3.1-70b", num_gpus=64, rollout_tp=4, train_tp=8,
                         response_mean=395, dynamic_batching=True)
 

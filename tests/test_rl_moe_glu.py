@@ -11,16 +11,11 @@ import pytest
 from sim_core import catalog
 from sim_core.rl import inputs, moe_glu, training
 
-from .rl_rows import priced_training_frame
+from .rl_rows import NEMO_QWEN3_30B_A3B, priced_training_frame
 
 # the NeMo RL v0.3 blog's Qwen3-30B-A3B row (TP2 EP8 SP, 64 H100, one 4,096-token sequence
 # per training micro-batch, four per log-prob micro-batch)
-ROW = dict(model="qwen3-30b-a3b", gpu="h100-sxm", num_gpus=64, rollout_tp=4,
-           prompts_per_step=64, responses_per_prompt=32, prompt_len=92, response_mean=3251,
-           response_max=4004, gpu_memory_utilization=0.7, train_tp=2, train_ep=8, train_etp=1,
-           train_recompute="none", mini_batches=4, rl_framework="nemo_rl",
-           logprob_batch_size=4, sequence_packing=False, train_sequence_parallel=True,
-           train_seq_len=4096)
+ROW = NEMO_QWEN3_30B_A3B
 
 
 def _glu(**over):

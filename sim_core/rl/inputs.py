@@ -179,6 +179,20 @@ def store_constants(values: dict, path=None) -> None:
     constants.cache_clear()
 
 
+def stated_flag(df: pd.DataFrame, col: str, default) -> np.ndarray:
+    """A true/false column of a run table per row: what the row states, `default` (a bool or
+    a bool array, the framework's behaviour) where the cell is blank or the column absent; a
+    cell that is not true/false is a one-line error naming the column."""
+    default = np.broadcast_to(np.asarray(default, dtype=bool), (len(df),))
+    if col not in df.columns:
+        return default.copy()
+    s = df[col].astype(object).where(df[col].notna(), "").astype(str).str.strip().str.lower()
+    bad = ~s.isin(["", "true", "false", "1", "0", "1.0", "0.0"])
+    if bad.any():
+        raise catalog.CatalogError(f"{col}: '{df[col][bad].iloc[0]}' is not true/false")
+    return np.where(s.eq("").to_numpy(), default, s.isin(["true", "1", "1.0"]).to_numpy())
+
+
 def network(b) -> dict:
     """The NCCL model's network of each configuration (as sim_core.step.network): what the
     rollout's TP all-reduces, the weight sync and SkyRL's collectives are priced on."""

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from .. import catalog, compute
-from .inputs import RL_FRAMEWORK, train_col
+from .inputs import RL_FRAMEWORK, stated_flag, train_col
 from .moe_host import rows as megatron_moe_rows
 
 # element size of the router's probabilities (Megatron-Core `moe_router_dtype`; None = bf16)
@@ -74,16 +74,7 @@ def glu_fused(df: pd.DataFrame, b) -> np.ndarray:
         else pd.Series("", index=df.index)
     nemo_qwen3 = ((np.asarray(b.rl_framework) == RL_FRAMEWORK.index("nemo_rl"))
                   & model.str.contains("qwen3").to_numpy() & (np.asarray(b.experts) > 0))
-    default = ~nemo_qwen3
-    if "train_moe_glu_fusion" not in df.columns:
-        return default
-    col = df["train_moe_glu_fusion"]
-    s = col.astype(object).where(col.notna(), "").astype(str).str.strip().str.lower()
-    bad = ~s.isin(["", "true", "false", "1", "0", "1.0", "0.0"])
-    if bad.any():
-        raise catalog.CatalogError(
-            f"train_moe_glu_fusion: '{col[bad].iloc[0]}' is not true/false")
-    return np.where(s.eq("").to_numpy(), default, s.isin(["true", "1", "1.0"]).to_numpy())
+    return stated_flag(df, "train_moe_glu_fusion", ~nemo_qwen3)
 
 
 def prob_bytes(df: pd.DataFrame, b) -> np.ndarray:

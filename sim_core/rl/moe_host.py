@@ -72,8 +72,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import catalog
-from .inputs import RL_FRAMEWORK, constants, fsdp, train_col
+from .inputs import RL_FRAMEWORK, constants, fsdp, stated_flag, train_col
 
 # what the RL rows' frameworks set when the run does not say (NeMo 33259f25 Qwen3MoEConfig;
 # slime 05370bf9 scripts/models/qwen3-30B-A3B.sh; verl's DeepSeek-V3 recipe sets permute fusion)
@@ -83,14 +82,7 @@ DEFAULTS = {"train_moe_grouped_gemm": True, "train_moe_permute_fusion": True,
 
 def _flag(df: pd.DataFrame, col: str) -> np.ndarray:
     """A true/false column of the run table, its framework default where blank."""
-    default = DEFAULTS[col]
-    if col not in df.columns:
-        return np.full(len(df), default, dtype=bool)
-    s = df[col].astype(object).where(df[col].notna(), default).astype(str).str.strip().str.lower()
-    bad = ~s.isin(["true", "false", "1", "0", "1.0", "0.0"])
-    if bad.any():
-        raise catalog.CatalogError(f"{col}: '{df[col][bad].iloc[0]}' is not true/false")
-    return s.isin(["true", "1", "1.0"]).to_numpy()
+    return stated_flag(df, col, DEFAULTS[col])
 
 
 def local_experts(b, tf: pd.DataFrame) -> np.ndarray:

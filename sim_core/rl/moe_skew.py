@@ -53,8 +53,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import brentq
 
-from .. import catalog, moe
-from .inputs import RL_FRAMEWORK, fsdp, train_col
+from .. import moe
+from .inputs import RL_FRAMEWORK, fsdp, stated_flag, train_col
 
 # TensorRT-LLM examples/wide_ep/ep_load_balancer/README.md at commit 2a595f81 (full hash in
 # the URL), "Step 1" report_load_statistics.py output: DeepSeek-R1, --ep 32, no EPLB
@@ -96,15 +96,8 @@ def unbalanced(df: pd.DataFrame, b, tf: pd.DataFrame) -> np.ndarray:
     default = fw & ~fsdp(tf) & (np.asarray(b.experts) > 0) & (np.nan_to_num(ep, nan=1.0) > 1)
     if "train_moe_router_balanced" not in df.columns:
         return default
-    col = df["train_moe_router_balanced"]
-    s = col.astype(object).where(col.notna(), "").astype(str).str.strip().str.lower()
-    bad = ~s.isin(["", "true", "false", "1", "0", "1.0", "0.0"])
-    if bad.any():
-        raise catalog.CatalogError(
-            f"train_moe_router_balanced: '{col[bad].iloc[0]}' is not true/false")
-    stated_balanced = s.isin(["true", "1", "1.0"]).to_numpy()
-    blank = s.eq("").to_numpy()
-    on = np.where(blank, default, ~stated_balanced)
+    # a stated `train_moe_router_balanced: false` turns it on where the framework default is off
+    on = ~stated_flag(df, "train_moe_router_balanced", ~default)
     return on & (np.asarray(b.experts) > 0) & (np.nan_to_num(ep, nan=1.0) > 1)
 
 
