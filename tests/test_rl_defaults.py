@@ -73,3 +73,23 @@ def test_no_nemo_rows_no_fit():
     t = rl.load()
     with pytest.raises(rl_phases.RLCalibrationError, match="nemo_rl"):
         rl_defaults.fit(t[~t.rl_framework.astype(str).str.contains("nemo")].reset_index(drop=True))
+
+
+def test_simulate_says_when_the_shipped_scales_apply(tmp_path, capsys):
+    from sweep.cli.main import main
+
+    from .conftest import RL_EXAMPLE
+
+    text = open(RL_EXAMPLE).read()
+    assert "train: {mini_batches: 4}" in text
+    verl = tmp_path / "verl.yaml"
+    verl.write_text(text)
+    nemo = tmp_path / "nemo.yaml"
+    nemo.write_text(text.replace("train: {mini_batches: 4}",
+                                 "train: {mini_batches: 4, rl_framework: nemo_rl}"))
+    assert main(["simulate", str(nemo)]) == 0
+    k = rl_defaults.stored()
+    assert (f"shipped fitted scales x{k['log-probs']:.2f} / x{k['update']:.2f}"
+            in capsys.readouterr().out)
+    assert main(["simulate", str(verl)]) == 0
+    assert "shipped fitted scales" not in capsys.readouterr().out

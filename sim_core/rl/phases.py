@@ -73,9 +73,15 @@ def default_scales(b) -> dict:
     nemo = b.rl_framework == inputs.RL_FRAMEWORK.index("nemo_rl")
     if not nemo.any():
         return {}
+    k = default_scales_values()
+    return {p: np.where(nemo, v, 1.0) for p, v in k.items()}
+
+
+def default_scales_values() -> dict:
+    """NeMo RL's shipped training-pass scales by phase (catalogs/rl.yaml)."""
     k = inputs.constants()
-    return {"log-probs": np.where(nemo, float(k["nemo_rl_logprob_scale"]), 1.0),
-            "update": np.where(nemo, float(k["nemo_rl_update_scale"]), 1.0)}
+    return {"log-probs": float(k["nemo_rl_logprob_scale"]),
+            "update": float(k["nemo_rl_update_scale"])}
 
 
 def compose_step(asynchrony, g_tail, g_async, lp, up, sync, t_off, fixed_serial=0.0,

@@ -9,6 +9,8 @@ import math
 import sys
 from pathlib import Path
 
+from sim_core.rl import phases
+
 from ..advice.rl import write_recipes, write_trace
 from ..engine.rl import OBJECTIVES, evaluate, search
 from ..errors import SweepError
@@ -52,6 +54,10 @@ def _text(row) -> str:
               f"{row['rollout_peak_gib']:.1f} GiB, training peak {row['train_peak_gib']:.1f} GiB",
               f"  fits: {bool(row['fits'])}" + (f" ({row['oom_reason']})"
                                                 if row["oom_reason"] else "")]
+    if row.get("rl_framework") == "nemo_rl" and phases.phase_scales() is None:
+        k = phases.default_scales_values()
+        lines.append(f"  (NeMo RL's log-prob passes and update include the shipped fitted scales "
+                     f"x{k['log-probs']:.2f} / x{k['update']:.2f}: docs/rl.md)")
     return "\n".join(lines)
 
 
