@@ -68,7 +68,7 @@ import numpy as np
 
 from .. import compute
 from ..columns import Batch
-from ..moe import table as moe_table
+from . import host
 from .inputs import RL_FRAMEWORK, constants, fsdp
 
 # kernels (module docstring)
@@ -134,7 +134,7 @@ def layer_seconds(b, tf, tokens, gpu_fwd, gpu_bwd) -> dict:
     seconds the step prices for that micro-batch. Also `syncs` and the kernel counts."""
     kind = path(b, tf)
     s = float(constants()["eager_host_s_per_kernel"])
-    sync = float(moe_table()["host_sync_us"]) * 1e-6
+    sync = host.sync_seconds()
     tokens = np.asarray(tokens, dtype=float)
     hit = experts_hit(b, tokens)
     g_e = expert_gemm_s(b, tokens)

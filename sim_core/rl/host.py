@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..moe import table as moe_table
 from .inputs import constants
 
 # kernels issued per decoder layer (module docstring)
@@ -93,6 +94,12 @@ PARAMS_PER_LAYER = 9
 def seconds_per_kernel() -> float:
     """Host seconds per kernel of eager PyTorch (`catalogs/rl.yaml eager_host_s_per_kernel`)."""
     return float(constants()["eager_host_s_per_kernel"])
+
+
+def sync_seconds() -> float:
+    """One host-device round trip with the queue drained: a `.item()` or any D2H copy the
+    host waits for (`catalogs/moe.yaml host_sync_us`)."""
+    return float(moe_table()["host_sync_us"]) * 1e-6
 
 
 def view_seconds() -> float:

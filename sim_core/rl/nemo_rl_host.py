@@ -79,7 +79,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import compute, moe
+from .. import compute
+from . import host
 from .inputs import RL_FRAMEWORK, constants, fsdp, train_col
 from .nemo_rl import TRAIN_FWD_BYTES
 
@@ -95,11 +96,6 @@ PLAIN_LOGPROB_KERNELS = 2
 # bytes per element of the packed logits whose gradient SliceBackward materialises
 LOGIT_BYTES_MEGATRON = 4.0
 LOGIT_BYTES_DTENSOR = 2.0
-
-
-def sync_seconds() -> float:
-    """One host-device round trip with the queue drained (`catalogs/moe.yaml host_sync_us`)."""
-    return float(moe.table()["host_sync_us"]) * 1e-6
 
 
 def per_call_counts(tp, cp, dtensor) -> dict:
@@ -141,7 +137,7 @@ def seconds(b, tf: pd.DataFrame, sim: pd.DataFrame, pack_budget: np.ndarray) -> 
     `slice_grad_s`. Zero for other frameworks."""
     on = b.rl_framework == RL_FRAMEWORK.index("nemo_rl")
     s_k = float(constants()["eager_host_s_per_kernel"])
-    s_y = sync_seconds()
+    s_y = host.sync_seconds()
     tp, cp = train_col(tf, "tp"), train_col(tf, "cp")
     dt = fsdp(tf)
     dp = np.maximum(sim["dp"].to_numpy(float), 1.0)

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..moe import table as moe_table
+from . import host
 from .inputs import RL_FRAMEWORK, constants
 
 VERL = RL_FRAMEWORK.index("verl")
@@ -134,7 +134,7 @@ def seconds(b, fsdp_on, dp, pcie_bytes_per_s, micro_batches: dict) -> dict:
     call = ray_call_s(b.train_gpus)
     sizes = batch_bytes(b.prompt_max, b.response_max, b.use_ref, ppo)
     ec = constants()["step_fixed"]["empty_cache_s"]
-    sync = constants_moe_sync_s()
+    sync = host.sync_seconds()
     offload = fsdp_on & (b.offload_params > 0)
     steps = b.mini_batches * b.ppo_epochs
     items = {"update_actor": ACTOR_ITEMS + (b.use_ref > 0), "update_critic": CRITIC_ITEMS}
@@ -152,7 +152,3 @@ def seconds(b, fsdp_on, dp, pcie_bytes_per_s, micro_batches: dict) -> dict:
     out["total_s"] = sum(out[ph] for ph in PHASES)
     return out
 
-
-def constants_moe_sync_s() -> float:
-    """One host synchronisation (catalogs/moe.yaml `host_sync_us`), in seconds."""
-    return float(moe_table()["host_sync_us"]) * 1e-6
