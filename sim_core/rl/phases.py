@@ -156,9 +156,9 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     t_off = np.where(colo, wake_bytes_s + (pinned + pageable * slow) * gib / _pcie(b), 0.0)
 
     lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
-    sc = _phase_scales if phase_scales is None else phase_scales
-    if phase_scales is None and _phase_scales is None:
-        sc = default_scales(b)  # NeMo RL's fitted training-pass scales (catalogs/rl.yaml)
+    sc = phase_scales
+    if sc is None:  # a profile's installed scales, else NeMo RL's shipped ones (catalogs/rl.yaml)
+        sc = _phase_scales if _phase_scales is not None else default_scales(b)
     if sc:  # phase scales, per row or one each (none: the arrays are left untouched)
         s_gen, s_lp, s_up, s_ws = (np.asarray(sc.get(k, 1.0), dtype=float)
                                    for k in PHASE_SCALES)
