@@ -39,10 +39,7 @@ def _scales(d: rl_phases.RLPhaseData, mask: np.ndarray) -> dict:
 
 
 def _rows(d: rl_phases.RLPhaseData) -> np.ndarray:
-    df, _, _ = rl.to_frame(d.table)
-    if "rl_framework" not in df.columns:  # not stated anywhere: verl's default, no NeMo RL row
-        return np.zeros(len(df), dtype=bool)
-    return (df["rl_framework"].astype(str) == FRAMEWORK).to_numpy() & d.priced
+    return (d.framework == FRAMEWORK) & d.priced
 
 
 def fit(t: pd.DataFrame | None = None) -> dict:

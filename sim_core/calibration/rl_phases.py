@@ -66,6 +66,7 @@ class RLPhaseData:
     fixed_serial: np.ndarray       # step_fixed.py's colocated serial work (never scaled)
     prep: np.ndarray               # step_fixed.py's training-side cleaning (never scaled)
     asynchrony: np.ndarray         # 0 sync, 1 one step off, 2 async
+    framework: np.ndarray          # rl_framework as the reader resolves it ("" where unstated)
     priced: np.ndarray             # bool: the model prices the row
 
 
@@ -192,7 +193,9 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
                        step=pd.to_numeric(norm.step_time_s, errors="coerce").to_numpy(float),
                        meas=meas, pred=pred, gen_tail=tail, offload=off,
                        fixed_serial=fixed, prep=prep,
-                       asynchrony=asy, priced=ok)
+                       asynchrony=asy, priced=ok,
+                       framework=(df["rl_framework"].astype(str).to_numpy()
+                                  if "rl_framework" in df.columns else np.full(len(df), "")))
 
 
 def log_ratios(d: RLPhaseData, phase: str, mask=None) -> np.ndarray:
