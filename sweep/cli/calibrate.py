@@ -370,6 +370,19 @@ def _plot(cal, held, held_pred, out_dir: Path) -> list[Path]:
     return files
 
 
+def _select(frame: pd.DataFrame, expr: str, flag: str, what: str = "the runs") -> pd.Series:
+    """The rows a user's pandas expression (`--rows`, `--fit`) selects, as booleans (NaN:
+    not selected); an expression that fails is a one-line error naming the flag and the
+    columns it could use."""
+    try:
+        out = frame.eval(expr, engine="python")
+        return pd.Series(out, index=frame.index).astype(object).fillna(False).astype(bool)
+    except Exception as exc:  # noqa: BLE001 - a user's expression: any error is theirs
+        raise SweepError(f"{flag}: cannot evaluate {expr!r} on {what} ({exc}); columns: "
+                         f"{', '.join(c for c in frame.columns if not c.startswith('_'))}"
+                         ) from None
+
+
 def cmd_runs(args) -> int:
     from sim_core import profiles
     from sim_core.calibration import residual as residual_fit
@@ -381,17 +394,8 @@ def cmd_runs(args) -> int:
     except (ValueError, KeyError) as exc:
         raise SweepError(f"{path.name}: {str(exc).splitlines()[0]}") from None
 
-    def select(frame: pd.DataFrame, expr: str, flag: str) -> pd.Series:
-        try:
-            out = frame.eval(expr, engine="python")
-            return pd.Series(out, index=frame.index).astype(object).fillna(False).astype(bool)
-        except Exception as exc:  # noqa: BLE001 - a user's expression: any error is theirs
-            raise SweepError(f"{flag}: cannot evaluate {expr!r} on the runs ({exc}); columns: "
-                             f"{', '.join(c for c in frame.columns if not c.startswith('_'))}"
-                             ) from None
-
     if args.rows:
-        runs = runs[select(runs, args.rows, "--rows")]
+        runs = runs[_select(runs, args.rows, "--rows")]
     n_rows = len(runs)
     profiles.deactivate()  # the fit starts from the default models
     try:
@@ -412,7 +416,7 @@ def cmd_runs(args) -> int:
         why = "; ".join(f"{k} x{v}" for k, v in skipped.items()) or "the table has no rows"
         raise SweepError(f"{path.name}: no usable run ({why})")
     if args.fit:
-        mask = select(data.runs, args.fit, "--fit").to_numpy()
+        mask = _select(data.runs, args.fit, "--fit").to_numpy()
         train, held = data.subset(np.flatnonzero(mask)), data.subset(np.flatnonzero(~mask))
     else:
         train, held = data, None
@@ -604,12 +608,7 @@ def cmd_rl_runs(args) -> int:
     if args.rows:
         norm, _, _ = rl_table.normalize(t)
         frame = norm.assign(**{c: t[c] for c in t.columns if c not in norm.columns})
-        try:
-            keep = pd.Series(frame.eval(args.rows, engine="python"), index=t.index)
-            keep = keep.astype(object).fillna(False).astype(bool)
-        except Exception as exc:  # noqa: BLE001 - a user's expression: any error is theirs
-            raise SweepError(f"--rows: cannot evaluate {args.rows!r} on the RL table ({exc}); "
-                             f"columns: {', '.join(frame.columns)}") from None
+        keep = _select(frame, args.rows, "--rows", "the RL table")
         t = t[keep.to_numpy()].reset_index(drop=True)
         if len(t) == 0:
             raise SweepError(f"--rows: {args.rows!r} selects none of the {n_all} rows")
