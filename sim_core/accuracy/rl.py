@@ -281,7 +281,7 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
 
 def compare(t: pd.DataFrame, phase_scales=None) -> pd.DataFrame:
     """Each row predicted against what it measured. phase_scales: simulate_rl's (None: the
-    installed profile's, if any; {}: the white-box model)."""
+    installed profile's, else the shipped NeMo RL scales; {}: the white-box model)."""
     df, imputed, reason = to_frame(t)
     norm, _, _ = rl_table.normalize(t)
     ok = reason == ""
@@ -425,8 +425,9 @@ def mode_ranking(cmp: pd.DataFrame) -> list[dict]:
 def summary(cmp: pd.DataFrame) -> dict:
     ok = cmp.step_err.notna()
     by_src = {s: float(np.median(np.abs(g.step_err))) for s, g in cmp[ok].groupby("source")}
-    # nothing of the model is fitted on these rows, so leaving a source out changes no
-    # constant: each source's figure is its out-of-sample error
+    # in-sample figures: only NeMo RL's two training-pass scales are fitted on these rows
+    # (calibration/rl_defaults.py gives their leave-one-source-out figures); every other
+    # source's figure is its out-of-sample error
     share = cmp.gen_share_err_pts.dropna()
     return {"rows": int(ok.sum()), "median_abs_step_err": float(np.median(np.abs(
         cmp.step_err[ok]))) if ok.any() else float("nan"), "by_source": by_src,

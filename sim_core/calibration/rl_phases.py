@@ -143,19 +143,18 @@ class RLCalibration:
                 "by_group": by.to_dict(orient="records")}
 
 
-def _measured(norm: pd.DataFrame, cmp: pd.DataFrame) -> dict:
-    """Measured phase seconds, as `sweep validate --rl` compares them (rl._phase_pairs)."""
-    ws = pd.to_numeric(norm.get("weight_sync_time_s", pd.Series(np.nan, index=norm.index)),
-                       errors="coerce").to_numpy(dtype=float)
+def _measured(cmp: pd.DataFrame) -> dict:
+    """Measured phase seconds, as `sweep validate --rl` compares them (rl._phase_pairs; a
+    table's refit column is its weight-sync figure)."""
     return {"generation": cmp["meas_gen_time_s"].to_numpy(dtype=float),
             "log-probs": cmp["meas_log_prob_time_s"].to_numpy(dtype=float),
             "update": cmp["meas_update_time_s"].to_numpy(dtype=float),
-            "weight sync": ws}
+            "weight sync": cmp["meas_refit_timer_s"].to_numpy(dtype=float)}
 
 
 def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
-    """Price every row once with the white-box model (the installed profile's scales are
-    ignored: a fit starts from the defaults)."""
+    """Price every row once with the white-box model (neither an installed profile's scales
+    nor the shipped NeMo RL ones: a fit starts from the physics alone)."""
     t = t.reset_index(drop=True)
     gcol = group or "source"
     if group is not None and group not in t.columns:
@@ -182,7 +181,7 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
         fixed[i] = p["step_fixed_time_s"].to_numpy(dtype=float) - prep[i]
         asy[i] = [inputs.ASYNC.index(a) for a in df.asynchrony[ok]]
         timer_extra[i] = (p["refit_timer_s"] - p["weight_sync_time_s"]).to_numpy(dtype=float)
-    meas = _measured(norm, cmp)
+    meas = _measured(cmp)
     # a refit column is the framework's timer (rl/refit_timer.py: NeMo RL's also holds the
     # engine's wake, the trainer's offload out and the cleaning, which the weight-sync scale does
     # not multiply): the sync it measured is what is left once those are taken out; rows left
