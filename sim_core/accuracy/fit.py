@@ -443,8 +443,8 @@ PAPER_SERIES = [  # (gpu, kernel in the table, direction, compute.py family it s
     ("a100-80gb", "flash", "fwd_bwd", "80 (fa2 and fa3: Ampere runs FA2) seq_half, hd_half, max"),
     ("a100-80gb", "flash1", "fwd_bwd", "80/fa1 seq_half, hd_half, max"),
     ("a100-80gb", "flash_triton", "fwd_bwd",
-     "80/triton seq_half, hd_half, max; 90/triton (DERIVED: no H100 series) hd_half, level and "
-     "seq_half as ratios to this GPU's FA2"),
+     "80/triton seq_half, hd_half, max; 90/triton hd_half (its level and seq_half: measured "
+     "on an H100, hopper_triton_constants)"),
     ("a100-80gb", "xformers", "fwd_bwd", ""),
     ("h100-sxm", "flash", "fwd_bwd", "90/fa2 hd_half; the 90/fa1 level's reference"),
     ("h100-sxm", "flash1", "fwd_bwd", "90/fa1 hd_half, level and seq_half as ratios to FA2"),
@@ -518,8 +518,67 @@ def paper_held_out(df: pd.DataFrame, kernel: str, direction: str) -> dict:
 # where only fwd+bwd was published (Ampere's fa2 row, and the older kernels on both GPUs).
 FA2_FWD_BWD = (0.70, 0.58)
 # kernel family (specs.ATTENTION_KERNEL) -> its series in the papers' table, and the GPU its
-# shape is read from on Hopper (flash_attn_triton was only benchmarked on the A100)
+# shape is read from on Hopper (flash_attn_triton was only benchmarked on the A100; its Hopper
+# entry is replaced by the H100 measurement below)
 OLDER_KERNELS = {"fa1": ("flash1", "h100-sxm"), "triton": ("flash_triton", "a100-80gb")}
+
+# FlashAttention's 2022 Triton kernel timed on an H100 beside FA2 at the shapes of llm-foundry's
+# H100 rows (calibration/measure_triton_attention.py; data/kernels/run-shapes/README.md).
+TRITON_RUN_SHAPES = "data/kernels/run-shapes/h100-sxm-triton-attention.csv"
+
+
+def triton_run_shapes() -> pd.DataFrame:
+    """The H100 rows of the Triton-kernel table with achieved efficiency; a shape's triton
+    backward is the faster of the kernel's two autotuned configurations (what it ran)."""
+    from importlib import resources
+
+    from .. import catalog
+    from ..calibration.kernels import kernel_flops
+
+    df = pd.read_csv(resources.files("sim_core").joinpath(TRITON_RUN_SHAPES), comment="#")
+    df = df[(df["gpu"] == "h100-sxm") & df["time_us"].notna() & (df["op"] == "attention")]
+    note = df["note"].fillna("")
+    df = df.assign(mma=note.str.extract(r"mma=(\w+)")[0].fillna(""),
+                   how=note.str.extract(r"(?:rescale|bwd)=(\w+)")[0].fillna(""))
+    df = df[(df["kernel"] != "triton") | (df["direction"] == "bwd")
+            | (df["how"] == "scratch")]  # the forward as the original: factors via scratch
+    df = df.assign(eff=kernel_flops(df) / (df["time_us"] * 1e-6
+                                           * catalog.peak_tflops("h100-sxm", "bf16") * 1e12))
+    return df.groupby(["kernel", "mma", "direction", "batch", "heads", "seq"],
+                      as_index=False)["eff"].max()
+    return df
+
+
+def hopper_triton_constants(shipped: dict | None = None, mma: str = "native") -> dict:
+    """efficiency.yaml's 90/triton entry from the H100 measurement: per direction, the curve
+    (max, seq_half; tiles_half held at Hopper's fa2 value) fitted on the Triton kernel's rows and
+    on FA2's rows of the same run and shapes; level = the shipped 90/fa2 level (FITTED on runs)
+    x the ratio of the maxima, seq_half = fa2's x the ratio of the seq_halves, so the kernel
+    carries fa2's run-level correction as before. `mma`: "native" (today's Triton on Hopper;
+    shipped: its fwd and bwd ratios to FA2 match the published A100 ones of the 2022 compiler,
+    docs/accuracy-edges.md) or "mma_v2" (the Ampere-class instruction the 2022 compiler emitted)."""
+    h = (shipped or compute.efficiency_table())[90]
+    df = triton_run_shapes()
+    out = {"attn_tiles_half_fwd": h["attn_tiles_half_fwd"]["fa2"],
+           "attn_tiles_half_bwd": h["attn_tiles_half_bwd"]["fa2"],
+           "attn_head_dim_half": h["attn_head_dim_half"]["triton"]}
+    for d in ("fwd", "bwd"):
+        tiles_half = h[f"attn_tiles_half_{d}"]["fa2"]
+        fitted = {}
+        for kern, want in (("flash", ""), ("triton", mma)):
+            r = df[(df["kernel"] == kern) & (df["mma"] == want) & (df["direction"] == d)]
+            hh, s = (r["heads"] * r["batch"]).to_numpy(float), r["seq"].to_numpy(float)
+            p = _fit_log(lambda p: attention_curve(hh, s, p[0], p[1], tiles_half), [0.3, 500],
+                         np.log(r["eff"].to_numpy()))
+            err = np.median(np.abs(r["eff"] / attention_curve(hh, s, p[0], p[1], tiles_half) - 1))
+            fitted[kern] = (*p, float(err), len(r))
+        ratio = fitted["triton"][0] / fitted["flash"][0]
+        sh_ratio = fitted["triton"][1] / fitted["flash"][1]
+        out.update({f"attn_{d}": ratio * h[f"attn_{d}"]["fa2"],
+                    f"attn_seq_half_{d}": sh_ratio * h[f"attn_seq_half_{d}"]["fa2"],
+                    f"ratio_to_fa2_{d}": ratio, f"seq_half_ratio_{d}": sh_ratio,
+                    f"fit_{d}": fitted})
+    return out
 
 
 def split_fwd_bwd(fwd_bwd: float) -> tuple[float, float]:
@@ -535,12 +594,13 @@ def older_kernel_constants(df: pd.DataFrame, shipped: dict | None = None) -> dic
     fwd+bwd series of the papers' table. {(arch, family): {efficiency.yaml key: value}}.
     Ampere: the kernel's own A100 fit, split fwd/bwd as the FA2 paper's maxima, seq_half for
     both directions, tiles_half as Ampere's fa2 (0: not measured). Hopper: the level is the
-    shipped 90/fa2 level (FITTED on runs) x the kernel's max / FA2's max on one GPU (the H100
-    for fa1; the A100 for triton, which has no H100 series: DERIVED), so both inherit the same
-    run-level correction; seq_half likewise FA2's measured Hopper seq_half x the kernel's
-    seq_half / FA2's on that GPU (closer to the H100 table's fa1 : fa2 ratios at short rows than
-    the fit's own seq_half); hd_half the kernel's own fit; tiles_half as Hopper's fa2 (not
-    measured; the older kernels parallelise no better)."""
+    shipped 90/fa2 level (FITTED on runs) x the kernel's max / FA2's max on one GPU (fa1: the
+    papers' H100 series; triton: its H100 measurement, hopper_triton_constants, forward and
+    backward apart), so both inherit the same run-level correction; seq_half likewise FA2's
+    measured Hopper seq_half x the kernel's seq_half / FA2's on that GPU (closer to the H100
+    table's fa1 : fa2 ratios at short rows than the fit's own seq_half); hd_half the kernel's
+    own fit; tiles_half as Hopper's fa2 (not measured; the older kernels parallelise no
+    better)."""
     shipped = shipped or compute.efficiency_table()
     fits = {(g, k): fit_paper_series(_paper_rows(df, g, k, "fwd_bwd"))
             for g in ("a100-80gb", "h100-sxm") for k in ("flash", "flash1", "flash_triton")
@@ -550,6 +610,9 @@ def older_kernel_constants(df: pd.DataFrame, shipped: dict | None = None) -> dic
         emax, seq_half, hd_half = fits[("a100-80gb", series)]
         fwd, bwd = split_fwd_bwd(emax)
         out[(80, fam)] = _entry(fwd, bwd, seq_half, seq_half, hd_half, shipped[80], "fa2")
+        if fam == "triton":  # measured on an H100 (hopper_triton_constants)
+            out[(90, fam)] = hopper_triton_constants(shipped)
+            continue
         emax, seq_half, hd_half = fits[(hopper_gpu, series)]
         ratio = emax / fits[(hopper_gpu, "flash")][0]
         sh_ratio = seq_half / fits[(hopper_gpu, "flash")][1]
@@ -557,7 +620,8 @@ def older_kernel_constants(df: pd.DataFrame, shipped: dict | None = None) -> dic
         out[(90, fam)] = _entry(ratio * h["attn_fwd"]["fa2"], ratio * h["attn_bwd"]["fa2"],
                                 sh_ratio * h["attn_seq_half_fwd"]["fa2"],
                                 sh_ratio * h["attn_seq_half_bwd"]["fa2"], hd_half, h, "fa2")
-        out[(90, fam)].update(ratio_to_fa2=ratio, seq_half_ratio=sh_ratio)
+        out[(90, fam)].update(ratio_to_fa2_fwd=ratio, ratio_to_fa2_bwd=ratio,
+                              seq_half_ratio_fwd=sh_ratio, seq_half_ratio_bwd=sh_ratio)
     return out
 
 
@@ -587,14 +651,23 @@ def main_paper_attention() -> None:
           "level = max / FA2's max on one GPU x the shipped 90/fa2 level (FITTED on runs):")
     for (arch, fam), c in older_kernel_constants(df).items():
         how = "" if arch == 80 else (
-            f" (max ratio to FA2 {c['ratio_to_fa2']:.3f}, seq_half ratio "
-            f"{c['seq_half_ratio']:.3f}, on the "
-            + ("H100" if OLDER_KERNELS[fam][1] == "h100-sxm" else "A100: DERIVED") + ")")
+            f" (max ratio to FA2 {c['ratio_to_fa2_fwd']:.3f} / {c['ratio_to_fa2_bwd']:.3f}, "
+            f"seq_half ratio {c['seq_half_ratio_fwd']:.3f} / {c['seq_half_ratio_bwd']:.3f}, on "
+            + ("the H100 table of the papers" if fam == "fa1" else
+               "an H100, measured beside FA2 at llm-foundry's shapes") + ")")
         print(f"  -> efficiency.yaml {arch}/{fam}: attn_fwd {c['attn_fwd']:.3f}, attn_bwd "
               f"{c['attn_bwd']:.3f}, seq_half {c['attn_seq_half_fwd']:.0f} / "
               f"{c['attn_seq_half_bwd']:.0f}, tiles_half "
               f"{c['attn_tiles_half_fwd']:.0f} / {c['attn_tiles_half_bwd']:.0f}, hd_half "
               f"{c['attn_head_dim_half']:.0f}{how}")
+    for mma in ("native", "mma_v2"):
+        c = hopper_triton_constants(mma=mma)
+        fits = "; ".join(f"{d} {k} max {v[0]:.3f} seq_half {v[1]:.0f} (median |err| {v[2]:.3f}, "
+                         f"{v[3]} shapes)" for d in ("fwd", "bwd")
+                         for k, v in c[f"fit_{d}"].items())
+        print(f"  H100 Triton 2022 kernel, {mma}{' (shipped)' if mma == 'native' else ''}: "
+              f"ratio to FA2 fwd {c['ratio_to_fa2_fwd']:.3f} / bwd {c['ratio_to_fa2_bwd']:.3f}; "
+              + fits)
     for kern, d in (("flash", "fwd_bwd"), ("flash1", "fwd_bwd")):  # flash_triton: A100 only
         held = paper_held_out(df, kern, d)
         print(f"  leave-one-GPU-out, {kern} {d} causal (shape from the other GPU, level from the "
