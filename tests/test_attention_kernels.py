@@ -184,3 +184,27 @@ def test_hopper_triton_prices_the_h100_measurement_at_llmfoundry_shapes():
     fwd = (idx["direction"] == "fwd").to_numpy()
     assert measured[fwd].median() > 0.75 and measured[~fwd].median() < 0.4
     assert np.median(np.abs(0.415 / measured.to_numpy() - 1)) > 0.3
+
+
+def test_triton_table_covers_every_llmfoundry_shape_the_suite_declares():
+    """The shipped H100 table holds, for each shape measure_triton_attention declares, the
+    2022 kernel's forward (both rescale paths, both MMA paths) and backward and FA2's, and
+    only those shapes: a table cut short or from another shape list fails."""
+    from importlib import resources
+
+    import pandas as pd
+
+    from sim_core.calibration.measure_triton_attention import LLMFOUNDRY_H100_SHAPES
+
+    df = pd.read_csv(resources.files("sim_core").joinpath(fit.TRITON_RUN_SHAPES), comment="#")
+    h100 = df[(df["gpu"] == "h100-sxm") & (df["op"] == "attention") & df["time_us"].notna()]
+    want = set(LLMFOUNDRY_H100_SHAPES)
+    for (kernel, direction, note), g in h100.groupby(
+            ["kernel", "direction", h100["note"].fillna("").str.replace(r"; bwd=\w+", "",
+                                                                          regex=True)]):
+        assert set(zip(g["batch"], g["heads"], g["seq"])) == want, (kernel, direction, note)
+    notes = set(h100.loc[h100["kernel"] == "triton", "note"])
+    for mma in ("native", "mma_v2"):
+        for rescale in ("scratch", "registers"):
+            assert f"mma={mma}; rescale={rescale}" in notes
+        assert f"mma={mma}; bwd=seqpar" in notes

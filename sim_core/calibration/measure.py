@@ -448,11 +448,9 @@ def time_layers(torch, timer, w, gpu, source, cases, over) -> None:
         try:
             res = time_layer(torch, timer, model, seq, backend, batch=mb)
         except Exception as exc:
-            w.add(_row(gpu, source, **{**row, "note": f"failed: {type(exc).__name__}: "
-                                                      f"{str(exc).splitlines()[0][:120]}"}))
+            w.add(_row(gpu, source, **{**row, "note": failed_note(exc)}))
             continue
-        for direction, (t, s) in res.items():
-            w.add(_row(gpu, source, **row, direction=direction, time_us=t, spread=s))
+        add_timed(w, gpu, source, row, res)
         torch.cuda.empty_cache()
 
 
@@ -597,6 +595,17 @@ def _row(gpu, source, **kw) -> dict:
     row = {c: kw.get(c) for c in (*KERNEL_COLUMNS, *EXTRA_COLUMNS)}
     row["gpu"], row["source"] = gpu, source
     return row
+
+
+def failed_note(exc: Exception) -> str:
+    """A row's note for a measurement that raised: the exception's type and first line."""
+    return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+
+
+def add_timed(w, gpu, source, row: dict, res: dict, **extra) -> None:
+    """One row per direction of `res` ({direction: (time_us, spread)}) on top of `row`."""
+    for direction, (t, s) in res.items():
+        w.add(_row(gpu, source, **row, **extra, direction=direction, time_us=t, spread=s))
 
 
 class _Writer:

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from .measure import Timer, _device, _row, _Writer
+from .measure import Timer, _device, _row, _Writer, add_timed, failed_note
 
 # catalog model -> transformers model family whose decoder layer it uses
 HF_LAYER_MODELS = {
@@ -114,11 +114,9 @@ def run(out: Path, budget_s: float, log=print) -> int:
             try:
                 res = time_hf_layer(torch, transformers, timer, model, family, seq, batch)
             except Exception as exc:
-                w.add(_row(gpu, source, **row, note=f"failed: {type(exc).__name__}: "
-                                                    f"{str(exc).splitlines()[0][:120]}"))
+                w.add(_row(gpu, source, **row, note=failed_note(exc)))
                 continue
-            for direction, (t, s) in res.items():
-                w.add(_row(gpu, source, **row, direction=direction, time_us=t, spread=s))
+            add_timed(w, gpu, source, row, res)
             torch.cuda.empty_cache()
         log(f"{model}: {w.rows} rows, {time.monotonic() - t0:.0f} s")
     log(f"wrote {w.rows} rows to {out}")

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from .measure import Timer, _device, _row, _Writer, time_attention
+from .measure import Timer, _device, _row, _Writer, add_timed, failed_note, time_attention
 
 # (micro-batch, heads, sequence) of the 77 H100 rows of llm-foundry's throughput tables
 # (mosaicml/llm-foundry@8c8dd48 scripts/train/benchmarking/README.md; /shared/calibration/
@@ -156,7 +156,7 @@ def run(out: Path, budget_s: float, sdpa: bool, forward_only: bool = False, log=
                            kernel="triton", note=f"mma={path}; {what}={how}"))
         except Exception as exc:  # a shape the kernel refuses: say so, keep going
             w.add(_row(gpu, source, **base, kernel="triton",
-                       note=f"mma={path}; failed: {type(exc).__name__}: {str(exc)[:120]}"))
+                       note=f"mma={path}; {failed_note(exc)}"))
         torch.cuda.empty_cache()
         if not sdpa or forward_only:
             continue
@@ -165,12 +165,9 @@ def run(out: Path, budget_s: float, sdpa: bool, forward_only: bool = False, log=
                 res = time_attention(torch, timer, backend, heads, seq, HEAD_DIM,
                                      dev["l2_bytes"], batch=batch)
             except Exception as exc:
-                w.add(_row(gpu, source, **base, kernel=backend,
-                           note=f"failed: {type(exc).__name__}: {str(exc)[:120]}"))
+                w.add(_row(gpu, source, **base, kernel=backend, note=failed_note(exc)))
                 continue
-            for direction, (t, s) in res.items():
-                w.add(_row(gpu, source, **base, direction=direction, time_us=t, spread=s,
-                           kernel=backend))
+            add_timed(w, gpu, source, base, res, kernel=backend)
             torch.cuda.empty_cache()
         log(f"{(batch, heads, seq)} done, {time.monotonic() - t0:.0f} s")
     log(f"wrote {w.rows} rows to {out} in {time.monotonic() - t0:.0f} s")
