@@ -546,7 +546,6 @@ def triton_run_shapes() -> pd.DataFrame:
                                            * catalog.peak_tflops("h100-sxm", "bf16") * 1e12))
     return df.groupby(["kernel", "mma", "direction", "batch", "heads", "seq"],
                       as_index=False)["eff"].max()
-    return df
 
 
 def hopper_triton_constants(shipped: dict | None = None, mma: str = "native") -> dict:
