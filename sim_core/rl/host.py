@@ -64,8 +64,11 @@ the forward again without the entropy ~38; the metrics' `.item()` copies 5). Per
 step: FSDP1 `clip_grad_norm_` (a norm and a `mul_` per flat parameter: 2 x units, plus ~8)
 and foreach AdamW over the flat parameters (~22 multi-tensor launches): 2 x units + 30.
 
-The counts are read from code, not profiled: each is good to about a fifth. What they leave
-out is said in docs/rl.md ("The host floor of a micro-batch").
+The counts are read from code, not profiled: each is good to about a fifth. The update's
+layers are not priced from the backward count: HF's own decoder layers timed host-bound on an
+H100 (`catalogs/rl.yaml eager_update_over_forward`) cost 4.65 forward floors per update (forward
+with autograd + backward), where 51 + 65 kernels at one price give 2.27. What they leave out
+is said in docs/rl.md ("The host floor of a micro-batch").
 """
 
 from __future__ import annotations
@@ -115,13 +118,22 @@ def forward_kernels(layers) -> np.ndarray:
     return layers * LAYER_FORWARD + units * FSDP_UNIT_FORWARD + MICRO_BATCH_FORWARD
 
 
+def update_over_forward() -> float:
+    """An eager layer's update host floor over its forward's (`catalogs/rl.yaml
+    eager_update_over_forward`, measured on HF decoder layers)."""
+    return float(constants()["eager_update_over_forward"])
+
+
 def update_kernels(layers, checkpointing) -> np.ndarray:
-    """Kernels one update micro-batch issues: forward with autograd, the checkpointed layers'
-    replay, backward, FSDP1's gathers and gradient reduction, the loss and its metrics."""
+    """Forward-kernel equivalents of one update micro-batch's host work: each layer's forward
+    with autograd and backward as `update_over_forward()` plain forwards (measured: counting
+    the backward's 65 kernels at a forward kernel's price leaves half of it out), the
+    checkpointed layers' replay, FSDP1's gathers and gradient reduction, the loss and its
+    metrics."""
     layers = np.asarray(layers, dtype=float)
     units = layers + 1.0
     replay = np.where(np.asarray(checkpointing, dtype=bool), LAYER_FORWARD, 0.0)
-    return (layers * (LAYER_FORWARD + replay + LAYER_BACKWARD)
+    return (layers * (LAYER_FORWARD * update_over_forward() + replay)
             + units * (FSDP_UNIT_FORWARD + FSDP_UNIT_BACKWARD) + MICRO_BATCH_UPDATE)
 
 
