@@ -622,18 +622,29 @@ class _Writer:
         self.rows += 1
 
 
+def open_cuda(prog: str, needs: str, *modules: str):
+    """PyTorch with a visible CUDA GPU (and the named modules), or a one-line exit naming what
+    is missing. Returns (torch, {module: module}, device dict, the table's gpu name, the rows'
+    source tag: the device and the versions of torch and the modules)."""
+    import importlib
+
+    try:
+        import torch
+        mods = {m: importlib.import_module(m) for m in modules}
+    except ImportError:
+        raise SystemExit(f"{prog}: needs {needs}") from None
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{prog}: no CUDA GPU visible (torch.cuda.is_available() is False)")
+    dev = _device(torch)
+    source = (f"measure:{dev['name'].replace(' ', '_')}:torch{torch.__version__}"
+              + "".join(f":{m}{mod.__version__}" for m, mod in mods.items()))
+    return torch, mods, dev, dev["gpu"] or dev["name"], source
+
+
 def run(out: Path, models, tps, tokens, seqs, fp8: bool, budget_s: float, moe: bool = False,
         dense: bool = True, layers: bool = False, edges: bool = False, small_layers: bool = False,
         log=print) -> int:
-    try:
-        import torch
-    except ImportError:
-        raise SystemExit("measure: needs PyTorch with CUDA (pip install torch)") from None
-    if not torch.cuda.is_available():
-        raise SystemExit("measure: no CUDA GPU visible (torch.cuda.is_available() is False)")
-    dev = _device(torch)
-    gpu = dev["gpu"] or dev["name"]
-    source = f"measure:{dev['name'].replace(' ', '_')}:torch{torch.__version__}"
+    torch, _, dev, gpu, source = open_cuda("measure", "PyTorch with CUDA (pip install torch)")
     header = [f"kernel table measured by python -m sim_core.calibration.measure on {time.strftime('%Y-%m-%d')}",
               f"device: {dev['name']}, {dev['sm_count']} SMs, "
               f"{dev['total_memory'] / 2**30:.1f} GiB, L2 {dev['l2_bytes'] / 2**20:.0f} MiB",

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from .measure import Timer, _device, _row, _Writer, add_timed, failed_note
+from .measure import Timer, _row, _Writer, add_timed, failed_note, open_cuda
 
 # catalog model -> transformers model family whose decoder layer it uses
 HF_LAYER_MODELS = {
@@ -84,17 +84,9 @@ def time_hf_layer(torch, transformers, timer, model: str, family: str, seq: int,
 
 
 def run(out: Path, budget_s: float, log=print) -> int:
-    try:
-        import torch
-        import transformers
-    except ImportError:
-        raise SystemExit("measure_hf_layers: needs PyTorch with CUDA and transformers") from None
-    if not torch.cuda.is_available():
-        raise SystemExit("measure_hf_layers: no CUDA GPU visible")
-    dev = _device(torch)
-    gpu = dev["gpu"] or dev["name"]
-    source = (f"measure:{dev['name'].replace(' ', '_')}:torch{torch.__version__}"
-              f":transformers{transformers.__version__}")
+    torch, mods, dev, gpu, source = open_cuda("measure_hf_layers",
+                                              "PyTorch with CUDA and transformers", "transformers")
+    transformers = mods["transformers"]
     w = _Writer(out, [
         f"HF decoder layers measured by python -m sim_core.calibration.measure_hf_layers on "
         f"{time.strftime('%Y-%m-%d')}",

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from .measure import Timer, _device, _row, _Writer, add_timed, failed_note, time_attention
+from .measure import Timer, _row, _Writer, add_timed, failed_note, open_cuda, time_attention
 
 # (micro-batch, heads, sequence) of the 77 H100 rows of llm-foundry's throughput tables
 # (mosaicml/llm-foundry@8c8dd48 scripts/train/benchmarking/README.md; /shared/calibration/
@@ -112,19 +112,12 @@ def time_triton(torch, timer, ft, batch: int, heads: int, seq: int, sm_count: in
 
 
 def run(out: Path, budget_s: float, sdpa: bool, forward_only: bool = False, log=print) -> int:
-    try:
-        import torch
-        import triton
-    except ImportError:
-        raise SystemExit("measure_triton_attention: needs PyTorch with CUDA and Triton") from None
-    if not torch.cuda.is_available():
-        raise SystemExit("measure_triton_attention: no CUDA GPU visible")
+    torch, mods, dev, gpu, source = open_cuda("measure_triton_attention",
+                                              "PyTorch with CUDA and Triton", "triton")
+    triton = mods["triton"]
     from . import flash_triton_2022 as ft
 
-    dev = _device(torch)
-    gpu = dev["gpu"] or dev["name"]
     path = mma_path()
-    source = f"measure:{dev['name'].replace(' ', '_')}:torch{torch.__version__}:triton{triton.__version__}"
     w = _Writer(out, [
         f"attention kernel table measured by python -m sim_core.calibration.measure_triton_attention "
         f"on {time.strftime('%Y-%m-%d')}",
