@@ -177,9 +177,27 @@ def test_a_checkpoint_with_a_published_length_uses_it_under_a_comparable_cap():
                        "step_time_s": 700, "max_response_or_total_len": cap}
                       for cap in ("20k", "8k", "64k")])
     df, imputed, _ = rl.to_frame(t)
-    assert df.response_mean.tolist()[:2] == [1000, 1000]
+    # a 1k mean far below the 16k cap says the same of a 20k or an 8k cap
+    assert df.response_mean.tolist()[:2] == pytest.approx([1000, 1000], abs=1)
     assert df.response_mean[2] == pytest.approx(pri["fraction"] * 65536)
     assert "published for qwen2.5-math-7b" in imputed[0] and "cap" in imputed[2]
+
+
+def test_a_published_mean_is_carried_to_the_rows_cap_under_the_length_law():
+    # DeepScaleR's 8K stage: mean 4,500 at an 8,192 cap. At a 16k cap the responses the 8k
+    # cap cut run on (longer mean); at the published cap the figure is taken as published
+    from sim_core.rl import generation
+
+    t = pd.DataFrame([{"model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "gpu": "h100",
+                       "num_gpus": 8, "step_time_s": 100, "max_response_or_total_len": cap}
+                      for cap in ("8192", "16384", "12288")])
+    df, imputed, _ = rl.to_frame(t)
+    th = generation.length_scale(4500.0, 8192.0)
+    assert th > 4500  # a clipped law's scale exceeds its clipped mean
+    assert df.response_mean[0] == pytest.approx(4500)
+    assert df.response_mean[1] == pytest.approx(th * (1 - np.exp(-16384 / th)))
+    assert 4500 < df.response_mean[2] < df.response_mean[1] < 2 * 4500
+    assert "carried" not in imputed[0] and "carried to the 16384 cap" in imputed[1]
 
 
 def test_a_stated_share_at_the_cap_fixes_the_mean_under_the_length_law():

@@ -18,6 +18,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from ..rl import generation
 from ..rl.phases import simulate_rl
 from . import rl_table
 
@@ -58,11 +59,19 @@ def length_priors() -> dict:
 
 def _checkpoint_prior(pri: dict, checkpoint: str, cap: float):
     """The published mean responses of this checkpoint under a comparable budget (a cap at
-    least half the row's: a 1k-cap run says nothing of an 8k-cap one), or None."""
-    runs = [(m, s) for m, c, s in pri["by_checkpoint"].get(checkpoint, []) if c >= cap / 2]
+    least half the row's: a 1k-cap run says nothing of an 8k-cap one), or None. A published
+    mean is the mean of lengths clipped at that run's cap; it is carried to the row's cap
+    under the clipped exponential law the imputed clip ratios use (the scale theta solved at
+    the published cap, then theta (1 - exp(-cap / theta))): DeepScaleR's 4,500 at 8k is 5,650
+    at 16k, where responses cut at 8k run on; a mean far below both caps stays as it is."""
+    runs = [(m, c, s) for m, c, s in pri["by_checkpoint"].get(checkpoint, []) if c >= cap / 2]
     if not runs:
         return None
-    return float(np.median([m for m, _ in runs])), sorted({s for _, s in runs})
+    m, c = (np.array([r[i] for r in runs], dtype=float) for i in (0, 1))
+    th = generation.length_scale(m, c)
+    at_cap = np.where(c == cap, m, th * -np.expm1(-cap / th))
+    return (float(np.median(at_cap)), sorted({s for *_, s in runs}),
+            sorted(set(c.tolist())))
 
 
 def load(path=None) -> pd.DataFrame:
@@ -100,8 +109,11 @@ def _imputed_lengths(t: pd.DataFrame, imputed: list[list[str]]):
         own = _checkpoint_prior(pri, ckpt.iloc[i], mx.iloc[i])
         if own is not None:
             mean.iloc[i] = min(own[0], mx.iloc[i])
+            carried = ("" if all(c == mx.iloc[i] for c in own[2]) else
+                       f", carried to the {mx.iloc[i]:.0f} cap by the clipped exponential law")
             imputed[i].append(f"response mean={mean.iloc[i]:.0f} (published for "
-                              f"{ckpt.iloc[i]}: {', '.join(own[1])}; data/rl/length_priors.csv)")
+                              f"{ckpt.iloc[i]}: {', '.join(own[1])}{carried}; "
+                              "data/rl/length_priors.csv)")
             continue
         f = pri["fraction"]
         mean.iloc[i] = f * mx.iloc[i]
