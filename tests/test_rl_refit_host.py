@@ -106,14 +106,44 @@ def test_only_nemo_rl_colocated_rows():
 
 
 def test_stored_constants_are_the_published_fit():
-    res = refit_fit.fit(refit_fit.points())
+    res = refit_fit.fit(refit_fit.points(), rounds=20)
     k = inputs.constants()["refit"]
-    assert k["controller_entry_s"] == pytest.approx(res["controller_entry_s"], rel=2e-3)
-    assert k["tensor_s"] == pytest.approx(res["tensor_s"], abs=1e-6)
+    for key in refit_fit.KEYS:
+        assert k[key] == pytest.approx(res[key], rel=5e-3), key
     # before/after PR #449 on each model: the fit ranks every pair and stays within 60%
     err = res["pred"] / res["measured"] - 1
     assert np.all(np.abs(err) < 0.6)
     assert res["pred"][0] > res["pred"][1] and res["pred"][2] > res["pred"][3]
+    # a packed name -> offset entry costs a fraction of a pickled IPC handle tuple (the
+    # blog's Part 3), and the trainer's conversion per tensor more than the engine's load
+    assert 0 < k["meta_entry_s"] < k["controller_entry_s"] / 3
+    assert k["megatron_tensor_s"] > k["tensor_s"] > 0
+
+
+def test_the_blogs_deepseek_v3_refit_is_reproduced_step_by_step():
+    """NeMo RL's refit blog, DeepSeek-V3 at v0.3 (EP64 PP8 -> TP64 on 512 H100): 12.2 s gather,
+    33.5 s IPC transfer, 1.5 s update. With the derived constants the model's refit is their
+    sum; before them (one entry cost for handles and names alike, fitted on PR #449's DTensor
+    points) it was ~240 s, five times the published figure."""
+    bd = refit_fit.breakdown_points()
+    p = simulate_rl(refit_fit.frame(bd))
+    r = bd.iloc[0]
+    total = r.gather_s + r.ipc_s + r.update_s
+    assert p.weight_sync_time_s[0] == pytest.approx(total, rel=0.02)
+    # the IPC step: most of it the controller's entries and the Ray calls of 135 groups
+    assert p.refit_ray_time_s[0] > 5.0
+    assert p.refit_passes[0] == 2 * 512 + 2 * 64
+    assert p.refit_meta_entries[0] == p.refit_tensors[0]
+
+
+def test_ray_calls_per_group_follow_workers_and_engines():
+    df = _frame(model="qwen3-30b-a3b", num_gpus=[64, 64], rollout_tp=[1, 8])
+    h = _host(df)
+    g = h["refit_groups"]
+    # one call per training worker and per engine from the driver, and one per device from
+    # each multi-GPU engine's leader (a single-GPU engine runs its own update in-process)
+    assert h["refit_ray_calls"][0] == g[0] * (64 + 64)
+    assert h["refit_ray_calls"][1] == g[1] * (64 + 8 + 8)
 
 
 def test_store_constants_rewrites_only_the_values(tmp_path):

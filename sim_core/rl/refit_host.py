@@ -18,12 +18,12 @@ the number of tensors rather than their bytes:
    cudaIpcOpenMemHandle) and closed when its storage is released: DTensor sends one per
    tensor (`reduce_tensor` on each converted parameter), Megatron one per packed buffer.
    Seconds per handle: `catalogs/rl.yaml refit.ipc_handle_s`, the driver calls' measured cost
-   (rapidsai/ucx-py issue 334), not fitted. Besides it, Python per tensor: Megatron -> HF name
-   and layout conversion (`megatron_to_hf_converter.convert`, splitting fused qkv and
-   gate/up), the copy into the packed buffer, vLLM 0.9.0's `load_weights` (a `weight_loader`
-   per tensor: name mapping, the TP narrow and a copy; fused MoE per expert and shard):
-   `refit.tensor_s`, fitted (to zero: PR #449's totals leave nothing for it once the handles
-   and the controller are priced; it is below what they resolve).
+   (rapidsai/ucx-py issue 334), not fitted. Besides it, Python per HF tensor on two sides:
+   the engine's (vLLM's `load_weights`, a `weight_loader` per tensor: name mapping, the TP
+   narrow and a copy; fused MoE per expert and shard), `refit.tensor_s`, every path; and, on
+   the Megatron path, the trainer's (`gather_params`' loop, `megatron_to_hf_converter.convert`
+   splitting fused qkv and gate/up, the copy into the packed buffer), `refit.megatron_tensor_s`.
+   Both from NeMo RL's published DeepSeek-V3 refit breakdown (below).
 3. **Entries through the single controller.** `grpo.py refit_policy_generation` loops over
    groups of keys; per group `lm_policy.get_weights_ipc_handles` gathers every training
    worker's handles into the driver (Ray deserialises them) and `vllm.py
@@ -31,9 +31,28 @@ the number of tensors rather than their bytes:
    serialises them), whose leader forwards each worker its own. An entry is a handle (DTensor:
    one per tensor; Megatron packs a group's tensors into one buffer per dtype once it holds
    >= 32 tensors, `NEMO_RL_MEGATRON_IPC_TENSOR_PACKING_THRESHOLD`) or a packed tensor's
-   metadata (name -> offset). Entries on the critical path = entries per worker x (2 W + 2 tp)
-   (driver in and out over the W training workers, leader in and out over its tp devices).
-   Seconds per entry: `catalogs/rl.yaml refit.controller_entry_s`.
+   metadata (name -> offset: `tensor_metadata` of `megatron_policy_worker.py`). Entries on the
+   critical path = entries per worker x (2 W + 2 tp) (driver in and out over the W training
+   workers, leader in and out over its tp devices). Seconds per handle entry (a pickled
+   `reduce_tensor` tuple: the rebuild function, the handle, torch.Size, dtype):
+   `refit.controller_entry_s`; per metadata entry (a name and an offset):
+   `refit.meta_entry_s`, a few times cheaper (NeMo RL's refit blog, "Part 3": serialising
+   the function, torch.Size and dtype is what made the entries costly).
+4. **The Ray calls of each group.** The driver issues one `get_weights_ipc_handles` per
+   training worker and one `update_weights_from_ipc_handles` per engine
+   (`run_all_workers_multiple_data`, TP and PP leaders only); each leader of a multi-GPU
+   engine issues one `execute_method.remote` per device (v0.3.0 `vllm.py`, the direct calls
+   that replaced `collective_rpc`). Each call at Ray's own measured asynchronous actor-call
+   rate (catalogs/rl.yaml `ray_calls.actor_call_async_per_s`, the release microbenchmark);
+   the leaders' calls run in parallel across engines.
+
+NeMo RL's refit blog (nvidia-nemo.github.io/blog 2025-08-12 "NeMo-RL: Journey of Optimizing
+Weight Transfer in Large MoE Models by 10x", Table 1) times the three steps of DeepSeek-V3's
+refit at v0.3 (Megatron EP64 PP8 on 64 x 8 H100, vLLM TP64): gather 12.2 s, IPC handle
+transfer 33.5 s, generation parameter update 1.5 s. `python -m sim_core.rl.refit_fit` derives
+`tensor_s` (the update step per HF tensor), `megatron_tensor_s` (the gather step less the
+bytes and collective latencies priced here) and `meta_entry_s` (the transfer step less the Ray
+calls, handles and handle entries priced here) from it, and `controller_entry_s` from PR #449.
 
 Groups: `prepare_weights_for_ipc` sizes a group at a fraction of the GPU's free memory (NVML)
 after `offload_before_refit` and the engine's weights woken: 0.2 for Megatron, 0.8 for DTensor
@@ -46,8 +65,8 @@ Qwen2's three q/k/v biases and Qwen3's two q/k norms are not in the catalog and 
 (2-3 of ~11 per dense layer). Megatron keys: fused qkv (with its norm) and o, fused gate/up
 (with its norm) and down; per MoE layer the norm, the router and 2 keys per local expert.
 
-The two fitted constants come from NeMo RL's own published refit totals (PR #449), never from
-the RL steps of `rl_runs.csv`: `python -m sim_core.rl.refit_fit`. Colocated `rl_framework:
+The four derived constants come from NeMo RL's own published refit figures (PR #449, the refit
+blog), never from the RL steps of `rl_runs.csv`: `python -m sim_core.rl.refit_fit`. Colocated `rl_framework:
 nemo_rl` rows only: verl's hybrid engine loads the weights into an in-process vLLM
 (`verl/workers/sharding_manager/fsdp_vllm.py update_params`: `model.load_weights` on the
 generator of full tensors, v0.4.0), with no IPC handle and no controller, so (3) does not
@@ -118,11 +137,17 @@ def counts(b, dtensor, free_bytes, ep) -> dict:
     groups = np.maximum(np.ceil(b.params * 2.0 / buffer), 1.0)
     packed = ~dtensor & (tensors / groups >= k["pack_threshold"])
     handles = np.where(packed, groups, tensors)
-    entries = handles + np.where(packed, tensors, 0.0)  # + the packed tensors' metadata
+    meta = np.where(packed, tensors, 0.0)  # the packed tensors' metadata
     tp_engine = b.rollout_tp * b.rollout_pp
     passes = 2.0 * b.train_gpus + 2.0 * tp_engine
+    # Ray calls per group on the critical path: the driver's (one per training worker, one
+    # per engine), then one leader's (one per device of a multi-GPU engine)
+    engines = np.maximum(b.train_gpus / tp_engine, 1.0)
+    calls = groups * (b.train_gpus + engines + np.where(tp_engine > 1, tp_engine, 0.0))
     return {"refit_tensors": tensors, "refit_groups": groups, "refit_handles": handles,
-            "refit_entries": entries, "refit_controller_entries": entries * passes}
+            "refit_entries": handles + meta, "refit_meta_entries": meta,
+            "refit_controller_entries": (handles + meta) * passes,
+            "refit_passes": passes, "refit_ray_calls": calls}
 
 
 def host_time(b, dtensor, free_bytes, train_tp, train_pp, train_ep, dp_shard, net) -> dict:
@@ -143,11 +168,20 @@ def host_time(b, dtensor, free_bytes, train_tp, train_pp, train_ep, dp_shard, ne
     dp_nodes = np.ceil(dp_shard * train_tp / gpn)
     dt = c["refit_tensors"] * (tp_a + collective_latency("all_gather", dp_shard, dp_nodes, net))
     chain = np.where(dtensor, dt, meg)
-    # (2) Python per HF tensor on every worker (in parallel), (3) the controller's entries
-    py = c["refit_tensors"] * k["tensor_s"] + c["refit_handles"] * k["ipc_handle_s"]
-    ctrl = c["refit_controller_entries"] * k["controller_entry_s"]
+    # (2) Python per HF tensor on every worker (in parallel): the engine's load, the Megatron
+    # trainer's gather loop, conversion and packing, and the handles opened
+    trainer = np.where(dtensor, 0.0, c["refit_tensors"] * k["megatron_tensor_s"])
+    py = (c["refit_tensors"] * k["tensor_s"] + trainer
+          + c["refit_handles"] * k["ipc_handle_s"])
+    # (3) the controller's entries, handles and packed metadata at their own costs, (4) the
+    # Ray calls of each group
+    ctrl = (c["refit_handles"] * k["controller_entry_s"]
+            + c["refit_meta_entries"] * k["meta_entry_s"]) * c["refit_passes"]
+    ray = c["refit_ray_calls"] / float(constants()["ray_calls"]["actor_call_async_per_s"])
     on = ((b.rl_framework == RL_FRAMEWORK.index("nemo_rl")) & (b.placement == 0)).astype(float)
-    out = {"refit_host_s": on * (chain + py + ctrl), "refit_chain_s": on * chain,
-           "refit_python_s": on * py, "refit_controller_s": on * ctrl}
+    out = {"refit_host_s": on * (chain + py + ctrl + ray), "refit_chain_s": on * chain,
+           "refit_python_s": on * py, "refit_trainer_python_s": on * trainer,
+           "refit_load_python_s": on * c["refit_tensors"] * k["tensor_s"],
+           "refit_controller_s": on * ctrl, "refit_ray_s": on * ray}
     out.update(c)
     return out
