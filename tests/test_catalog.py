@@ -151,6 +151,8 @@ def test_cluster_figures():
     ("glm-4.5", 355.0, 0.02), ("glm-4.5-air", 106.0, 0.02), ("glm-4.7-flash", 30.0, 0.02),
     ("moonlight-16b-a3b", 16.0, 0.02), ("gemma-3-1b", 1.0, 0.02),
     ("mistral-small-24b", 24.0, 0.02),
+    # issue 40 RL checkpoints: Qwen3-Coder model card 480B; Mistral-7B-v0.3 7.25B on the hub
+    ("qwen3-coder-480b-a35b", 480.0, 0.02), ("mistral-7b-v0.3", 7.25, 0.02),
 ])
 def test_total_params_match_advertised(name, total, tol):
     assert catalog.param_count(name) / B == pytest.approx(total, rel=tol)
@@ -168,6 +170,8 @@ def test_total_params_match_advertised(name, total, tol):
     # Zhipu's 32B / 12B active leave out both embedding matrices (1.55B / 1.24B)
     ("glm-4.5", 32.0 + 1.55, 0.03), ("glm-4.5-air", 12.0 + 1.24, 0.03),
     ("moonlight-16b-a3b", 3.0, 0.03),
+    # Qwen3-Coder model card: 35B activated
+    ("qwen3-coder-480b-a35b", 35.0, 0.02),
 ])
 def test_active_params_match_advertised(name, active, tol):
     assert catalog.active_param_count(name) / B == pytest.approx(active, rel=tol)

@@ -105,6 +105,62 @@ def test_rl_framework_spellings_resolve(name, mid, how):
     assert catalog.resolve_model(name) == (mid, how)
 
 
+# RL checkpoints of issue 40's target families (GRPO/DAPO, 8B-671B dense and MoE), spelled as
+# the RL recipes and model cards write the hub id; each alias is cited in model_names.yaml
+@pytest.mark.parametrize("name, mid, how", [
+    # slime docs/en/examples/glm4.7-355B-A32B.md 'hf download zai-org/GLM-4.7'
+    ("zai-org/GLM-4.7", "glm-4.5", "same architecture"),
+    ("zai-org/GLM-4.6", "glm-4.5", "same architecture"),
+    ("deepseek-ai/DeepSeek-V3.1-Terminus", "deepseek-v3", "same architecture"),
+    # SkyRL examples/train/step_wise/run_skyrl_sql_step_wise.sh 'Qwen/Qwen2.5-Coder-7B-Instruct';
+    # verl examples/tuning/14b/qwen2_14b_grpo_4_h800_fsdp_vllm.sh 'Qwen/Qwen2.5-Coder-14B-Instruct';
+    # open-r1 recipes/OlympicCoder-32B 'Qwen/Qwen2.5-Coder-32B-Instruct'
+    ("Qwen/Qwen2.5-Coder-7B-Instruct", "qwen2.5-7b", "same architecture"),
+    ("Qwen/Qwen2.5-Coder-14B-Instruct", "qwen2.5-14b", "same architecture"),
+    ("Qwen/Qwen2.5-Coder-32B-Instruct", "qwen2.5-32b", "same architecture"),
+    # AReaL blog/AReaL_v0_3.md table row 'DeepSeek-R1-0528-Qwen3-8B'
+    ("deepseek-ai/DeepSeek-R1-0528-Qwen3-8B", "qwen3-8b", "same architecture"),
+    # NeMo RL README 'generation.model_name=agentica-org/DeepScaleR-1.5B-Preview'
+    ("agentica-org/DeepScaleR-1.5B-Preview", "deepseek-r1-distill-qwen-1.5b",
+     "same architecture"),
+    ("Skywork/Skywork-OR1-7B", "qwen2.5-7b", "same architecture"),
+    ("Skywork/Skywork-OR1-7B-Preview", "qwen2.5-7b", "same architecture"),
+    ("nvidia/AceReason-Nemotron-7B", "qwen2.5-7b", "same architecture"),
+    # NeMo examples/voice_agent/README.md 'nvidia/Llama-3.1-Nemotron-Nano-8B-v1'
+    ("nvidia/Llama-3.1-Nemotron-Nano-8B-v1", "llama3.1-8b", "same architecture"),
+    # Awesome-ML-SYS-Tutorial sglang/qwen/coder.md '--model-path Qwen/Qwen3-Coder-480B-A35B-Instruct'
+    ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "qwen3-coder-480b-a35b", "checkpoint"),
+    ("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8", "qwen3-coder-480b-a35b", "checkpoint"),
+    # peft examples/alora_finetuning/README.md 'mistralai/Mistral-7B-Instruct-v0.3'
+    ("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b-v0.3", "same architecture"),
+    ("mistralai/Mistral-7B-v0.3", "mistral-7b-v0.3", "checkpoint"),
+])
+def test_issue40_rl_checkpoints_resolve(name, mid, how):
+    assert catalog.resolve_model(name) == (mid, how)
+
+
+def test_rl_checkpoints_whose_shape_differs_get_their_own_entry():
+    # Mistral v0.3's v3 tokenizer adds 768 rows to v0.1's 32000-token embedding and LM head and
+    # drops the 4096-key window: priced as v0.1 it would carry a window v0.3 does not have
+    v1, v3 = catalog.get_model("mistral-7b-v0.1"), catalog.get_model("mistral-7b-v0.3")
+    assert (v3.vocab, v3.sliding_window, v1.sliding_window) == (32768, 0, 4096)
+    assert catalog.param_count(v3) - catalog.param_count(v1) == 2 * 768 * 4096
+    # Qwen3-Coder-480B-A35B is not Qwen3-235B-A22B's shape (62 layers of 6144, 160 experts)
+    coder = catalog.get_model("qwen3-coder-480b-a35b")
+    big = catalog.get_model("qwen3-235b-a22b")
+    assert (coder.layers, coder.hidden, coder.experts) != (big.layers, big.hidden, big.experts)
+    # the GLM-4.6/4.7 aliases keep GLM-4.5's dense prefix and shared expert, not 4.7-Flash's MLA
+    glm = catalog.get_model(catalog.resolve_model("zai-org/GLM-4.7")[0])
+    assert (glm.first_dense_layers, glm.shared_experts, glm.kv_lora_rank) == (3, 1, 0)
+
+
+def test_checkpoints_without_a_citable_config_stay_unknown():
+    # Qwen2.5-Math-72B: no config.json copy found (its RM sibling's is not the LM's); Mistral
+    # v0.2 (32000 vocab, no window) has no catalog entry with that shape
+    assert catalog.resolve_model("Qwen/Qwen2.5-Math-72B-Instruct") == (None, "")
+    assert catalog.resolve_model("mistralai/Mistral-7B-Instruct-v0.2") == (None, "")
+
+
 def test_distills_with_another_shape_are_not_aliased():
     # DeepSeek-R1-Distill-Qwen-1.5B unties Qwen2.5-Math-1.5B's LM head: its own entry, not
     # the tied qwen2.5-1.5b (an alias would price 0.23B parameters too few)
