@@ -369,3 +369,30 @@ def test_batch5_rows_read_as_their_sources_write_them():
     # every one is priced (the catalog has their models and GPUs)
     cmp = rl.compare(new)
     assert cmp.pred_step_s.notna().all() and (cmp.skipped == "").all()
+
+
+def test_a_blank_framework_is_read_from_the_rows_url_source_or_backend():
+    """A NeMo RL run whose table leaves `rl_framework` blank is priced as NeMo RL when its URL,
+    its source's name or its DTensor backend says so (the framework picks the code whose costs
+    price the row), and the same as a row that states it; a row naming nothing is verl's, and
+    every guess is said."""
+    t = rl.load()
+    nemo = t[(t.source == "NeMo RL v0.3 blog") & (t.train_backend == "megatron")].iloc[:1]
+    stated = rl.compare(nemo)
+    rows = pd.concat([nemo] * 4, ignore_index=True)
+    rows["rl_framework"] = np.nan
+    rows.loc[1, "url"] = "https://example.org/x"          # the source's name says NeMo RL
+    rows.loc[2, ["url", "source"]] = ["https://example.org/x", "a blog"]
+    rows.loc[2, "train_backend"] = "DTensor"               # only NeMo RL calls it that
+    rows.loc[3, ["url", "source"]] = ["https://example.org/x", "a blog"]
+    df, imputed, _ = rl.to_frame(rows)
+    assert df.rl_framework.tolist() == ["nemo_rl", "nemo_rl", "nemo_rl", "verl"]
+    assert "rl_framework=nemo_rl (read from its URL, nvidia-nemo.github.io)" in imputed[0]
+    assert "rl_framework=nemo_rl (read from its source's name)" in imputed[1]
+    assert "rl_framework=nemo_rl (read from its DTensor training backend)" in imputed[2]
+    assert "rl_framework=verl (not stated; the default)" in imputed[3]
+    got = rl.compare(rows.iloc[:1])
+    assert got.pred_step_s.iloc[0] == pytest.approx(stated.pred_step_s.iloc[0], rel=1e-9)
+    # read as verl, the same run is priced differently (verl's workers, no NeMo RL scales)
+    assert rl.compare(rows.iloc[3:]).pred_step_s.iloc[0] != pytest.approx(
+        stated.pred_step_s.iloc[0], rel=1e-3)

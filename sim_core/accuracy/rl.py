@@ -137,11 +137,32 @@ def _use_ref(t: pd.DataFrame, algo: pd.Series) -> np.ndarray:
     return np.where(stated.notna(), stated.astype(object).eq(True), default)
 
 
+def _impute_framework(t: pd.DataFrame, raw_backend, imputed: list[list[str]]) -> None:
+    """A blank `rl_framework` read from the row's URL, source or backend
+    (rl_table.infer_framework), else verl's, said either way: the framework decides which
+    code's costs price the row (NeMo RL's refit and training passes, verl's workers, ...)."""
+    if "rl_framework" not in t.columns:
+        t["rl_framework"] = np.nan
+    blank = t["rl_framework"].isna() | t["rl_framework"].astype(str).str.strip().eq("")
+    url = t["url"] if "url" in t.columns else pd.Series(np.nan, index=t.index)
+    src = t["source"] if "source" in t.columns else pd.Series(np.nan, index=t.index)
+    be = raw_backend if raw_backend is not None else pd.Series(np.nan, index=t.index)
+    fws = np.array(t["rl_framework"].astype(object).tolist(), dtype=object)
+    for i in np.flatnonzero(blank.to_numpy()):
+        fw, where = rl_table.infer_framework(url.iloc[i], src.iloc[i], be.iloc[i])
+        fws[i] = fw or "verl"
+        imputed[i].append(f"rl_framework={fws[i]} (read from {where})" if fw else
+                          "rl_framework=verl (not stated; the default)")
+    t["rl_framework"] = fws
+
+
 def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     """The table's rows as RL configurations, per row the fields imputed, and per row why it
     cannot be predicted ('' where it can)."""
+    raw_backend = t["train_backend"] if "train_backend" in t.columns else None
     t, notes, reason = rl_table.normalize(t)
     imputed = [list(x) for x in notes]
+    _impute_framework(t, raw_backend, imputed)
     for col, d in DEFAULTS.items():
         if col not in t.columns:
             t[col] = np.nan
@@ -293,7 +314,10 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
 
 def compare(t: pd.DataFrame, phase_scales=None) -> pd.DataFrame:
     """Each row predicted against what it measured. phase_scales: simulate_rl's (None: the
-    installed profile's, else the shipped NeMo RL scales; {}: the white-box model)."""
+    installed profile's, else the shipped NeMo RL scales; {}: the white-box model). Rows are
+    numbered from 0 in the result, whatever the table's index (a filtered table's rows kept
+    theirs and were left unpredicted)."""
+    t = t.reset_index(drop=True)
     df, imputed, reason = to_frame(t)
     norm, _, _ = rl_table.normalize(t)
     ok = reason == ""

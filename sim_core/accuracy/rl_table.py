@@ -294,6 +294,36 @@ def parse_engine(cell):
     return np.nan
 
 
+# the framework a run used, read from where the row says it comes from when its
+# `rl_framework` cell is blank: the repository of its URL (the framework's own repository,
+# issues and docs), its source's name, or a training backend only one framework names.
+# First match wins, in this order; a row that names none stays verl's (the default) and says so
+FRAMEWORK_REPOS = (("nvidia-nemo/rl", "nemo_rl"), ("nvidia-nemo.github.io", "nemo_rl"),
+                   ("volcengine/verl", "verl"), ("verl-project/verl", "verl"),
+                   ("thudm/slime", "slime"), ("radixark/miles", "miles"),
+                   ("vllm-project/vime", "vime"), ("novasky-ai/skyrl", "skyrl"))
+FRAMEWORK_NAMES = ((r"\bnemo[\s_-]?rl\b", "nemo_rl"), (r"\bskyrl\b", "skyrl"),
+                   (r"\bslime\b", "slime"), (r"\bmiles\b", "miles"), (r"\bvime\b", "vime"),
+                   (r"\bverl\b", "verl"))
+
+
+def infer_framework(url, source, backend) -> tuple[str | None, str]:
+    """(framework or None, where it was read) for a row whose `rl_framework` is blank: the
+    URL's repository or site, else the source's name, else a DTensor training backend (NeMo
+    RL's name for its FSDP2 worker; verl, SkyRL and slime say fsdp / fsdp2 / megatron)."""
+    u = "" if pd.isna(url) else str(url).lower()
+    for key, fw in FRAMEWORK_REPOS:
+        if key in u:
+            return fw, f"its URL, {key}"
+    src = "" if pd.isna(source) else str(source).lower()
+    for pat, fw in FRAMEWORK_NAMES:
+        if re.search(pat, src):
+            return fw, "its source's name"
+    if not pd.isna(backend) and "dtensor" in str(backend).lower():
+        return "nemo_rl", "its DTensor training backend"
+    return None, ""
+
+
 # hub spellings -> catalog ids: one resolver for every table (sim_core/model_names.py)
 def checkpoint_name(cell) -> str:
     """A hub model id as one lower-case spelling ('' for a blank cell)."""
