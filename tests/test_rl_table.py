@@ -396,3 +396,29 @@ def test_a_blank_framework_is_read_from_the_rows_url_source_or_backend():
     # read as verl, the same run is priced differently (verl's workers, no NeMo RL scales)
     assert rl.compare(rows.iloc[3:]).pred_step_s.iloc[0] != pytest.approx(
         stated.pred_step_s.iloc[0], rel=1e-3)
+
+
+def test_blank_cells_of_a_nemo_rl_row_take_nemo_rls_values():
+    """NeMo RL's blog Megatron row states NeMo RL's own values (offload around the refit,
+    no activation checkpointing, bf16 gradient reduction, log-prob batch 4); with those cells
+    blank the reader fills NeMo RL's, not verl's, and prices the row the same."""
+    t = rl.load()
+    row = t[(t.source == "NeMo RL v0.3 blog") & (t.train_backend == "megatron")].iloc[:1]
+    cols = ["offload_params", "offload_optimizer", "train_recompute",
+            "train_grad_reduce_fp32", "logprob_batch_size"]
+    bare = row.drop(columns=cols).reset_index(drop=True)
+    bare["algorithm"] = "dapo"          # NeMo RL still runs the reference pass without KL
+    stated = row.copy()
+    stated["algorithm"] = "dapo"
+    stated["use_ref"] = True
+    df, imputed, _ = rl.to_frame(bare)
+    assert bool(df.offload_params[0]) and df.train_recompute[0] == "none"
+    assert not bool(df.train_grad_reduce_fp32[0]) and df.logprob_batch_size[0] == 4
+    assert bool(df.use_ref[0]) and "use_ref=True (NeMo RL's)" in imputed[0]
+    assert rl.compare(bare).pred_step_s.iloc[0] == pytest.approx(
+        rl.compare(stated).pred_step_s.iloc[0], rel=1e-9)
+    # the same blanks on a verl row keep verl's defaults
+    verl = bare.assign(rl_framework="verl")
+    dv, _, _ = rl.to_frame(verl)
+    assert not bool(dv.offload_params[0]) and dv.train_recompute[0] == "full"
+    assert not bool(dv.use_ref[0])

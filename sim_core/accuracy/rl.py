@@ -137,6 +137,44 @@ def _use_ref(t: pd.DataFrame, algo: pd.Series) -> np.ndarray:
     return np.where(stated.notna(), stated.astype(object).eq(True), default)
 
 
+# NeMo RL's own values for blank cells of its rows (the defaults above are verl's):
+# colocated inference always offloads the trainer's states around the refit (grpo.py
+# refit_policy_generation: `offload_before_refit` / `offload_after_refit` whenever
+# `colocated_inference`, v0.3.0 to v0.7.0: code, not a setting); the base configs
+# (examples/configs/grpo_math_1B.yaml and grpo_math_1B_megatron.yaml at v0.7.0) turn
+# activation checkpointing off, keep Megatron's gradient reduction in bf16
+# (`grad_reduce_in_fp32: false`; DTensor's FSDP2 reduces in fp32, verl's default) and run the
+# log-prob passes at `logprob_batch_size: ${policy.train_micro_batch_size}` = 4; the reference
+# pass runs unless `grpo.skip_reference_policy_logprobs_calculation` (grpo.py at v0.7.0), which
+# only the PPO base config sets: a DAPO run without a KL term still computes it
+NEMO_RL_BLANKS = ("offload_params", "offload_optimizer", "train_recompute",
+                  "train_grad_reduce_fp32", "logprob_batch_size")
+
+
+def _nemo_rl_blanks(t: pd.DataFrame, df: pd.DataFrame, imputed: list[list[str]]) -> None:
+    nemo = df["rl_framework"].astype(str).eq("nemo_rl").to_numpy() \
+        if "rl_framework" in df.columns else np.zeros(len(df), bool)
+    if not nemo.any():
+        return
+    colo = df["placement"].astype(str).eq("colocated").to_numpy()
+    megatron = df["train_zero"].to_numpy() < 3
+    values = {"offload_params": (colo, True), "offload_optimizer": (colo, True),
+              "train_recompute": (np.ones(len(df), bool), "none"),
+              "train_grad_reduce_fp32": (megatron, False),
+              "logprob_batch_size": (np.ones(len(df), bool), 4),
+              "use_ref": (df["algorithm"].astype(str).isin(["grpo", "dapo"]).to_numpy(), True)}
+    for col, (where, v) in values.items():
+        blank = (t[col].isna().to_numpy() if col in t.columns else np.ones(len(t), bool))
+        sel = nemo & where & blank
+        if not sel.any():
+            continue
+        col_vals = np.array(df[col].tolist(), dtype=object)
+        col_vals[sel] = v
+        df[col] = col_vals
+        for i in np.flatnonzero(sel):
+            imputed[i].append(f"{col}={v} (NeMo RL's)")
+
+
 def _impute_framework(t: pd.DataFrame, raw_backend, imputed: list[list[str]]) -> None:
     """A blank `rl_framework` read from the row's URL, source or backend
     (rl_table.infer_framework), else verl's, said either way: the framework decides which
@@ -275,6 +313,9 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("train_moe_glu_fusion", np.nan), ("train_moe_router_dtype", np.nan)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
+        elif col in NEMO_RL_BLANKS:
+            df[col] = d
+    _nemo_rl_blanks(t, df, imputed)
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
         df["rl_framework"] = (df["rl_framework"].astype(str).str.strip().str.lower()
                               .str.replace(r"[\s-]+", "_", regex=True))
