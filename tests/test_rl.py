@@ -332,3 +332,24 @@ def test_validate_compares_each_stated_phase_with_its_prediction():
     gen = [p.gen_time_s[i] / float(sub.gen_time_s[i]) for i in (0, 1)]
     assert ph["generation"]["rows"] == 2
     assert ph["generation"]["median_ratio"] == pytest.approx(np.median(gen))
+
+
+def test_a_run_file_states_the_frameworks_release(tmp_path):
+    """`train.rl_framework_version` reaches the frame: NeMo RL 0.3 prices its colocated
+    refit through the controller, the current release (none stated) streams it."""
+    import yaml
+
+    import sweep
+
+    src = yaml.safe_load(open("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml"))
+    out = {}
+    for ver in (None, 0.3):
+        d = dict(src)
+        d["train"] = {**src.get("train", {}), "rl_framework": "nemo_rl"}
+        if ver is not None:
+            d["train"]["rl_framework_version"] = ver
+        p = tmp_path / f"rl-{ver}.yaml"
+        p.write_text(yaml.safe_dump(d))
+        out[ver] = sweep.simulate(str(p))
+    assert out[0.3].refit_host_time_s.iloc[0] > out[None].refit_host_time_s.iloc[0]
+    assert out[None].refit_handles.iloc[0] == out[None].refit_groups.iloc[0]

@@ -164,3 +164,29 @@ def test_store_constants_rewrites_only_the_values(tmp_path):
     assert new["decode"]["hbm_efficiency"] == old["decode"]["hbm_efficiency"]
     assert len(out.splitlines()) == len(src.splitlines())
     assert "# per decode step" in out
+
+
+def test_from_v0_4_the_refit_streams_without_the_controller():
+    """NeMo RL v0.4.0 on streams the colocated refit worker to executor over ZMQ
+    (stream_weights_via_ipc_zmq_impl): one handle per ping-pong buffer, the names pickled once
+    each way, one Ray call per worker and engine, the trainer's packing overlapping the
+    engine's load. A blank release is the current one; 0.3 keeps the controller path."""
+    bd = refit_fit.breakdown_points()
+    old = refit_fit.frame(bd)
+    new = old.assign(rl_framework_version=np.nan)
+    p_old, p_new = simulate_rl(old), simulate_rl(new)
+    k = inputs.constants()["refit"]
+    n = p_new.refit_tensors[0]
+    assert p_new.refit_handles[0] == p_new.refit_groups[0] < p_old.refit_groups[0] * 2
+    rate = inputs.constants()["ray_calls"]["actor_call_async_per_s"]
+    expect = (p_new.refit_chain_time_s[0]
+              + max(n * k["megatron_tensor_s"], n * k["tensor_s"])
+              + p_new.refit_handles[0] * k["ipc_handle_s"] + 2 * n * k["meta_entry_s"]
+              + (512 + 512 / 64) / rate)
+    assert p_new.refit_host_time_s[0] == pytest.approx(expect, rel=1e-9)
+    # DeepSeek-V3 on 512 GPUs: the controller's entries and per-group calls were most of v0.3's
+    assert p_new.weight_sync_time_s[0] < 0.4 * p_old.weight_sync_time_s[0]
+    # releases read from a table cell
+    from sim_core.accuracy import rl_table
+    assert rl_table.parse_version("v0.3.1") == 0.3 and rl_table.parse_version("0.5") == 0.5
+    assert np.isnan(rl_table.parse_version("main"))

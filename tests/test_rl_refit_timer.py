@@ -49,9 +49,12 @@ def test_timer_is_the_sync_plus_wake_offload_out_and_cleaning():
     assert r.refit_timer_s.to_numpy() == pytest.approx(
         (r.weight_sync_time_s + r.refit_wake_s + r.refit_offload_s
          + r.refit_cleanup_time_s).to_numpy(), rel=1e-12)
-    # the cleaning counted in step_fixed.py: Megatron 2 + 2, DTensor 3 + 3
-    assert r.refit_cleanup_time_s.to_numpy() == pytest.approx([2 * (GC + EC), 3 * (GC + EC)])
+    # the cleaning counted in step_fixed.py: Megatron 2 + 2, DTensor 3 + 3, and one pair more
+    # where the refit streams (the current release; v0.4.0 on): both ends clean after it
+    assert r.refit_cleanup_time_s.to_numpy() == pytest.approx([3 * (GC + EC), 4 * (GC + EC)])
     assert (r.refit_timer_s > r.weight_sync_time_s + 1.0).all()
+    old = simulate_rl(df.assign(rl_framework_version=0.3))
+    assert old.refit_cleanup_time_s.to_numpy() == pytest.approx([2 * (GC + EC), 3 * (GC + EC)])
 
 
 def test_other_frameworks_and_split_keep_the_weight_sync():

@@ -44,13 +44,17 @@ def test_nemo_rl_counts_read_in_the_code():
     r = run(nemo, {**nemo, "train_zero": 1}, {**nemo, "rollout_engine": "sglang"},
             {**nemo, "placement": "split", "rollout_gpus": 4})
     sw = step_fixed.sleep_wake_fixed_s()
-    # DTensor colocated: 3 gc + 3 empty_cache around the refit, 3 + 4 before the phases
-    assert r.step_fixed_time_s[0] == pytest.approx(sw + 6 * GC + 7 * EC)
+    # DTensor colocated: 3 gc + 3 empty_cache around the refit (+1 + 1 at the end of the
+    # streamed refit of the current release), 3 + 4 before the phases
+    assert r.step_fixed_time_s[0] == pytest.approx(sw + 7 * GC + 8 * EC)
     assert r.engine_sleep_wake_fixed_s[0] == pytest.approx(sw)
-    assert r.refit_cleanup_time_s[0] == pytest.approx(3 * GC + 3 * EC)
+    assert r.refit_cleanup_time_s[0] == pytest.approx(4 * GC + 4 * EC)
     assert r.phase_cleanup_time_s[0] == pytest.approx(3 * GC + 4 * EC)
-    # Megatron colocated: 2 + 2 around the refit, 1 + 2 before the phases
-    assert r.step_fixed_time_s[1] == pytest.approx(sw + 3 * GC + 4 * EC)
+    # Megatron colocated: 2 + 2 around the refit (+1 + 1 streamed), 1 + 2 before the phases
+    assert r.step_fixed_time_s[1] == pytest.approx(sw + 4 * GC + 5 * EC)
+    # v0.3's controller refit: no stream, no extra pair
+    old = run({**nemo, "rl_framework_version": 0.3})
+    assert old.refit_cleanup_time_s[0] == pytest.approx(3 * GC + 3 * EC)
     # SGLang: no vLLM sleep mode priced (torch_memory_saver has no published figure)
     assert r.engine_sleep_wake_fixed_s[2] == 0
     assert r.step_fixed_time_s[2] == pytest.approx(6 * GC + 7 * EC)

@@ -316,6 +316,9 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
         elif col in NEMO_RL_BLANKS:
             df[col] = d
     _nemo_rl_blanks(t, df, imputed)
+    # the framework's release (optional column; blank: its current one)
+    if "rl_framework_version" in t.columns:
+        df["rl_framework_version"] = [rl_table.parse_version(x) for x in t.rl_framework_version]
     if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
         df["rl_framework"] = (df["rl_framework"].astype(str).str.strip().str.lower()
                               .str.replace(r"[\s-]+", "_", regex=True))

@@ -307,6 +307,15 @@ FRAMEWORK_NAMES = ((r"\bnemo[\s_-]?rl\b", "nemo_rl"), (r"\bskyrl\b", "skyrl"),
                    (r"\bverl\b", "verl"))
 
 
+def parse_version(cell) -> float:
+    """A framework release as major.minor ('v0.3.1' -> 0.3, '0.5' -> 0.5); NaN when blank or
+    without a version number."""
+    if pd.isna(cell):
+        return np.nan
+    m = re.search(r"(\d+)\.(\d+)", str(cell))
+    return float(f"{m.group(1)}.{m.group(2)}") if m else np.nan
+
+
 def infer_framework(url, source, backend) -> tuple[str | None, str]:
     """(framework or None, where it was read) for a row whose `rl_framework` is blank: the
     URL's repository or site, else the source's name, else a DTensor training backend (NeMo

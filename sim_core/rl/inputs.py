@@ -123,6 +123,9 @@ RL_COLUMNS = {
     # the framework whose RL-specific costs apply (sim_core/rl/nemo_rl.py: NeMo RL swaps the
     # reference weights in from the host and computes fp32 log-softmaxes over the vocabulary)
     "rl_framework": "verl",
+    # the framework's release as major.minor (0.3 for NeMo RL v0.3.x); NaN = its current one.
+    # NeMo RL's colocated refit changed at v0.4.0 (sim_core/rl/refit_host.py)
+    "rl_framework_version": float("nan"),
     # log-prob micro-batch in training micro-batches (NeMo RL logprob_batch_size with
     # train_micro_batch_size 1; verl log_prob_micro_batch_size / ppo_micro_batch_size)
     "logprob_batch_size": 1,

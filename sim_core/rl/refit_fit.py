@@ -71,6 +71,9 @@ def frame(pts: pd.DataFrame) -> pd.DataFrame:
         "train_zero": np.where(dt, 3, 1), "offload_params": True, "offload_optimizer": True,
         "train_seq_len": pts["max_total_len"].astype(float), "rl_framework": "nemo_rl",
         "sequence_packing": True,
+        # both sources time the controller path of v0.3 and before (PR #449 merged for
+        # v0.3.0; the blog's Table 1 is v0.3), not v0.4's stream (refit_host.py)
+        "rl_framework_version": 0.3,
     })
 
 

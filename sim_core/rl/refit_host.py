@@ -65,6 +65,21 @@ Qwen2's three q/k/v biases and Qwen3's two q/k norms are not in the catalog and 
 (2-3 of ~11 per dense layer). Megatron keys: fused qkv (with its norm) and o, fused gate/up
 (with its norm) and down; per MoE layer the norm, the router and 2 keys per local expert.
 
+**From v0.4.0 the colocated refit streams instead** (`grpo.py refit_policy_generation` ->
+`lm_policy.stream_weights_via_ipc_zmq` and `vllm_generation.update_weights_via_ipc_zmq`,
+`policy/utils.py stream_weights_via_ipc_zmq_impl` and `vllm_backend.py
+update_weights_via_ipc_zmq`, v0.4.0 to v0.7.0): one Ray call per training worker and per
+engine for the whole refit, then each worker packs its full tensors (Megatron-Bridge's
+`export_hf_weights` on the Megatron path) into two ping-pong buffers of half of 0.3 x the free
+memory (`NRL_REFIT_BUFFER_MEMORY_RATIO`), sends each filled one to its own device's vLLM
+executor over ZMQ (the IPC handle and the list of names), and packs the next while the
+executor rebuilds the buffer, slices it by cached shapes and runs `load_weights`. No driver
+in the loop: no controller entries, no Ray calls per group. Priced: the collective chain as
+before, the slower of the trainer's per-tensor Python and the engine's load (the two buffers
+overlap them), an IPC handle per buffer, the names pickled and unpickled once each
+(`meta_entry_s`), the Ray calls once. A row's `rl_framework_version` below 0.4 keeps the
+controller path; blank is the current release.
+
 The four derived constants come from NeMo RL's own published refit figures (PR #449, the refit
 blog), never from the RL steps of `rl_runs.csv`: `python -m sim_core.rl.refit_fit`. Colocated `rl_framework:
 nemo_rl` rows only: verl's hybrid engine loads the weights into an in-process vLLM
@@ -93,6 +108,9 @@ GLU_TENSORS = 3             # gate_proj, up_proj, down_proj
 MEG_ATTN_KEYS = 3           # linear_qkv.weight, linear_qkv.layer_norm_weight, linear_proj.weight
 MEG_DENSE_MLP_KEYS = 3      # linear_fc1.weight, linear_fc1.layer_norm_weight, linear_fc2.weight
 MEG_MOE_KEYS = 2            # pre_mlp_layernorm.weight, router.weight (+ 2 per local expert)
+
+
+ZMQ_SINCE = 0.4  # the first NeMo RL release that streams its colocated refit (v0.4.0)
 
 
 def _k() -> dict:
@@ -150,11 +168,19 @@ def counts(b, dtensor, free_bytes, ep) -> dict:
             "refit_passes": passes, "refit_ray_calls": calls}
 
 
+def streams(b) -> np.ndarray:
+    """NeMo RL rows whose colocated refit streams over ZMQ (release 0.4 or later, or not
+    stated: the current release); earlier releases go through the controller."""
+    v = np.asarray(b.get("rl_framework_version", np.full(len(b), np.nan)), dtype=float)
+    return ~(v < ZMQ_SINCE)
+
+
 def host_time(b, dtensor, free_bytes, train_tp, train_pp, train_ep, dp_shard, net) -> dict:
     """Seconds of the per-tensor refit work (NeMo RL colocated rows; zero elsewhere)."""
     k = _k()
     ep = np.maximum(np.nan_to_num(train_ep, nan=1.0), 1.0)
     c = counts(b, dtensor, free_bytes, ep)
+    zmq = streams(b)
     gpn = b.gpus_per_node
     # (1) the collective chain per tensor: latency only (bytes are weight_sync.py's)
     non_expert, expert = megatron_keys(b, ep)
@@ -177,7 +203,21 @@ def host_time(b, dtensor, free_bytes, train_tp, train_pp, train_ep, dp_shard, ne
     # Ray calls of each group
     ctrl = (c["refit_handles"] * k["controller_entry_s"]
             + c["refit_meta_entries"] * k["meta_entry_s"]) * c["refit_passes"]
-    ray = c["refit_ray_calls"] / float(constants()["ray_calls"]["actor_call_async_per_s"])
+    rate = float(constants()["ray_calls"]["actor_call_async_per_s"])
+    ray = c["refit_ray_calls"] / rate
+    # v0.4+: streamed over ZMQ (module docstring): the two buffers overlap the trainer's
+    # packing with the engine's load, one handle per buffer, the names pickled once each way,
+    # one Ray call per worker and engine for the whole refit
+    load = c["refit_tensors"] * k["tensor_s"]
+    buffers = np.maximum(np.ceil(b.params * 2.0 / np.maximum(
+        k["zmq_buffer_ratio"] * free_bytes / 2.0, 1.0 * GIB)), 1.0)
+    calls_once = b.train_gpus + np.maximum(b.train_gpus / (b.rollout_tp * b.rollout_pp), 1.0)
+    py = np.where(zmq, np.maximum(trainer, load) + buffers * k["ipc_handle_s"], py)
+    ctrl = np.where(zmq, 2.0 * c["refit_tensors"] * k["meta_entry_s"], ctrl)
+    ray = np.where(zmq, calls_once / rate, ray)
+    c = {**c, "refit_groups": np.where(zmq, buffers, c["refit_groups"]),
+         "refit_handles": np.where(zmq, buffers, c["refit_handles"]),
+         "refit_ray_calls": np.where(zmq, calls_once, c["refit_ray_calls"])}
     on = ((b.rl_framework == RL_FRAMEWORK.index("nemo_rl")) & (b.placement == 0)).astype(float)
     out = {"refit_host_s": on * (chain + py + ctrl + ray), "refit_chain_s": on * chain,
            "refit_python_s": on * py, "refit_trainer_python_s": on * trainer,

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import refit_host
 from .inputs import RL_FRAMEWORK, constants
 
 NEMO_RL = RL_FRAMEWORK.index("nemo_rl")
@@ -69,6 +70,12 @@ NEMO_MEGATRON_PHASES = (1, 2)
 # `compute_ref_log_prob` and `update_actor` (megatron_workers.py v0.5.0); the FSDP workers do
 # not.
 VERL_ROLLOUT = (0, 4)
+# NeMo RL's streamed refit (v0.4.0 on, refit_host.streams): both ends of the stream clean once
+# more when it ends, concurrently (v0.5.0 policy/utils.py stream_weights_via_ipc_zmq_impl
+# `finally: gc.collect(); torch.cuda.empty_cache()`; vllm_backend.py update_weights_via_ipc_zmq
+# the same after its last ACK, before the call the driver waits on returns) -> one pair on the
+# refit's path, colocated vLLM (SGLang's HTTP stream was not read for it)
+NEMO_STREAM_REFIT = (1, 1)
 
 
 def _intercept(small: str, large: str) -> float:
@@ -136,7 +143,8 @@ def fixed_time(b, fsdp: np.ndarray) -> dict:
         return calls[0] * gc + calls[1] * ec
 
     engine = np.where(colo & vllm & (nemo | verl), sleep_wake_fixed_s(), 0.0)
-    nemo_refit = np.where(fsdp, cost(NEMO_DTENSOR_REFIT), cost(NEMO_MEGATRON_REFIT))
+    nemo_refit = (np.where(fsdp, cost(NEMO_DTENSOR_REFIT), cost(NEMO_MEGATRON_REFIT))
+                  + np.where(refit_host.streams(b) & vllm, cost(NEMO_STREAM_REFIT), 0.0))
     verl_refit = cost(VERL_ROLLOUT)
     refit = np.where(colo & nemo, nemo_refit, np.where(colo & verl & vllm, verl_refit, 0.0))
     nemo_phase = np.where(fsdp, cost(NEMO_DTENSOR_PHASES), cost(NEMO_MEGATRON_PHASES))

@@ -107,6 +107,9 @@ class Train(_S):
     # skyrl: SkyRL's FSDP2 workers (sim_core/rl/skyrl.py)
     # slime: none of its own beyond the colocated round trip (sim_core/rl/inputs.py)
     rl_framework: Literal["verl", "nemo_rl", "skyrl", "slime"] = "verl"
+    # the framework's release as major.minor (e.g. 0.3); none: its current one (NeMo RL's
+    # colocated refit streams from 0.4: sim_core/rl/refit_host.py)
+    rl_framework_version: float | None = Field(None, gt=0)
     # log-prob micro-batch in training micro-batches (NeMo RL logprob_batch_size)
     logprob_batch_size: int = Field(1, gt=0)
     # false: micro-batches of one sequence padded to the batch's longest
@@ -237,6 +240,9 @@ class RLConfig(_S):
             "train_seq_len": self.train.seq_len or float("nan"),
             "logprob_seq_len": self.train.logprob_seq_len or float("nan"),
             "rl_framework": self.train.rl_framework,
+            "rl_framework_version": (self.train.rl_framework_version
+                                     if self.train.rl_framework_version is not None
+                                     else float("nan")),
             "logprob_batch_size": self.train.logprob_batch_size,
             "sequence_packing": self.train.sequence_packing,
             "dynamic_batching": self.train.dynamic_batching,
