@@ -175,6 +175,29 @@ def streams(b) -> np.ndarray:
     return ~(v < ZMQ_SINCE)
 
 
+def _through_controller(c, trainer, load, k, rate) -> tuple:
+    """v0.3 and before, per refit: (Python, controller, Ray calls seconds; groups, handles,
+    calls). Python per HF tensor on every worker in parallel (the engine's load, the Megatron
+    trainer's gather loop, conversion and packing) and the handles opened; the controller's
+    entries, handles and packed metadata at their own costs; the Ray calls of every group."""
+    py = load + trainer + c["refit_handles"] * k["ipc_handle_s"]
+    ctrl = (c["refit_handles"] * k["controller_entry_s"]
+            + c["refit_meta_entries"] * k["meta_entry_s"]) * c["refit_passes"]
+    return (py, ctrl, c["refit_ray_calls"] / rate, c["refit_groups"], c["refit_handles"],
+            c["refit_ray_calls"])
+
+
+def _streamed(b, c, trainer, load, free_bytes, k, rate) -> tuple:
+    """v0.4 on, the same tuple for the ZMQ stream (module docstring): the two buffers overlap
+    the trainer's packing with the engine's load, one handle per buffer, the names pickled
+    once each way, one Ray call per worker and engine for the whole refit."""
+    buffers = np.maximum(np.ceil(b.params * 2.0 / np.maximum(
+        k["zmq_buffer_ratio"] * free_bytes / 2.0, 1.0 * GIB)), 1.0)
+    calls = b.train_gpus + np.maximum(b.train_gpus / (b.rollout_tp * b.rollout_pp), 1.0)
+    return (np.maximum(trainer, load) + buffers * k["ipc_handle_s"],
+            2.0 * c["refit_tensors"] * k["meta_entry_s"], calls / rate, buffers, buffers, calls)
+
+
 def host_time(b, dtensor, free_bytes, train_tp, train_pp, train_ep, dp_shard, net) -> dict:
     """Seconds of the per-tensor refit work (NeMo RL colocated rows; zero elsewhere)."""
     k = _k()
@@ -194,34 +217,18 @@ def host_time(b, dtensor, free_bytes, train_tp, train_pp, train_ep, dp_shard, ne
     dp_nodes = np.ceil(dp_shard * train_tp / gpn)
     dt = c["refit_tensors"] * (tp_a + collective_latency("all_gather", dp_shard, dp_nodes, net))
     chain = np.where(dtensor, dt, meg)
-    # (2) Python per HF tensor on every worker (in parallel): the engine's load, the Megatron
-    # trainer's gather loop, conversion and packing, and the handles opened
     trainer = np.where(dtensor, 0.0, c["refit_tensors"] * k["megatron_tensor_s"])
-    py = (c["refit_tensors"] * k["tensor_s"] + trainer
-          + c["refit_handles"] * k["ipc_handle_s"])
-    # (3) the controller's entries, handles and packed metadata at their own costs, (4) the
-    # Ray calls of each group
-    ctrl = (c["refit_handles"] * k["controller_entry_s"]
-            + c["refit_meta_entries"] * k["meta_entry_s"]) * c["refit_passes"]
-    rate = float(constants()["ray_calls"]["actor_call_async_per_s"])
-    ray = c["refit_ray_calls"] / rate
-    # v0.4+: streamed over ZMQ (module docstring): the two buffers overlap the trainer's
-    # packing with the engine's load, one handle per buffer, the names pickled once each way,
-    # one Ray call per worker and engine for the whole refit
     load = c["refit_tensors"] * k["tensor_s"]
-    buffers = np.maximum(np.ceil(b.params * 2.0 / np.maximum(
-        k["zmq_buffer_ratio"] * free_bytes / 2.0, 1.0 * GIB)), 1.0)
-    calls_once = b.train_gpus + np.maximum(b.train_gpus / (b.rollout_tp * b.rollout_pp), 1.0)
-    py = np.where(zmq, np.maximum(trainer, load) + buffers * k["ipc_handle_s"], py)
-    ctrl = np.where(zmq, 2.0 * c["refit_tensors"] * k["meta_entry_s"], ctrl)
-    ray = np.where(zmq, calls_once / rate, ray)
-    c = {**c, "refit_groups": np.where(zmq, buffers, c["refit_groups"]),
-         "refit_handles": np.where(zmq, buffers, c["refit_handles"]),
-         "refit_ray_calls": np.where(zmq, calls_once, c["refit_ray_calls"])}
+    rate = float(constants()["ray_calls"]["actor_call_async_per_s"])
+    via_ctrl = _through_controller(c, trainer, load, k, rate)
+    via_zmq = _streamed(b, c, trainer, load, free_bytes, k, rate)
+    py, ctrl, ray, groups, handles, calls = (np.where(zmq, z, v) for v, z in zip(via_ctrl,
+                                                                                via_zmq))
+    c = {**c, "refit_groups": groups, "refit_handles": handles, "refit_ray_calls": calls}
     on = ((b.rl_framework == RL_FRAMEWORK.index("nemo_rl")) & (b.placement == 0)).astype(float)
     out = {"refit_host_s": on * (chain + py + ctrl + ray), "refit_chain_s": on * chain,
            "refit_python_s": on * py, "refit_trainer_python_s": on * trainer,
-           "refit_load_python_s": on * c["refit_tensors"] * k["tensor_s"],
+           "refit_load_python_s": on * load,
            "refit_controller_s": on * ctrl, "refit_ray_s": on * ray}
     out.update(c)
     return out
