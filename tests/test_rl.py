@@ -353,3 +353,23 @@ def test_a_run_file_states_the_frameworks_release(tmp_path):
         out[ver] = sweep.simulate(str(p))
     assert out[0.3].refit_host_time_s.iloc[0] > out[None].refit_host_time_s.iloc[0]
     assert out[None].refit_handles.iloc[0] == out[None].refit_groups.iloc[0]
+
+
+def test_a_nemo_rl_run_file_offloads_around_the_refit_unless_it_says_not(tmp_path):
+    """NeMo RL's colocated refit offloads the trainer's states in code: a run file naming
+    nemo_rl without offload keys gets both offloads, verl's gets none, a stated value wins."""
+    import yaml
+
+    from sweep.config import load_run
+
+    src = yaml.safe_load(open("search_spaces/examples/rl-grpo-qwen3-32b-64xh100.yaml"))
+    got = {}
+    for name, train in (("nemo", {"rl_framework": "nemo_rl"}), ("verl", {}),
+                        ("stated", {"rl_framework": "nemo_rl", "offload_params": False})):
+        d = {**src, "train": {**src.get("train", {}), **train}}
+        p = tmp_path / f"{name}.yaml"
+        p.write_text(yaml.safe_dump(d))
+        got[name] = load_run(str(p)).frame()
+    assert got["nemo"].offload_params.all() and got["nemo"].offload_optimizer.all()
+    assert not got["verl"].offload_params.any() and not got["verl"].offload_optimizer.any()
+    assert not got["stated"].offload_params.any() and got["stated"].offload_optimizer.all()

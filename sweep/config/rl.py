@@ -95,8 +95,10 @@ class Train(_S):
     ppo_epochs: int = Field(1, gt=0)
     seq_len: int | None = Field(None, gt=0)
     use_ref: bool = True
-    offload_params: bool = False
-    offload_optimizer: bool = False
+    # none: the framework's (NeMo RL offloads both around every colocated refit, in code;
+    # verl only when its recipe sets param_offload / optimizer_offload)
+    offload_params: bool | None = None
+    offload_optimizer: bool | None = None
     # the reference model on the host between its passes (verl ref param_offload)
     ref_offload: bool = False
     # fraction of the optimizer states on the host through the update (Megatron
@@ -274,6 +276,12 @@ class RLConfig(_S):
         df = df[~((df["train_ulysses"] > 1) & (df["train_cp"] > 1))].copy()
         # colocated rows ignore the GPU split: one row per distinct configuration
         df.loc[df["placement"] == "colocated", "rollout_gpus"] = 0
+        # unset offloads: NeMo RL's colocated refit offloads both (grpo.py
+        # refit_policy_generation `offload_before_refit` / `offload_after_refit` whenever
+        # inference is colocated, v0.3.0 to v0.7.0), everything else does not
+        nemo_colo = (df["rl_framework"] == "nemo_rl") & (df["placement"] == "colocated")
+        for col in ("offload_params", "offload_optimizer"):
+            df[col] = df[col].where(df[col].notna(), nemo_colo).astype(bool)
         # split rows keep their training states on their own GPUs: nothing to offload
         df.loc[df["placement"] == "split", ["offload_params", "offload_optimizer"]] = False
         return df.drop_duplicates(ignore_index=True)
