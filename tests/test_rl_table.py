@@ -164,6 +164,29 @@ def test_length_priors_come_from_other_runs_than_the_validation_table():
                                                        f["fraction"] * 8192])
 
 
+def test_length_prior_rows_are_consistent_with_their_caps_and_clip_ratios():
+    # every published mean is within its cap; where the source logs the share of responses at
+    # the cap, a share of 1 means every response is the cap long, and a share c below 1 bounds
+    # the mean from below by c x cap (the clipped ones alone) -- a row breaking either was
+    # misread; the prior is the median mean/cap over all rows, each with its own URL
+    pri = pd.read_csv("sim_core/data/rl/length_priors.csv")
+    assert (pri.mean_response_len > 0).all()
+    assert (pri.mean_response_len <= pri.max_response_len).all()
+    c = pri.clip_ratio.dropna()
+    assert len(c) >= 5 and c.between(0, 1).all()
+    full = pri[pri.clip_ratio == 1]
+    assert len(full) >= 2 and (full.mean_response_len == full.max_response_len).all()
+    part = pri[pri.clip_ratio.notna() & (pri.clip_ratio < 1)]
+    assert (part.mean_response_len >= part.clip_ratio * part.max_response_len).all()
+    f = rl.length_priors()
+    assert f["rows"] == len(pri) >= 15
+    assert f["fraction"] == pytest.approx(
+        float((pri.mean_response_len / pri.max_response_len).median()))
+    assert pri.url.is_unique or pri.groupby("url").size().max() <= 2
+    # caps from 80 to 30k tokens
+    assert pri.max_response_len.min() < 256 and pri.max_response_len.max() >= 16384
+
+
 def test_validate_cli_lists_unpredicted_rows(capsys):
     from sweep.cli.main import main
 
