@@ -449,3 +449,24 @@ def test_blank_cells_of_a_nemo_rl_row_take_nemo_rls_values():
     dv, _, _ = rl.to_frame(verl)
     assert not bool(dv.offload_params[0]) and dv.train_recompute[0] == "full"
     assert not bool(dv.use_ref[0])
+
+
+def test_a_published_length_belongs_to_its_release_not_its_architecture():
+    """verl issue 3816 publishes Qwen3-4B-Instruct's mean length; Qwen3-4B (the hybrid
+    thinking release) and Qwen3-4B-Base share its architecture but not its post-training, so
+    they take the cap fraction, while the release itself takes its own figure."""
+    from sim_core.accuracy import rl_table
+
+    assert rl_table.release_name("Qwen/Qwen3-4B-Instruct-2507") == "qwen3-4b-instruct-2507"
+    assert rl_table.release_name("Qwen/Qwen3-4B") == "qwen3-4b"
+    assert rl_table.checkpoint_name("Qwen/Qwen3-4B-Instruct") == rl_table.checkpoint_name(
+        "Qwen/Qwen3-4B")   # one architecture for the catalog
+    pri = rl.length_priors()
+    t = pd.DataFrame([{"model": m, "gpu": "h100", "num_gpus": 8, "step_time_s": 100,
+                       "max_response_or_total_len": "20480"}
+                      for m in ("Qwen/Qwen3-4B-Instruct", "Qwen/Qwen3-4B", "Qwen/Qwen3-4B-Base")])
+    df, imputed, _ = rl.to_frame(t)
+    assert "published for qwen3-4b-instruct" in imputed[0]
+    assert df.response_mean[1] == pytest.approx(pri["fraction"] * 20480)
+    assert df.response_mean[2] == pytest.approx(pri["fraction"] * 20480)
+    assert df.response_mean[0] != pytest.approx(df.response_mean[1])

@@ -44,13 +44,16 @@ DEFAULTS = {"rollout_tp": 2, "rollout_pp": 1, "gpu_memory_utilization": 0.5, "tr
 @functools.lru_cache(maxsize=1)
 def length_priors() -> dict:
     """Published mean lengths of other RL runs than the validation table's
-    (`data/rl/length_priors.csv`, a URL per row): the median fraction of the response cap a
-    run's mean response fills (the dataset sets the length more than the model, and no model
-    has enough entries for a prior of its own), and the median published mean prompt. Derived from those rows alone, nothing fitted on rl_runs.csv."""
+    (`data/rl/length_priors.csv`, a URL per row): each run's cap and the fraction of it its
+    mean response fills (the dataset and the cap set the length more than the architecture),
+    the runs of each released checkpoint (keyed by `rl_table.release_name`: a Base, an
+    Instruct and a Thinking release of one architecture write different lengths), and the
+    median published mean prompt. Derived from those rows alone, nothing fitted on
+    rl_runs.csv."""
     p = pd.read_csv(resources.files("sim_core").joinpath("data/rl/length_priors.csv"))
     frac = p.mean_response_len / p.max_response_len
     by_ckpt = {}
-    for ck, g in p[p.model.notna()].groupby(p.model.map(rl_table.checkpoint_name)):
+    for ck, g in p[p.model.notna()].groupby(p.model.map(rl_table.release_name)):
         by_ckpt[ck] = list(zip(g.mean_response_len, g.max_response_len, g.source))
     return {"fraction": float(np.median(frac)), "by_checkpoint": by_ckpt,
             "prompt_mean": float(np.median(p.mean_prompt_len.dropna())),
@@ -95,7 +98,7 @@ def _imputed_lengths(t: pd.DataFrame, imputed: list[list[str]]):
     mx = t.max_response_or_total_len
     pmax = t.max_prompt_len
     mean = t.mean_seq_len.copy()
-    ckpt = t.get("checkpoint", pd.Series("", index=t.index))
+    ckpt = t.get("release", pd.Series("", index=t.index))
     # a stated share of responses at the cap (verl's response_length/clip_ratio) fixes the
     # mean under the RL model's own length law (rl/generation.py: an exponential clipped at
     # the cap, its mass at the cap exp(-cap/theta)): theta = -cap / ln(c), mean = theta (1 - c)

@@ -339,6 +339,16 @@ def checkpoint_name(cell) -> str:
     return "" if pd.isna(cell) else model_names.checkpoint_name(cell)
 
 
+def release_name(cell) -> str:
+    """A checkpoint as released, for what its post-training decides (the lengths it writes):
+    the hub id's last part, lower-case, separators as '-' ('Qwen/Qwen3-4B-Instruct-2507' ->
+    'qwen3-4b-instruct-2507'). Unlike `checkpoint_name` it keeps the Base / Instruct /
+    Thinking / date suffixes: one architecture, different behaviour ('' for a blank cell)."""
+    if pd.isna(cell):
+        return ""
+    return re.sub(r"[\s_]+", "-", str(cell).strip().split("/")[-1].lower())
+
+
 def resolve_model(cell):
     """-> (catalog id or None, note)."""
     if pd.isna(cell) or str(cell).strip() == "":
@@ -458,6 +468,7 @@ def normalize(t: pd.DataFrame) -> tuple[pd.DataFrame, list[list[str]], list[str]
                     notes[i].append(f"{col} {x!r} not understood, left blank")
     t["checkpoint"] = [checkpoint_name(x) for x in t.model.tolist()] if "model" in t.columns \
         else ""
+    t["release"] = [release_name(x) for x in t.model.tolist()] if "model" in t.columns else ""
     gpu_cells = t["gpu"].tolist() if "gpu" in t.columns else [np.nan] * n
     for col, fn in (("model", resolve_model), ("gpu", resolve_gpu)):
         if col not in t.columns:
