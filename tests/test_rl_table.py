@@ -444,6 +444,10 @@ def test_blank_cells_of_a_nemo_rl_row_take_nemo_rls_values():
     assert bool(df.use_ref[0]) and "use_ref=True (NeMo RL's)" in imputed[0]
     assert rl.compare(bare).pred_step_s.iloc[0] == pytest.approx(
         rl.compare(stated).pred_step_s.iloc[0], rel=1e-9)
+    # however the table spells the framework
+    spelled, _, _ = rl.to_frame(bare.assign(rl_framework="NeMo RL"))
+    assert bool(spelled.offload_params[0]) and spelled.train_recompute[0] == "none"
+    assert spelled.rl_framework[0] == "nemo_rl"
     # the same blanks on a verl row keep verl's defaults
     verl = bare.assign(rl_framework="verl")
     dv, _, _ = rl.to_frame(verl)

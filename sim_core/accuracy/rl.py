@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ..rl import generation
+from ..rl import inputs as rl_inputs
 from ..rl.phases import simulate_rl
 from . import rl_table
 
@@ -141,9 +142,8 @@ def _use_ref(t: pd.DataFrame, algo: pd.Series) -> np.ndarray:
 
 
 # NeMo RL's own values for blank cells of its rows (the defaults above are verl's):
-# colocated inference always offloads the trainer's states around the refit (grpo.py
-# refit_policy_generation: `offload_before_refit` / `offload_after_refit` whenever
-# `colocated_inference`, v0.3.0 to v0.7.0: code, not a setting); the base configs
+# colocated inference always offloads the trainer's states around the refit
+# (rl/inputs.py framework_offloads); the base configs
 # (examples/configs/grpo_math_1B.yaml and grpo_math_1B_megatron.yaml at v0.7.0) turn
 # activation checkpointing off, keep Megatron's gradient reduction in bf16
 # (`grad_reduce_in_fp32: false`; DTensor's FSDP2 reduces in fp32, verl's default) and run the
@@ -159,9 +159,9 @@ def _nemo_rl_blanks(t: pd.DataFrame, df: pd.DataFrame, imputed: list[list[str]])
         if "rl_framework" in df.columns else np.zeros(len(df), bool)
     if not nemo.any():
         return
-    colo = df["placement"].astype(str).eq("colocated").to_numpy()
+    offloads = rl_inputs.framework_offloads(df["rl_framework"], df["placement"])
     megatron = df["train_zero"].to_numpy() < 3
-    values = {"offload_params": (colo, True), "offload_optimizer": (colo, True),
+    values = {"offload_params": (offloads, True), "offload_optimizer": (offloads, True),
               "train_recompute": (np.ones(len(df), bool), "none"),
               "train_grad_reduce_fp32": (megatron, False),
               "logprob_batch_size": (np.ones(len(df), bool), 4),
@@ -181,10 +181,15 @@ def _nemo_rl_blanks(t: pd.DataFrame, df: pd.DataFrame, imputed: list[list[str]])
 def _impute_framework(t: pd.DataFrame, raw_backend, imputed: list[list[str]]) -> None:
     """A blank `rl_framework` read from the row's URL, source or backend
     (rl_table.infer_framework), else verl's, said either way: the framework decides which
-    code's costs price the row (NeMo RL's refit and training passes, verl's workers, ...)."""
+    code's costs price the row (NeMo RL's refit and training passes, verl's workers, ...).
+    Stated ones are spelled one way first (NeMo RL, nemo-rl, nemo_rl -> nemo_rl), so that
+    every rule after this reads the same name."""
     if "rl_framework" not in t.columns:
         t["rl_framework"] = np.nan
     blank = t["rl_framework"].isna() | t["rl_framework"].astype(str).str.strip().eq("")
+    t["rl_framework"] = t["rl_framework"].where(
+        blank, t["rl_framework"].astype(str).str.strip().str.lower()
+        .str.replace(r"[\s-]+", "_", regex=True))
     url = t["url"] if "url" in t.columns else pd.Series(np.nan, index=t.index)
     src = t["source"] if "source" in t.columns else pd.Series(np.nan, index=t.index)
     be = raw_backend if raw_backend is not None else pd.Series(np.nan, index=t.index)
@@ -322,9 +327,7 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     # the framework's release (optional column; blank: its current one)
     if "rl_framework_version" in t.columns:
         df["rl_framework_version"] = [rl_table.parse_version(x) for x in t.rl_framework_version]
-    if "rl_framework" in df.columns:  # NeMo RL, nemo-rl, nemo_rl -> nemo_rl
-        df["rl_framework"] = (df["rl_framework"].astype(str).str.strip().str.lower()
-                              .str.replace(r"[\s-]+", "_", regex=True))
+    if "rl_framework" in df.columns:  # spelled as _impute_framework reads it
         # miles (radixark/miles) is a fork of slime with the same Megatron actor; so is vime
         # (vllm-project/vime: a snapshot of slime 44d29ee with vLLM rollouts,
         # SLIME_GAP_ANALYSIS.md at 53a5cb64), which keeps slime's reuse of the training

@@ -182,6 +182,17 @@ def store_constants(values: dict, path=None) -> None:
     constants.cache_clear()
 
 
+def framework_offloads(rl_framework, placement) -> np.ndarray:
+    """Rows whose framework offloads the trainer's states around every refit whatever its
+    settings say: NeMo RL when colocated (grpo.py refit_policy_generation calls
+    `offload_before_refit` / `offload_after_refit` whenever inference is colocated, v0.3.0 to
+    v0.7.0: code, not a setting); the others only when their recipe sets it. The default of a
+    blank offload, in run tables and run files alike."""
+    fw = np.asarray(pd.Series(rl_framework).astype(str))
+    pl = np.asarray(pd.Series(placement).astype(str))
+    return (fw == "nemo_rl") & (pl == "colocated")
+
+
 def stated_flag(df: pd.DataFrame, col: str, default) -> np.ndarray:
     """A true/false column of a run table per row: what the row states, `default` (a bool or
     a bool array, the framework's behaviour) where the cell is blank or the column absent; a

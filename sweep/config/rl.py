@@ -276,12 +276,13 @@ class RLConfig(_S):
         df = df[~((df["train_ulysses"] > 1) & (df["train_cp"] > 1))].copy()
         # colocated rows ignore the GPU split: one row per distinct configuration
         df.loc[df["placement"] == "colocated", "rollout_gpus"] = 0
-        # unset offloads: NeMo RL's colocated refit offloads both (grpo.py
-        # refit_policy_generation `offload_before_refit` / `offload_after_refit` whenever
-        # inference is colocated, v0.3.0 to v0.7.0), everything else does not
-        nemo_colo = (df["rl_framework"] == "nemo_rl") & (df["placement"] == "colocated")
+        # unset offloads: the framework's (NeMo RL's colocated refit offloads both)
+        from sim_core.rl import inputs
+
+        offloads = pd.Series(inputs.framework_offloads(df["rl_framework"], df["placement"]),
+                             index=df.index)
         for col in ("offload_params", "offload_optimizer"):
-            df[col] = df[col].where(df[col].notna(), nemo_colo).astype(bool)
+            df[col] = df[col].where(df[col].notna(), offloads).astype(bool)
         # split rows keep their training states on their own GPUs: nothing to offload
         df.loc[df["placement"] == "split", ["offload_params", "offload_optimizer"]] = False
         return df.drop_duplicates(ignore_index=True)
