@@ -177,9 +177,10 @@ def search(space, out: str | Path | None = None, *, workers: int | None = None,
 
 @_one_line
 def rl_search(space, out: str | Path | None = None) -> pd.DataFrame:
-    """`sweep search` of a `task: rl` space (YAML path or dict): writes results.csv,
+    """`sweep search` of a `task: rl` space (YAML path or dict): writes results.parquet/,
     ranking.csv and recipe/ (verl, NeMo RL, step timeline) to `out` (default
-    results/<name>/) and returns the ranking (configurations that fit, best first)."""
+    results/<name>/) and returns the ranking (the best configurations that fit, best first,
+    at most max(top, 1000))."""
     from .advice.rl import write_recipes, write_trace
     from .config import load_space
     from .config.rl import parse_rl

@@ -187,8 +187,8 @@ def test_rl_search_uses_the_profile(tmp_path, capsys):
     profiles.deactivate()
     assert main(["search", space, "--out", str(tmp_path / "b"), "--profile", "mine"]) == 0
     assert "calibration profile mine" in capsys.readouterr().out
-    a = pd.read_csv(tmp_path / "a" / "results.csv")
-    b = pd.read_csv(tmp_path / "b" / "results.csv")
+    a = pd.read_parquet(tmp_path / "a" / "results.parquet")
+    b = pd.read_parquet(tmp_path / "b" / "results.parquet")
     up = profiles.load_manifest("mine")["components"]["rl_phases"]["scales"]["update"]
     np.testing.assert_allclose(b.update_time_s, a.update_time_s * up, rtol=1e-12)
 

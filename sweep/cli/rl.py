@@ -99,16 +99,17 @@ def search_rl(cfg, args) -> int:
     if getattr(args, "top", None):
         cfg.search.top = args.top
     _activate_profile(args)
-    r = search(cfg, out)
-    res, ranked = r["results"], r["ranking"]
-    n_inv = int((~res["valid"]).sum())
-    n_oom = int((res["valid"] & ~res["fits"]).sum())
-    print(f"{len(res)} RL configurations: {len(ranked)} fit, {n_inv} invalid, {n_oom} out of "
-          f"memory; results in {out}/")
+    progress = not getattr(args, "no_progress", False) and sys.stderr.isatty()
+    r = search(cfg, out, workers=getattr(args, "workers", None),
+               address=getattr(args, "address", None), progress=progress,
+               fresh=getattr(args, "fresh", False))
+    c, ranked = r["counts"], r["ranking"]
+    print(f"{c['rows']} RL configurations: {c['fit']} fit, {c['invalid']} invalid, {c['oom']} "
+          f"out of memory; results in {out}/")
     if ranked.empty:
-        reasons = res.loc[res["valid"], "oom_reason"].value_counts().head(3)
-        raise SweepError("no configuration fits" + (f" (most: {reasons.index[0]})"
-                                                    if len(reasons) else ""))
+        reasons = sorted(r["reasons"].items(), key=lambda kv: -kv[1])
+        raise SweepError("no configuration fits" + (f" (most: {reasons[0][0]})"
+                                                    if reasons else ""))
     col = OBJECTIVES[cfg.search.objective][0]
     print(f"top {min(cfg.search.top, len(ranked))} by {col}:")
     for _, row in ranked.head(cfg.search.top).iterrows():

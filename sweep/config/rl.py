@@ -22,9 +22,9 @@ is one line naming the field and what is allowed.
 
 from __future__ import annotations
 
-import itertools
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -260,21 +260,61 @@ class RLConfig(_S):
             row[f"train_{f}"] = getattr(self.parallel, f)
         return row
 
-    def frame(self) -> pd.DataFrame:
-        """Every configuration of the space (just the run's when there is no space)."""
+    def axes(self) -> dict[str, list]:
+        """The space's axes, each value once (a value listed twice is one configuration)."""
+        return {k: list(dict.fromkeys(v)) for k, v in (self.space or {}).items()}
+
+    def space_size(self) -> int:
+        """Combinations of the axes, before the rules below drop repeats (the chunks' range)."""
+        n = 1
+        for v in self.axes().values():
+            n *= len(v)
+        return n
+
+    def frame(self, start: int = 0, stop: int | None = None) -> pd.DataFrame:
+        """The configurations of combinations [start, stop) of the space (all by default; just
+        the run's when there is no space), in the axes' product order (`config_id`: the
+        combination's index), built column by column
+        from the combinations' digits (no Python object per configuration), so that a large
+        space can be evaluated in chunks of bounded memory (sweep/engine/rl.py).
+
+        Repeats are dropped by rule, which keeps the first of each group in product order: a
+        colocated row ignores the GPU split (kept for the first `rollout_gpus` value only, with
+        rollout_gpus 0), a split row keeps its training states on its own GPUs (no offload: kept
+        for the first `offload_optimizer` value only); Ulysses (verl FSDP) and Megatron's cp are
+        two trainers' layouts, never both."""
         base = self.base_row()
-        axes = self.space or {}
+        axes = self.axes()
         names = list(axes)
-        rows = []
-        for combo in itertools.product(*(axes[k] for k in names)):
-            row = dict(base)
-            row.update(dict(zip(names, combo)))
-            rows.append(row)
-        df = pd.DataFrame(rows)
-        df["train_sequence_parallel"] = df["train_sequence_parallel"] & (df["train_tp"] > 1)
-        # Ulysses (verl FSDP) and Megatron's cp are two trainers' layouts: never both
-        df = df[~((df["train_ulysses"] > 1) & (df["train_cp"] > 1))].copy()
-        # colocated rows ignore the GPU split: one row per distinct configuration
+        size = self.space_size()
+        stop = size if stop is None else min(stop, size)
+        ids = np.arange(max(start, 0), stop, dtype=np.int64)
+        digits = (np.unravel_index(ids, [len(axes[k]) for k in names]) if names
+                  else ())
+        n = len(ids)
+        cols = {}
+        for k, v in base.items():
+            if k in axes:
+                vals = np.empty(len(axes[k]), dtype=object)
+                vals[:] = axes[k]
+                cols[k] = pd.Series(vals[digits[names.index(k)]]).infer_objects()
+            else:
+                cols[k] = pd.Series([v] * n, dtype=object).infer_objects() if n else \
+                    pd.Series([], dtype=object)
+        df = pd.DataFrame({"config_id": ids, **cols})
+        if not n:
+            return df
+        digit = {k: digits[i] for i, k in enumerate(names)}
+        keep = np.ones(n, dtype=bool)
+        colocated = (df["placement"] == "colocated").to_numpy()
+        if "rollout_gpus" in digit:
+            keep &= ~(colocated & (digit["rollout_gpus"] > 0))
+        if "offload_optimizer" in digit:
+            keep &= ~(~colocated & (digit["offload_optimizer"] > 0))
+        keep &= ~((df["train_ulysses"] > 1) & (df["train_cp"] > 1)).to_numpy()
+        df = df[keep].reset_index(drop=True)
+        df["train_sequence_parallel"] = df["train_sequence_parallel"].astype(bool) & (
+            df["train_tp"] > 1)
         df.loc[df["placement"] == "colocated", "rollout_gpus"] = 0
         # unset offloads: the framework's (NeMo RL's colocated refit offloads both)
         from sim_core.rl import inputs
@@ -285,7 +325,9 @@ class RLConfig(_S):
             df[col] = df[col].where(df[col].notna(), offloads).astype(bool)
         # split rows keep their training states on their own GPUs: nothing to offload
         df.loc[df["placement"] == "split", ["offload_params", "offload_optimizer"]] = False
-        return df.drop_duplicates(ignore_index=True)
+        # what the rules cannot see (an axis listing null beside the value it resolves to)
+        return df.drop_duplicates(subset=[c for c in df.columns if c != "config_id"],
+                                  ignore_index=True)
 
 
 def parse_rl(data: dict, path=None) -> RLConfig:

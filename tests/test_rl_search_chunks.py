@@ -1,0 +1,118 @@
+"""The RL search by chunks (sweep/engine/rl.py, RLConfig.frame(start, stop)): the same
+configurations and ranking as pricing the whole space at once, in bounded pieces that survive
+an interruption."""
+
+from __future__ import annotations
+
+import itertools
+
+import pandas as pd
+import pytest
+
+from sweep.config import load_space
+from sweep.engine import rl as engine
+from sweep.errors import Interrupted, SweepError
+
+SPACE = "search_spaces/rl-grpo-qwen3-32b-64xh100.yaml"
+
+
+def _reference_frame(cfg) -> pd.DataFrame:
+    """The table as the search built it before chunks: one dict per combination, then the
+    normalisations and pandas' drop_duplicates over the whole space."""
+    from sim_core.rl import inputs
+
+    base, axes = cfg.base_row(), cfg.space or {}
+    rows = [dict(base, **dict(zip(axes, combo)))
+            for combo in itertools.product(*axes.values())]
+    df = pd.DataFrame(rows)
+    df["train_sequence_parallel"] = df["train_sequence_parallel"] & (df["train_tp"] > 1)
+    df = df[~((df["train_ulysses"] > 1) & (df["train_cp"] > 1))].copy()
+    df.loc[df["placement"] == "colocated", "rollout_gpus"] = 0
+    off = pd.Series(inputs.framework_offloads(df["rl_framework"], df["placement"]),
+                    index=df.index)
+    for col in ("offload_params", "offload_optimizer"):
+        df[col] = df[col].where(df[col].notna(), off).astype(bool)
+    df.loc[df["placement"] == "split", ["offload_params", "offload_optimizer"]] = False
+    return df.drop_duplicates(ignore_index=True)
+
+
+def _space(**axes):
+    cfg = load_space(SPACE)
+    cfg.space = axes
+    return cfg
+
+
+MIXED = dict(placement=["colocated", "split"], rollout_gpus=[16, 32, 32],
+             asynchrony=["sync", "one_step_off"], rollout_tp=[2, 4],
+             offload_optimizer=[False, True], train_tp=[4, 8], train_cp=[1, 2])
+
+
+def test_chunks_build_the_same_table_as_the_whole_space():
+    cfg = _space(**MIXED)
+    whole = cfg.frame()
+    ref = _reference_frame(_space(**{**MIXED, "rollout_gpus": [16, 32]}))
+    # the same rows, in the same order, as one dict per combination and drop_duplicates gave
+    # (a value listed twice is one configuration)
+    pd.testing.assert_frame_equal(whole.drop(columns="config_id"), ref)
+    # colocated rows once per distinct configuration; split rows never offload
+    assert (whole.loc[whole.placement == "colocated", "rollout_gpus"] == 0).all()
+    assert not whole.loc[whole.placement == "split", "offload_optimizer"].any()
+    n = cfg.space_size()
+    assert n == 2 * 2 * 2 * 2 * 2 * 2 * 2 and len(whole) < n
+    for size in (1, 7, 50, n):
+        parts = pd.concat([cfg.frame(s, s + size) for s in range(0, n, size)],
+                          ignore_index=True)
+        pd.testing.assert_frame_equal(parts, whole)
+    assert whole.config_id.is_monotonic_increasing and whole.config_id.max() < n
+
+
+def test_ulysses_and_cp_are_never_both():
+    cfg = _space(train_cp=[1, 2], train_ulysses=[1, 2])
+    cfg.train.rl_framework, cfg.parallel.zero = "verl", 3
+    df = cfg.frame()
+    assert len(df) == 3 and not ((df.train_cp > 1) & (df.train_ulysses > 1)).any()
+
+
+def test_chunked_search_ranks_as_the_whole_space(tmp_path):
+    cfg = _space(**MIXED)
+    whole = engine.rank(engine.evaluate(cfg), cfg.search.objective)
+    r = engine.search(cfg, tmp_path, chunk=13)
+    got = r["ranking"]
+    assert list(got.config_id) == list(whole.config_id.head(len(got)))
+    assert got.step_time_s.tolist() == pytest.approx(whole.step_time_s.head(len(got)).tolist())
+    assert r["counts"]["rows"] == len(engine.evaluate(cfg))
+    assert r["counts"]["fit"] == len(whole)
+    stored = pd.read_parquet(tmp_path / "results.parquet")
+    assert len(stored) == r["counts"]["rows"] and stored.config_id.is_unique
+    assert pd.read_csv(tmp_path / "ranking.csv").config_id.tolist() == got.config_id.tolist()
+
+
+def test_an_interrupted_search_resumes_without_redoing_chunks(tmp_path, monkeypatch):
+    cfg = _space(**MIXED)
+
+    def stop_after_two(bid, done):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted, match="kept 2 of"):
+        engine.search(cfg, tmp_path / "a", chunk=16, on_chunk=stop_after_two)
+    priced = []
+    real = engine._eval_chunk
+
+    def counting(cfg_, bid, *args):
+        priced.append(bid)
+        return real(cfg_, bid, *args)
+
+    monkeypatch.setattr(engine, "_eval_chunk", counting)
+    resumed = engine.search(cfg, tmp_path / "a", chunk=16)
+    chunks = -(-cfg.space_size() // 16)
+    assert sorted(priced) == list(range(2, chunks))  # the two finished chunks were kept
+    once = engine.search(cfg, tmp_path / "b", chunk=16)
+    pd.testing.assert_frame_equal(resumed["ranking"], once["ranking"])
+    assert resumed["counts"] == once["counts"]
+
+
+def test_another_space_in_the_same_folder_is_a_one_line_error(tmp_path):
+    engine.search(_space(**MIXED), tmp_path, chunk=64)
+    with pytest.raises(SweepError, match="different space"):
+        engine.search(_space(**{**MIXED, "rollout_tp": [8]}), tmp_path, chunk=64)
