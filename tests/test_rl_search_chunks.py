@@ -116,3 +116,11 @@ def test_another_space_in_the_same_folder_is_a_one_line_error(tmp_path):
     engine.search(_space(**MIXED), tmp_path, chunk=64)
     with pytest.raises(SweepError, match="different space"):
         engine.search(_space(**{**MIXED, "rollout_tp": [8]}), tmp_path, chunk=64)
+
+
+def test_check_counts_by_chunks_as_the_whole_space():
+    cfg = _space(**MIXED)
+    res = engine.evaluate(cfg)
+    c = engine.census(cfg, chunk=11)
+    assert c["rows"] == len(res) and c["fit"] == int(res.fits.sum())
+    assert c["invalid"] == int((~res.valid).sum()) and c["combinations"] == cfg.space_size()

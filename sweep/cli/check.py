@@ -19,13 +19,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     cfg = load_space(args.space)
     if getattr(cfg, "task", None) == "rl":  # RL post-training (sweep/engine/rl.py)
-        from ..engine.rl import evaluate
+        from ..engine.rl import census
 
-        res = evaluate(cfg)
+        c = census(cfg)
         print(f"RL space {cfg.name}: " + ", ".join(f"{k} ({len(v)})" for k, v in
-                                                   (cfg.space or {}).items()))
-        print(f"{len(res)} configurations: {int(res['valid'].sum())} valid, "
-              f"{int(res['fits'].sum())} fit")
+                                                   cfg.axes().items()))
+        print(f"{c['rows']} configurations: {c['rows'] - c['invalid']} valid, {c['fit']} fit")
         return 0
     space = Space.from_config(cfg)
     print(f"space {space.name}: " + ", ".join(f"{n} ({len(v)})" for n, v in space.axes),

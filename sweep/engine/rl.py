@@ -57,6 +57,24 @@ def evaluate(cfg) -> pd.DataFrame:
     return _predict(cfg.frame(), None)
 
 
+def census(cfg, chunk: int = CHUNK) -> dict:
+    """The space's counters (`sweep check`), priced chunk by chunk in the driver: bounded
+    memory whatever its size."""
+    total = {"combinations": 0, "rows": 0, "fit": 0, "invalid": 0, "oom": 0}
+    for start in range(0, cfg.space_size(), chunk):
+        entry, _ = _eval_chunk_counts(cfg, start, min(start + chunk, cfg.space_size()))
+        for k, v in entry.items():
+            total[k] += v
+    return total
+
+
+def _eval_chunk_counts(cfg, start: int, stop: int) -> tuple[dict, dict]:
+    df = cfg.frame(start, stop)
+    if not len(df):
+        return {"combinations": stop - start, "rows": 0, "fit": 0, "invalid": 0, "oom": 0}, {}
+    return _counts(_predict(df, None), stop - start)
+
+
 def sort_key(objective: str) -> tuple[list[str], list[bool]]:
     """Columns and directions of the ranking: the objective; ties (a one-step-off pipeline
     bound by its training side) go to the faster generation, then the smaller rollout
