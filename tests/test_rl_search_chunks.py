@@ -124,3 +124,27 @@ def test_check_counts_by_chunks_as_the_whole_space():
     c = engine.census(cfg, chunk=11)
     assert c["rows"] == len(res) and c["fit"] == int(res.fits.sum())
     assert c["invalid"] == int((~res.valid).sum()) and c["combinations"] == cfg.space_size()
+
+
+def test_the_frontier_over_cluster_sizes(tmp_path):
+    """num_gpus as an axis: the cost-versus-throughput frontier (pareto.csv) holds exactly the
+    fitting rows no other fitting row beats on both step time and cost, chunks or not."""
+    cfg = _space(num_gpus=[32, 64, 128], placement=["colocated", "split"],
+                 rollout_gpus=[16, 32, 64], rollout_tp=[4, 8], train_pp=[1, 2])
+    res = engine.evaluate(cfg)
+    fit = res[res.fits]
+    assert fit.num_gpus.nunique() == 3
+    r = engine.search(cfg, tmp_path, chunk=10)
+    front = pd.read_csv(tmp_path / "pareto.csv")
+    assert len(front) > 1 and front.num_gpus.nunique() > 1
+    assert front.step_time_s.is_monotonic_increasing
+    assert front.cost_per_1000_steps.is_monotonic_decreasing
+    t, c = fit.step_time_s.to_numpy(), fit.cost_per_1000_steps.to_numpy()
+    for _, row in front.iterrows():  # nothing beats a frontier row on both
+        assert not ((t <= row.step_time_s) & (c <= row.cost_per_1000_steps)
+                    & ((t < row.step_time_s) | (c < row.cost_per_1000_steps))).any()
+    for ti, ci in zip(t, c):  # every fitting row is matched or beaten by a frontier row
+        assert ((front.step_time_s <= ti + 1e-9) & (front.cost_per_1000_steps <= ci + 1e-9)).any()
+    # the fastest point of the frontier is the ranking's best
+    assert front.config_id.iloc[0] == r["ranking"].config_id.iloc[0]
+    pd.testing.assert_frame_equal(r["pareto"], engine.frontier(res))

@@ -115,6 +115,12 @@ def search_rl(cfg, args) -> int:
     for _, row in ranked.head(cfg.search.top).iterrows():
         print(f"  {row['step_time_s']:8.1f} s  {row['samples_per_s_per_gpu']:.4f} samples/s/GPU"
               f"  ${row['cost_per_1000_steps']:,.0f}/1k steps  {_describe(row)}")
+    front = r["pareto"]
+    if len(front) > 1:
+        print(f"cost-versus-throughput frontier ({len(front)} configurations, pareto.csv):")
+        for _, row in front.head(8).iterrows():
+            print(f"  {row['step_time_s']:8.1f} s  ${row['cost_per_1000_steps']:,.0f}/1k steps  "
+                  f"{_describe(row)}")
     best = ranked.iloc[0]
     paths = write_recipes(best, out / "recipe")
     trace = write_trace(best, out / "recipe" / "step_trace.json")

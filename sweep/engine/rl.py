@@ -11,8 +11,9 @@ chunks are read back one at a time. Large spaces run as Ray tasks (`runtime.exec
 local Ray, or `--address`), small ones in the driver.
 
 The folder holds `results.parquet/` (every configuration with its prediction),
-`ranking.csv` (the best that fit, at most max(top, KEEP) rows) and `recipe/` (verl and NeMo RL
-for the best, written by the CLI).
+`ranking.csv` (the best that fit, at most max(top, KEEP) rows), `pareto.csv` (the
+cost-versus-throughput frontier: step time against cost per 1,000 steps, which a space over
+`num_gpus` trades) and `recipe/` (verl and NeMo RL for the best, written by the CLI).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from sim_core.rl import phases
 from sim_core.rl.phases import simulate_rl
 
 from ..errors import Interrupted, SweepError
-from ..results.store import ResultStore, _atomic_write_bytes, write_parquet
+from ..results.store import ResultStore, _atomic_write_bytes, pareto_mask, write_parquet
 from .runtime import IN_PROCESS_ROWS, DriverExecutor, executor, progress_bar
 
 OBJECTIVES = {"step_time": ("step_time_s", True),
@@ -39,6 +40,9 @@ OBJECTIVES = {"step_time": ("step_time_s", True),
 CHUNK = 20_000
 # rows the ranking keeps at least (search.top more when asked)
 KEEP = 1000
+# the cost-versus-throughput frontier: step time and cost per 1,000 steps, both minimised (a
+# space over `num_gpus` trades one for the other; on one cluster size the two agree)
+FRONTIER = ("step_time_s", "cost_per_1000_steps")
 
 
 def _predict(df: pd.DataFrame, scales) -> pd.DataFrame:
@@ -89,6 +93,19 @@ def rank(res: pd.DataFrame, objective: str) -> pd.DataFrame:
     return res[res["fits"].astype(bool)].sort_values(cols, ascending=asc, kind="stable")
 
 
+def frontier(res: pd.DataFrame) -> pd.DataFrame:
+    """The rows that fit and that no other fitting row beats on both step time and cost, sorted
+    by step time; among exact ties the one the ranking prefers (faster generation, smaller
+    rollout footprint, then the space's order)."""
+    fit = res[res["fits"].astype(bool)]
+    if not len(fit):
+        return fit
+    fit = fit.sort_values(["gen_time_s", "rollout_peak_gib", "config_id"], kind="stable")
+    vals = np.nan_to_num(fit[list(FRONTIER)].to_numpy(float), nan=np.inf)
+    return fit[pareto_mask(vals)].sort_values(list(FRONTIER) + ["config_id"], kind="stable") \
+        .reset_index(drop=True)
+
+
 def fingerprint(cfg, chunk: int, scales) -> str:
     """What the stored parts depend on: the configuration and its space (not the ranking's
     objective or length), the chunking, and the RL phase scales in force."""
@@ -109,16 +126,17 @@ def _counts(res: pd.DataFrame, combos: int) -> tuple[dict, dict]:
 def _eval_chunk(cfg, bid: int, start: int, stop: int, parts_dir: str, fp: str, objective: str,
                 keep: int, scales):
     """One chunk (in the driver or a Ray worker): price it, write it as a part, return its
-    manifest entry and its best `keep` rows (none and no part when every combination of the
-    chunk repeats an earlier one)."""
+    manifest entry, its best `keep` rows and its frontier (none and no part when every
+    combination of the chunk repeats an earlier one)."""
     df = cfg.frame(start, stop)
     if not len(df):
         counts = {"combinations": stop - start, "rows": 0, "fit": 0, "invalid": 0, "oom": 0}
         info = {"start": start, "stop": stop, "counts": counts, "reasons": {}}
-        return {"file": "", "rows": 0, "sha256": "", **info}, pd.DataFrame()
+        return {"file": "", "rows": 0, "sha256": "", **info}, pd.DataFrame(), pd.DataFrame()
     res = _predict(df, scales)
     counts, reasons = _counts(res, stop - start)
     top = rank(res, objective).head(keep)
+    front = frontier(res)
     info = {"start": start, "stop": stop, "counts": counts, "reasons": reasons}
     name = f"r{bid:06d}"
     path = Path(parts_dir) / f"{name}.parquet"
@@ -126,19 +144,25 @@ def _eval_chunk(cfg, bid: int, start: int, stop: int, parts_dir: str, fp: str, o
         digest = write_parquet(path, res, {"batch_id": name, "fingerprint": fp, **info})
     except OSError as exc:  # full disk, ...: one line from the driver, the rest kept
         raise SweepError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    return {"file": f"{name}.parquet", "rows": int(len(res)), "sha256": digest, **info}, top
+    return ({"file": f"{name}.parquet", "rows": int(len(res)), "sha256": digest, **info}, top,
+            front)
 
 
 class Board:
-    """The best `keep` rows seen so far and the counters, merged chunk by chunk."""
+    """The best `keep` rows seen so far, the frontier and the counters, merged chunk by chunk
+    (the frontier of the union of the chunks' frontiers is the space's)."""
 
     def __init__(self, objective: str, keep: int):
         self.objective, self.keep = objective, keep
         self.top = pd.DataFrame()
+        self.front = pd.DataFrame()
         self.counts = {"combinations": 0, "rows": 0, "fit": 0, "invalid": 0, "oom": 0}
         self.reasons: dict[str, int] = {}
 
-    def add(self, top: pd.DataFrame, counts: dict, reasons: dict) -> None:
+    def add(self, top: pd.DataFrame, front: pd.DataFrame, counts: dict, reasons: dict) -> None:
+        if len(front):
+            self.front = frontier(pd.concat([d for d in (self.front, front) if len(d)],
+                                            ignore_index=True))
         if len(top):
             both = pd.concat([d for d in (self.top, top) if len(d)], ignore_index=True)
             cols, asc = sort_key(self.objective)
@@ -154,7 +178,7 @@ def search(cfg, out: str | Path, *, workers: int | None = None, address: str | N
            progress: bool = False, fresh: bool = False, chunk: int = CHUNK,
            on_chunk=None) -> dict:
     """Price every configuration of the space in chunks, keep the results on disk and the best
-    in memory; returns {"ranking", "counts", "reasons", "out"}.
+    in memory; returns {"ranking", "pareto", "counts", "reasons", "out"}.
 
     on_chunk(chunk_id, chunks_done) is called after each chunk is recorded (tests interrupt a
     search with it)."""
@@ -172,11 +196,11 @@ def search(cfg, out: str | Path, *, workers: int | None = None, address: str | N
     for bid, entry in sorted(store.batches.items()):
         if "counts" not in entry:
             continue
-        top = pd.DataFrame()
+        top = front = pd.DataFrame()
         if entry.get("file"):
             part = pd.read_parquet(store.parts_dir / entry["file"])
-            top = rank(part, objective).head(keep)
-        board.add(top, entry["counts"], entry.get("reasons") or {})
+            top, front = rank(part, objective).head(keep), frontier(part)
+        board.add(top, front, entry["counts"], entry.get("reasons") or {})
     done = {b for b, e in store.batches.items() if "counts" in e}
     chunks = [(i, s, min(s + chunk, size)) for i, s in enumerate(range(0, size, chunk))]
     todo = [c for c in chunks if f"r{c[0]:06d}" not in done]
@@ -200,9 +224,9 @@ def search(cfg, out: str | Path, *, workers: int | None = None, address: str | N
                     pending[ref] = (bid, s0, s1)
                 for ref in ex.wait(pending):
                     bid, s0, s1 = pending.pop(ref)
-                    entry, top = ex.get(ref)
+                    entry, top, front = ex.get(ref)
                     store.record_part(f"r{bid:06d}", entry)
-                    board.add(top, entry["counts"], entry["reasons"])
+                    board.add(top, front, entry["counts"], entry["reasons"])
                     bar.update(s1 - s0)
                     if on_chunk is not None:
                         on_chunk(bid, len(store.done))
@@ -214,11 +238,12 @@ def search(cfg, out: str | Path, *, workers: int | None = None, address: str | N
         bar.close()
     store.flush()
     store.finalize_parts({"counts": board.counts, "objective": objective})
-    path = out / "ranking.csv"
-    try:
-        _atomic_write_bytes(path, board.top.to_csv(index=False).encode())
-    except OSError as exc:
-        raise SweepError(f"{path}: cannot write ({exc.strerror or exc}); the results are kept "
-                         f"in {out}: free space and run the same command again") from None
-    return {"ranking": board.top, "counts": board.counts, "reasons": board.reasons,
-            "out": out}
+    for name, table in (("ranking.csv", board.top), ("pareto.csv", board.front)):
+        path = out / name
+        try:
+            _atomic_write_bytes(path, table.to_csv(index=False).encode())
+        except OSError as exc:
+            raise SweepError(f"{path}: cannot write ({exc.strerror or exc}); the results are "
+                             f"kept in {out}: free space and run the same command again") from None
+    return {"ranking": board.top, "pareto": board.front, "counts": board.counts,
+            "reasons": board.reasons, "out": out}
