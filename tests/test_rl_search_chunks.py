@@ -148,3 +148,19 @@ def test_the_frontier_over_cluster_sizes(tmp_path):
     # the fastest point of the frontier is the ranking's best
     assert front.config_id.iloc[0] == r["ranking"].config_id.iloc[0]
     pd.testing.assert_frame_equal(r["pareto"], engine.frontier(res))
+
+
+def test_chunks_on_ray_rank_as_in_the_driver(tmp_path, local_ray):
+    """With a Ray running the chunks are Ray tasks (the path of large spaces and of
+    --address): the same parts, counters, ranking and frontier as in the driver."""
+    cfg = _space(**MIXED)
+    on_ray = engine.search(cfg, tmp_path / "ray", chunk=40)
+    import ray
+
+    ray.shutdown()  # the driver path: no Ray running, a small space
+    here = engine.search(cfg, tmp_path / "here", chunk=40)
+    assert on_ray["counts"] == here["counts"]
+    pd.testing.assert_frame_equal(on_ray["ranking"], here["ranking"])
+    pd.testing.assert_frame_equal(on_ray["pareto"], here["pareto"])
+    assert sorted(p.name for p in (tmp_path / "ray" / "parts").iterdir()) == \
+        sorted(p.name for p in (tmp_path / "here" / "parts").iterdir())
