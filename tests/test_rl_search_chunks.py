@@ -164,3 +164,26 @@ def test_chunks_on_ray_rank_as_in_the_driver(tmp_path, local_ray):
     pd.testing.assert_frame_equal(on_ray["pareto"], here["pareto"])
     assert sorted(p.name for p in (tmp_path / "ray" / "parts").iterdir()) == \
         sorted(p.name for p in (tmp_path / "here" / "parts").iterdir())
+
+
+def test_the_moe_space_searches_expert_parallel_layouts(tmp_path):
+    """search_spaces/rl-grpo-qwen3-30b-a3b-h100.yaml: EP of the engine and of the trainer are
+    axes that reach the predictions and the recipes."""
+    from sweep.advice import rl as adv
+
+    cfg = load_space("search_spaces/rl-grpo-qwen3-30b-a3b-h100.yaml")
+    res = engine.evaluate(cfg)
+    ok = res[res.valid]
+    assert set(ok.train_ep) == {4, 8} and set(ok.rollout_ep) == {1, 4}
+    # the same configuration with another training EP prices its update differently
+    key = [c for c in cfg.axes() if c != "train_ep"]
+    pairs = ok.groupby(key).update_time_s.nunique()
+    assert (pairs > 1).any()
+    row = ok[(ok.rollout_ep == 4)].iloc[0]
+    assert adv.verl_overrides(row)["actor_rollout_ref.rollout.expert_parallel_size"] == 4
+    n = adv.nemo_rl_config(row)
+    assert n["policy"]["generation"]["vllm_cfg"]["expert_parallel_size"] == 4
+    assert n["policy"]["megatron_cfg"]["expert_model_parallel_size"] == int(row.train_ep)
+    assert "expert_parallel_size" not in str(adv.verl_overrides(ok[ok.rollout_ep == 1].iloc[0]))
+    r = engine.search(cfg, tmp_path)
+    assert r["pareto"].num_gpus.nunique() >= 2  # cluster sizes trade time for cost

@@ -119,6 +119,8 @@ def verl_overrides(row) -> dict:
             row["train_recompute"]
     if bool(row.get("enforce_eager", False)):
         o["actor_rollout_ref.rollout.enforce_eager"] = True
+    if _int(row, "rollout_ep") > 1:  # the engine's expert parallelism (MoE)
+        o["actor_rollout_ref.rollout.expert_parallel_size"] = _i(row["rollout_ep"])
     if split:
         o["rollout.nnodes"] = max(rollout_gpus // gpn, 1)
         o["rollout.n_gpus_per_node"] = min(rollout_gpus, gpn)
@@ -176,6 +178,8 @@ def nemo_rl_config(row) -> dict:
             row["asynchrony"] == "async" and row.get("partial_rollout", True))
     if bool(row.get("enforce_eager", False)):
         flat["policy.generation.vllm_cfg.enforce_eager"] = True
+    if _int(row, "rollout_ep") > 1:  # vLLM's expert parallelism (MoE)
+        flat["policy.generation.vllm_cfg.expert_parallel_size"] = _i(row["rollout_ep"])
     f = float(row.get("optimizer_cpu_offload", 0.0) or 0.0)
     if f > 0:
         flat["policy.megatron_cfg.optimizer.optimizer_cpu_offload"] = True

@@ -29,10 +29,15 @@ def _describe(row) -> str:
     split = row["placement"] == "split"
     where = (f"split {int(row['rollout_gpus'])} rollout + {int(row['train_gpus'])} train GPUs"
              if split else f"colocated on {int(row['num_gpus'])} GPUs")
+    def ep(col):  # expert parallelism, shown where the layout uses it
+        v = row.get(col, 1)
+        return f" ep{int(v)}" if v == v and v and int(v) > 1 else ""
+
     return (f"{where}, {row['asynchrony']}; rollout tp{int(row['rollout_tp'])} "
-            f"pp{int(row['rollout_pp'])} x {int(row['replicas'])} replicas, "
+            f"pp{int(row['rollout_pp'])}{ep('rollout_ep')} x {int(row['replicas'])} replicas, "
             f"gpu_memory_utilization {row['gpu_memory_utilization']:.2f}; training "
-            f"tp{int(row['train_tp'])} pp{int(row['train_pp'])} cp{int(row['train_cp'])} "
+            f"tp{int(row['train_tp'])} pp{int(row['train_pp'])} cp{int(row['train_cp'])}"
+            f"{ep('train_ep')} "
             + (f"ulysses{int(row['train_ulysses'])} "
                if row.get("train_ulysses", 1) == row.get("train_ulysses", 1)
                and row.get("train_ulysses", 1) > 1 else "")

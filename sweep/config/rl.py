@@ -168,10 +168,11 @@ class RLSearch(_S):
 
 
 # fields a space may vary, and the run-file place each one comes from
-SPACE_AXES = ("num_gpus", "placement", "rollout_gpus", "asynchrony", "staleness", "rollout_tp",
-              "rollout_pp", "gpu_memory_utilization", "train_tp", "train_pp", "train_cp",
-              "train_micro_batch", "train_recompute", "offload_optimizer", "mini_batches",
-              "train_ulysses")
+SPACE_AXES = ("num_gpus", "placement", "rollout_gpus", "asynchrony", "staleness",
+              "rollout_tp", "rollout_pp", "rollout_ep",
+              "gpu_memory_utilization", "max_num_seqs", "train_tp", "train_pp", "train_cp",
+              "train_ep", "train_etp", "train_micro_batch", "train_recompute",
+              "offload_optimizer", "mini_batches", "train_ulysses")
 
 
 class RLConfig(_S):
