@@ -16,7 +16,12 @@ from pathlib import Path
 
 import yaml
 
+from sim_core.rl import phases
+
 from ..errors import SweepError
+
+STEP_PHASES = ("gen_time_s", "prefill_time_s", "decode_time_s", "old_log_prob_time_s", "ref_time_s",
+          "update_time_s", "weight_sync_time_s", "offload_time_s", "step_fixed_time_s")
 
 
 @functools.lru_cache(maxsize=None)
@@ -270,3 +275,48 @@ def write_trace(row, path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"traceEvents": trace_events(row), "displayTimeUnit": "ms"}))
     return path
+
+
+def describe(row) -> str:
+    """One line: placement, asynchrony, rollout and training layouts."""
+    split = row["placement"] == "split"
+    where = (f"split {int(row['rollout_gpus'])} rollout + {int(row['train_gpus'])} train GPUs"
+             if split else f"colocated on {int(row['num_gpus'])} GPUs")
+
+    def ep(col):  # expert parallelism, shown where the layout uses it
+        v = row.get(col, 1)
+        return f" ep{int(v)}" if v == v and v and int(v) > 1 else ""
+
+    return (f"{where}, {row['asynchrony']}; rollout tp{int(row['rollout_tp'])} "
+            f"pp{int(row['rollout_pp'])}{ep('rollout_ep')} x {int(row['replicas'])} replicas, "
+            f"gpu_memory_utilization {row['gpu_memory_utilization']:.2f}; training "
+            f"tp{int(row['train_tp'])} pp{int(row['train_pp'])} cp{int(row['train_cp'])}"
+            f"{ep('train_ep')} "
+            + (f"ulysses{int(row['train_ulysses'])} "
+               if row.get("train_ulysses", 1) == row.get("train_ulysses", 1)
+               and row.get("train_ulysses", 1) > 1 else "")
+            + f"recompute {row['train_recompute']}")
+
+
+def step_text(row) -> str:
+    """The step of one configuration, phase by phase, with its memory verdict."""
+    lines = [f"RL step ({row['algorithm']}, {row['model']}, {int(row['num_gpus'])} x "
+             f"{row['gpu']}): {describe(row)}",
+             f"  step time        {row['step_time_s']:10.1f} s   "
+             f"(generation share {row['gen_share']:.0%})"]
+    for k in STEP_PHASES:
+        lines.append(f"  {k[:-7].replace('_', ' '):16s} {row[k]:10.1f} s")
+    lines += [f"  samples/s/GPU    {row['samples_per_s_per_gpu']:10.4f}",
+              f"  tokens/s/GPU     {row['tokens_per_s_per_gpu']:10.1f}",
+              f"  cost / 1000 steps ${row['cost_per_1000_steps']:,.0f}",
+              f"  KV cache {row['kv_cache_gib']:.1f} GiB/GPU, concurrency "
+              f"{int(row['concurrency'])} per replica; rollout peak "
+              f"{row['rollout_peak_gib']:.1f} GiB, training peak {row['train_peak_gib']:.1f} GiB",
+              f"  fits: {bool(row['fits'])}" + (f" ({row['oom_reason']})"
+                                                if isinstance(row["oom_reason"], str)
+                                                and row["oom_reason"] else "")]
+    if row.get("rl_framework") == "nemo_rl" and phases.phase_scales() is None:
+        k = phases.default_scales_values()
+        lines.append(f"  (NeMo RL's log-prob passes and update include the shipped fitted scales "
+                     f"x{k['log-probs']:.2f} / x{k['update']:.2f}: docs/rl.md)")
+    return "\n".join(lines)

@@ -39,7 +39,54 @@ def add_args(p: argparse.ArgumentParser) -> None:
                         "traces, to compare side by side")
 
 
+def run_rl(args) -> int:
+    """The same command on an RL search's folder (sweep/advice/rl_report.py): the best stored
+    configuration under --max-gpus / --num-gpus / --gpu, its phases, runner-ups and its verl and
+    NeMo RL recipes."""
+    from ..advice import rl_report
+    from ..advice.rl import describe, step_text, write_recipes, write_trace
+    from ..errors import SweepError
+
+    for flag, v in (("--headroom", args.headroom), ("--tokens", args.tokens),
+                    ("--budget", args.budget), ("--deadline", args.deadline),
+                    ("--price", args.price), ("--trace", args.trace)):
+        if v:
+            raise SweepError(f"{flag}: not for RL results (they take --objective, --max-gpus, "
+                             "--num-gpus, --gpu, --within, --runner-ups, --format table|json)")
+    if args.format not in ("table", "json"):
+        raise SweepError(f"--format {args.format}: RL results print a table or json; their "
+                         "recipes are recipe/verl.sh and recipe/nemo_rl.yaml")
+    table = rl_report.choose(rl_report.load(args.run)["ranking"], args.objective,
+                             args.max_gpus, args.num_gpus, args.gpu)
+    if table.empty:
+        print("no stored configuration meets the constraints (the folder keeps the search's "
+              "best 1,000: search a space narrowed to them)")
+        return 1
+    best = table.iloc[0]
+    if not args.no_write:
+        folder = Path(args.out) if args.out else Path(args.run) / "recipe"
+        write_recipes(best, folder)
+        write_trace(best, folder / "step_trace.json")
+    if args.format == "json":
+        print(json.dumps(_jsonable(best), indent=1, default=str))
+        return 0
+    print(step_text(best))
+    col = rl_report.RL_OBJECTIVES.get(args.objective or "step_time")[0]
+    near = table.iloc[1:][(table[col].iloc[1:] - best[col]).abs()
+                          <= abs(best[col]) * args.within / 100.0].head(args.runner_ups)
+    if len(near):
+        print(f"runner-ups within {args.within:g}% of the best {col}:")
+        for _, r in near.iterrows():
+            print(f"  {r['step_time_s']:8.1f} s  ${r['cost_per_1000_steps']:,.0f}/1k steps  "
+                  f"{describe(r)}")
+    return 0
+
+
 def run(args) -> int:
+    from ..advice.rl_report import is_rl_results
+
+    if is_rl_results(args.run):
+        return run_rl(args)
     prices = parse_prices(args.price)
     c = constraints_from(args)
     chunks, meta = fit_chunks(args.run)

@@ -25,6 +25,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    from ..advice import rl_report
+
+    if rl_report.is_rl_results(args.run):  # an RL search's folder (sweep/engine/rl.py)
+        r = rl_report.write_report(args.run, args.out, top=args.top)
+        print(f"wrote {r['html']} and {r['md']} ({len(r['front'])} frontier points, "
+              f"{r['counts'].get('fit', 0):,} configurations that fit)")
+        print(r["text"].splitlines()[0])
+        if args.screenshot:
+            print(f"wrote {screenshot(r['html'], args.screenshot)}")
+        return 0
     r = write_report(args.run, args.out, objective=args.objective,
                      constraints=constraints_from(args), prices=parse_prices(args.price),
                      top=args.top)

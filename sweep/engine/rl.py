@@ -52,7 +52,11 @@ def _predict(df: pd.DataFrame, scales) -> pd.DataFrame:
         pred = simulate_rl(df, phase_scales=scales)
     except ValueError as exc:  # sim_core.catalog.CatalogError: one line naming the field
         raise SweepError(str(exc).splitlines()[0]) from None
-    return pd.concat([df.drop(columns=[c for c in pred if c in df]), pred], axis=1)
+    out = pd.concat([df.drop(columns=[c for c in pred if c in df]), pred], axis=1)
+    # the pre-training results' status, so that the results tools read an RL folder too
+    out["status"] = np.select([~out["valid"].astype(bool), ~out["fits"].astype(bool)],
+                              ["invalid", "oom"], "ok")
+    return out
 
 
 def evaluate(cfg) -> pd.DataFrame:
