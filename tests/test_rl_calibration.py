@@ -160,7 +160,7 @@ def test_cli_saves_the_fit_and_validate_search_simulate_use_it(shipped, data, tm
     assert c["median_abs_step_err"]["cv"] == pytest.approx(cal.median_abs("cv"))
     json.dumps(man)
     assert main(["calibrate", "show", "mine"]) == 0
-    assert "rl_phases (47 timed RL runs, 18 source groups)" in capsys.readouterr().out
+    assert "rl_phases (55 timed RL runs, 18 source groups)" in capsys.readouterr().out
 
     assert main(["validate", "--rl", "--profile", "mine"]) == 0
     out = capsys.readouterr().out
@@ -202,7 +202,7 @@ def test_rl_search_uses_the_profile(tmp_path, capsys):
     (["calibrate", "rl-runs", str(SHIPPED), "--rows", "num_gpus >", "--profile", "x"],
      "--rows: cannot evaluate"),
     (["calibrate", "rl-runs", str(SHIPPED), "--rows", "num_gpus > 100000", "--profile", "x"],
-     "selects none of the 55 rows"),
+     "selects none of the 63 rows"),
     (["calibrate", "rl-runs", str(SHIPPED), "--profile", "bad name!"], "profile name"),
     (["validate", "--rl", "--profile", "unknown"], "no calibration profile"),
     (["search", "search_spaces/rl-grpo-qwen3-32b-64xh100.yaml", "--profile", "unknown"],

@@ -493,13 +493,18 @@ def mode_ranking(cmp: pd.DataFrame) -> list[dict]:
     measured both for one model, GPU count and batch (sequences per step and response cap),
     whatever the placements (an asynchronous run is split by construction; its synchronous
     twin may be colocated): is the faster one predicted faster, and by how much (sync /
-    async step)?"""
+    async step)? Where the source measured more than one synchronous run of the batch (the
+    AReaL paper's Table 1: verl colocated and Sync.AReaL split), the twin is the one on the
+    asynchronous run's placement, the run that differs from it only by its asynchrony."""
     out = []
     ok = cmp[cmp.pred_step_s.notna() & cmp.step_time_s.notna()]
     for key, g in ok.groupby(["source", "model", "num_gpus", "batch_key"]):
         if not (g.policy_mode.eq("sync").any() and g.policy_mode.ne("sync").any()):
             continue
-        sync, asyn = g[g.policy_mode.eq("sync")].iloc[0], g[g.policy_mode.ne("sync")].iloc[0]
+        asyn = g[g.policy_mode.ne("sync")].iloc[0]
+        syncs = g[g.policy_mode.eq("sync")]
+        same = syncs[syncs.placement.eq(asyn.placement)]
+        sync = (same if len(same) else syncs).iloc[0]
         out.append({"source": key[0], "model": key[1], "num_gpus": key[2],
                     "placement": f"{sync.placement} / {asyn.placement}", "batch": key[3],
                     "mode": asyn.policy_mode,

@@ -98,9 +98,12 @@ def micro_batching(seqs_per_gpu, real_len, dynamic, budget, mb_seqs):
 
     dynamic (`use_dynamic_bsz`): ceil(effective tokens / budget) micro-batches, at most one
     per sequence (`rearrange_micro_batches` counts the attention mask's tokens, so padding
-    does not split them further); else `mb_seqs` per micro-batch (`batch.split`)."""
+    does not split them further); else `mb_seqs` per micro-batch (`batch.split`). A count of
+    micro-batches is whole: a GPU holding a fractional mean of sequences (a mini-batch that
+    does not divide by the ranks, 2048 over 384) runs at most ceil(sequences) of them, never
+    that fraction (which left the frame's global batch off a multiple of the ranks)."""
     s = np.maximum(seqs_per_gpu, 1.0)
-    n_dyn = np.minimum(np.ceil(s * real_len / np.maximum(budget, 1.0)), s)
+    n_dyn = np.minimum(np.ceil(s * real_len / np.maximum(budget, 1.0)), np.ceil(s))
     n_fix = np.ceil(s / np.maximum(mb_seqs, 1.0))
     n = np.where(dynamic, n_dyn, n_fix)
     return s / n, n
