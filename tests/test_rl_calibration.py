@@ -153,7 +153,8 @@ def test_cli_saves_the_fit_and_validate_search_simulate_use_it(shipped, data, tm
     out = capsys.readouterr().out
     cal = rp.calibrate(data)
     assert f"update       x{cal.scales['update']:.3f}" in out
-    assert "leave one source out" in out and "22 source groups" in out  # the priced ones (batch 10: 18 -> 22)
+    # the priced ones (batch 10: 18 -> 22)
+    assert "leave one source out" in out and "22 source groups" in out
     man = profiles.load_manifest("mine")
     c = man["components"]["rl_phases"]
     assert c["scales"] == pytest.approx(cal.scales, rel=1e-12)
