@@ -58,6 +58,7 @@ def test_r1_ascend_script_settings_reach_the_simulator():
     # full offload (the swap optimizer read as optimizer offload), the reference offloaded,
     # a KL loss -> a reference pass; VLLM_USE_V1=1 and graph mode
     assert d.offload_params and d.offload_optimizer and d.ref_offload and d.use_ref
+    assert not d.sequence_packing   # no use_dynamic_bsz
     assert not d.rollout_vllm_v0 and not d.enforce_eager
     # the script's max_num_batched_tokens 1024 (the recipe's report: set on purpose, the default
     # 8192 runs ranks out of memory under uneven expert load)
@@ -117,6 +118,9 @@ def test_cann_deepseek_report_rows_are_its_two_tables():
     df, _, _ = rl.to_frame(t)
     assert df.reuse_log_probs.all() and df.use_ref.all() and (df.mini_batches == 1).all()
     assert (df.max_num_batched_tokens == 1024).all()
+    # use_dynamic_bsz False: micro-batches of one sequence (update), eight (reference)
+    assert not df.sequence_packing.astype(bool).any()
+    assert (df.micro_batch_seqs == 1).all() and (df.logprob_micro_batch_seqs == 8).all()
     cmp = rl.compare(t)
     assert (cmp.skipped == "").all() and np.isfinite(cmp.pred_step_s).all()
     # the skipped old pass: the log-prob phase is the reference pass alone, both sides
@@ -141,6 +145,9 @@ def test_cann_qwen3_235b_report_rows_grpo_and_dapo():
     df, _, _ = rl.to_frame(t)
     assert list(df.gen_rounds) == [1, 2] and list(df.use_ref) == [True, False]
     assert list(df.reuse_log_probs) == [True, False]
+    # use_dynamic_bsz True: token budgets of (prompt + response caps) / CP per GPU
+    assert df.sequence_packing.astype(bool).all() and t.micro_batch_seqs.isna().all()
+    assert list(n.train_seq_len) == [(2048 + 32768) // 4, (2048 + 34816) // 4]
     # rollout DP32 TP4 EP128; actor TP4 PP4 CP4 EP32
     assert (df.rollout_ep == 128).all() and (n.rollout_tp == 4).all()
     assert (n.train_cp == 4).all() and (n.train_ep == 32).all() and (n.train_pp == 4).all()
