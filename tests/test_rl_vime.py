@@ -88,9 +88,14 @@ def test_vime_rows_read_from_vimes_code():
 
 def test_other_frameworks_and_rows_keep_the_pass():
     """A row without the rule (every slime / miles row, verl ...) keeps its log-prob pass:
-    the reader sets reuse_log_probs only for vime rows."""
+    the reader sets reuse_log_probs only for vime rows. Rows whose code has the rule state it
+    (batch 10: cann-recipes-train's verl patch, `recompute_old_log_prob False`)."""
     t = rl.load()
     other = t[~t.source.eq("vime issue 358")].reset_index(drop=True)
     df, imputed, _ = rl.to_frame(other)
-    assert not df.reuse_log_probs.astype(bool).any()
+    stated = other.reuse_log_probs.notna().to_numpy()
+    assert not df.reuse_log_probs[~stated].astype(bool).any()
+    assert set(other.source[stated]) == {
+        "cann-recipes-train DeepSeek-R1 RL report (128 Ascend A3)",
+        "cann-recipes-train Qwen3-235B 32K RL report (64 Ascend A3)"}
     assert not any("reuse_log_probs" in s for s in imputed)
