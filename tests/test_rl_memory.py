@@ -115,3 +115,32 @@ def test_missing_file_is_one_line(tmp_path, capsys):
     assert main(["validate", "--rl-memory", str(tmp_path / "none.csv")]) != 0
     err = capsys.readouterr().err.strip()
     assert "none.csv" in err and len(err.splitlines()) == 1
+
+
+def test_a_table_without_step_times_reads(tmp_path):
+    """A memory table needs no step_time_s column: the same rows, the same verdicts."""
+    from importlib import resources
+
+    import pandas as pd
+
+    src = resources.files("sim_core").joinpath("data/rl/rl_memory.csv")
+    t = pd.read_csv(src, dtype=str).drop(columns=["step_time_s"])
+    path = tmp_path / "mine.csv"
+    t.head(3).to_csv(path, index=False)
+    mine = rl_memory.compare(rl_memory.load(path))
+    shipped = rl_memory.compare(rl_memory.load()).head(3)
+    assert mine.verdict.tolist() == shipped.verdict.tolist()
+    assert np.allclose(mine.pred_train_peak_gib, shipped.pred_train_peak_gib)
+
+
+def test_missing_model_column_is_one_line(tmp_path, capsys):
+    from importlib import resources
+
+    import pandas as pd
+
+    src = resources.files("sim_core").joinpath("data/rl/rl_memory.csv")
+    path = tmp_path / "nomodel.csv"
+    pd.read_csv(src, dtype=str).drop(columns=["model"]).to_csv(path, index=False)
+    assert main(["validate", "--rl-memory", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "model: required column is missing" in err and len(err.splitlines()) == 1

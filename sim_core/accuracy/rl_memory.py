@@ -14,6 +14,7 @@ same imputation of blank cells, the same memory model of rl/phases.py), and its 
 
 from __future__ import annotations
 
+import io
 from importlib import resources
 
 import numpy as np
@@ -30,7 +31,14 @@ PHASES = ("rollout", "training", "refit")
 def load(path=None) -> pd.DataFrame:
     """The memory table (default the shipped one), with `outcome` and `oom_phase` checked."""
     path = path or resources.files("sim_core").joinpath("data/rl/rl_memory.csv")
-    t = rl.load(path)
+    try:
+        raw = pd.read_csv(path, dtype=str, skipinitialspace=True)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot read the RL memory table ({str(e).splitlines()[0]})")
+    if "step_time_s" not in [str(c).strip().lower().replace(" ", "_") for c in raw.columns]:
+        # a memory table needs no step time: read as the run table with the column blank
+        raw["step_time_s"] = np.nan
+    t = rl.load(io.StringIO(raw.to_csv(index=False)))
     if "outcome" not in t.columns:
         raise ValueError(f"{path}: outcome: required column is missing (allowed values: "
                          f"{', '.join(OUTCOMES)})")
