@@ -45,8 +45,8 @@ def test_verdicts_follow_the_simulators_own(table, cmp):
         if base.skipped[i]:
             assert cmp.predicted[i] == "-" and cmp.verdict[i] == "not predicted"
         else:
-            assert cmp.predicted[i] == ("fits" if base.fits[i] is True
-                                        or base.fits[i] == True else "oom")  # noqa: E712
+            assert cmp.predicted[i] == ("fits" if bool(base.fits[i]) else "oom")
+            assert cmp.oom_reason[i] == base.oom_reason[i]
 
 
 def test_summary_counts_match_a_hand_count(cmp):
