@@ -32,6 +32,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rl", action="store_true",
                    help="RL post-training runs (sim_core/data/rl/rl_runs.csv or DATASET with "
                         "its columns; docs/rl.md): step time and generation share")
+    p.add_argument("--rl-memory", nargs="?", const="", default=None, metavar="FILE",
+                   help="RL memory verdicts against published out-of-memory reports "
+                        "(sim_core/data/rl/rl_memory.csv, or FILE / DATASET with its columns "
+                        "plus outcome and oom_phase; docs/rl.md): per row the stated outcome "
+                        "against the predicted fits / oom_reason, false fits counted")
     p.add_argument("--profile", default=None,
                    help="with --rl: a calibration profile whose RL phase scales (`sweep "
                         "calibrate rl-runs`) the predictions use")
@@ -43,6 +48,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from sim_core.accuracy import fit, validation
 
+    if getattr(args, "rl_memory", None) is not None:
+        return run_rl_memory(args)
     if args.rl:
         return run_rl(args)
     if getattr(args, "profile", None):
@@ -193,4 +200,33 @@ def run_rl(args) -> int:
               f"({'ranked right' if right else 'ranked WRONG'})")
     if not s["mode_ranking"]:
         print("  sync vs async: no source measured both on one batch")
+    return 0
+
+
+def run_rl_memory(args) -> int:
+    """`sweep validate --rl-memory [FILE]`: the RL memory verdict against published OOM and
+    fitting runs (sim_core/accuracy/rl_memory.py)."""
+    from sim_core.accuracy import rl_memory
+
+    t = rl_memory.load(args.rl_memory or args.dataset or None)
+    cmp = rl_memory.compare(t)
+    pd.set_option("display.width", 250)
+    shown = cmp[["model", "gpu", "num_gpus", "outcome", "predicted", "verdict", "oom_phase",
+                 "pred_phase"]].copy()
+    shown["model"] = shown["model"].astype(str).str.slice(0, 32)
+    print(shown.to_string(float_format=lambda x: f"{x:.0f}"))
+    for i, r in cmp.iterrows():
+        said = r["oom_reason"] or r["why"] or "fits"
+        peaks = ("" if r["hbm_gib"] != r["hbm_gib"] else
+                 f" (peaks: generation {r['pred_rollout_peak_gib']:.1f}, training "
+                 f"{r['pred_train_peak_gib']:.1f} of {r['hbm_gib']:.1f} GiB)")
+        print(f"  row {i} ({r['source']}): stated {r['outcome']}"
+              + (f" in {r['oom_phase']}" if r["oom_phase"] else "")
+              + f"; predicted: {said}{peaks}")
+    s = rl_memory.summary(cmp)
+    print(f"\n{s['rows']} rows ({s['oom_rows']} oom, {s['fits_rows']} fits), {s['predicted']} "
+          f"predicted: {s['right']} verdicts right, {s['false_fits']} false fits (an OOM "
+          f"predicted to fit), {s['false_ooms']} false OOMs, {s['not_predicted']} not predicted; "
+          f"stated phase matched by the predicted OOM's in {s['phase_agrees']} of "
+          f"{s['phase_compared']} rows that have both")
     return 0
