@@ -217,9 +217,11 @@ def plot_frontier(fits: pd.DataFrame, front: pd.DataFrame, tokens: float | None,
     return _png(fig)
 
 
-def plot_breakdown(rows: pd.DataFrame, labels: list[str]) -> bytes:
+def stacked_bars(rows: pd.DataFrame, parts) -> tuple:
+    """A horizontal bar per row, its `parts` (column, label, colour; those with any non-zero
+    value) stacked left to right: (fig, ax, bar positions, bar ends)."""
     plt = _plt()
-    parts = [p for p in TIME_PARTS if p[0] in rows.columns and rows[p[0]].fillna(0).abs().sum() > 0]
+    parts = [p for p in parts if p[0] in rows.columns and rows[p[0]].fillna(0).abs().sum() > 0]
     fig, ax = plt.subplots(figsize=(9.5, 0.45 * len(rows) + 1.6))
     y = np.arange(len(rows))[::-1]
     left = np.zeros(len(rows))
@@ -227,6 +229,11 @@ def plot_breakdown(rows: pd.DataFrame, labels: list[str]) -> bytes:
         v = rows[col].fillna(0).to_numpy(float)
         ax.barh(y, v, left=left, color=colour, label=label, height=0.7)
         left += v
+    return fig, ax, y, left
+
+
+def plot_breakdown(rows: pd.DataFrame, labels: list[str]) -> bytes:
+    fig, ax, y, _ = stacked_bars(rows, TIME_PARTS)
     for yi, total in zip(y, rows["step_time_s"].to_numpy(float)):
         ax.text(total, yi, f" {total:.2f} s", va="center", fontsize=8)
     ax.set_yticks(y)
@@ -909,19 +916,24 @@ def render_md(r: dict, plot_dir: str | None) -> str:
     return "\n".join(out)
 
 
+def save_report(r: dict, out: Path, html_of, md_of) -> dict:
+    """Write a built report: report_plots/*.png (its `png`), report.html and report.md (with
+    the plots linked from report_plots/); returns it with the two paths."""
+    plots = out / "report_plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    for name, png in r["png"].items():
+        (plots / f"{name}.png").write_bytes(png)
+    (out / "report.html").write_text(html_of(r), encoding="utf-8")
+    (out / "report.md").write_text(md_of(r, "report_plots"), encoding="utf-8")
+    r["html"], r["md"] = out / "report.html", out / "report.md"
+    return r
+
+
 def write_report(run_dir: str | Path, out_dir: str | Path | None = None, **kw) -> dict:
     """Write report.html, report.md and report_plots/*.png; returns the build dict + paths."""
     out = Path(out_dir) if out_dir else Path(run_dir)
     out.mkdir(parents=True, exist_ok=True)
-    r = build(run_dir, **kw)
-    plots = out / "report_plots"
-    plots.mkdir(exist_ok=True)
-    for name, png in r["png"].items():
-        (plots / f"{name}.png").write_bytes(png)
-    (out / "report.html").write_text(render_html(r), encoding="utf-8")
-    (out / "report.md").write_text(render_md(r, "report_plots"), encoding="utf-8")
-    r["html"], r["md"] = out / "report.html", out / "report.md"
-    return r
+    return save_report(build(run_dir, **kw), out, render_html, render_md)
 
 
 # ---------------------------------------------------------------------------------------------

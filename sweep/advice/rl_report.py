@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..errors import SweepError
 from ..results.store import DATASET_META, RESULTS_NAME
-from .report import _plt, _png, html_table, md_table
+from .report import _plt, _png, html_table, md_table, save_report, stacked_bars
 from .rl import describe, step_text
 
 # phase column, label, colour: the serial parts of a step (an asynchronous step overlaps the
@@ -113,16 +113,7 @@ def plot_frontier(ranking: pd.DataFrame, front: pd.DataFrame) -> bytes:
 
 
 def plot_phases(rows: pd.DataFrame, labels: list[str]) -> bytes:
-    plt = _plt()
-    parts = [p for p in PHASE_PARTS if p[0] in rows.columns
-             and rows[p[0]].fillna(0).abs().sum() > 0]
-    fig, ax = plt.subplots(figsize=(9.5, 0.45 * len(rows) + 1.6))
-    y = np.arange(len(rows))[::-1]
-    left = np.zeros(len(rows))
-    for col, label, colour in parts:
-        v = rows[col].fillna(0).to_numpy(float)
-        ax.barh(y, v, left=left, color=colour, label=label, height=0.7)
-        left += v
+    fig, ax, y, left = stacked_bars(rows, PHASE_PARTS)
     for yi, step in zip(y, rows["step_time_s"].to_numpy(float)):
         ax.plot([step, step], [yi - 0.4, yi + 0.4], color="black", lw=1.5)
         ax.text(max(step, 0), yi, f" {step:.0f} s", va="center", fontsize=8)
@@ -201,12 +192,4 @@ def render_html(r: dict) -> str:
 def write_report(run_dir: str | Path, out_dir: str | Path | None = None, top: int = 8) -> dict:
     """report.html, report.md and report_plots/*.png of an RL results folder."""
     out = Path(out_dir) if out_dir else Path(run_dir)
-    r = build(run_dir, top)
-    plots = out / "report_plots"
-    plots.mkdir(parents=True, exist_ok=True)
-    for name, png in r["png"].items():
-        (plots / f"{name}.png").write_bytes(png)
-    (out / "report.html").write_text(render_html(r), encoding="utf-8")
-    (out / "report.md").write_text(render_md(r, "report_plots"), encoding="utf-8")
-    r["html"], r["md"] = out / "report.html", out / "report.md"
-    return r
+    return save_report(build(run_dir, top), out, render_html, render_md)
