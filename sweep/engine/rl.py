@@ -69,18 +69,23 @@ def census(cfg, chunk: int = CHUNK) -> dict:
     """The space's counters (`sweep check`), priced chunk by chunk in the driver: bounded
     memory whatever its size."""
     total = {"combinations": 0, "rows": 0, "fit": 0, "invalid": 0, "oom": 0}
-    for start in range(0, cfg.space_size(), chunk):
-        entry, _ = _eval_chunk_counts(cfg, start, min(start + chunk, cfg.space_size()))
-        for k, v in entry.items():
+    size = cfg.space_size()
+    for start in range(0, size, chunk):
+        _, counts, _ = _priced(cfg, start, min(start + chunk, size), None)
+        for k, v in counts.items():
             total[k] += v
     return total
 
 
-def _eval_chunk_counts(cfg, start: int, stop: int) -> tuple[dict, dict]:
+def _priced(cfg, start: int, stop: int, scales) -> tuple[pd.DataFrame | None, dict, dict]:
+    """Combinations [start, stop) priced: (their rows with predictions, or None when every one
+    repeats an earlier combination; the counters; the out-of-memory reasons counted)."""
     df = cfg.frame(start, stop)
     if not len(df):
-        return {"combinations": stop - start, "rows": 0, "fit": 0, "invalid": 0, "oom": 0}, {}
-    return _counts(_predict(df, None), stop - start)
+        return None, {"combinations": stop - start, "rows": 0, "fit": 0, "invalid": 0,
+                      "oom": 0}, {}
+    res = _predict(df, scales)
+    return (res, *_counts(res, stop - start))
 
 
 def sort_key(objective: str) -> tuple[list[str], list[bool]]:
@@ -132,16 +137,12 @@ def _eval_chunk(cfg, bid: int, start: int, stop: int, parts_dir: str, fp: str, o
     """One chunk (in the driver or a Ray worker): price it, write it as a part, return its
     manifest entry, its best `keep` rows and its frontier (none and no part when every
     combination of the chunk repeats an earlier one)."""
-    df = cfg.frame(start, stop)
-    if not len(df):
-        counts = {"combinations": stop - start, "rows": 0, "fit": 0, "invalid": 0, "oom": 0}
-        info = {"start": start, "stop": stop, "counts": counts, "reasons": {}}
+    res, counts, reasons = _priced(cfg, start, stop, scales)
+    info = {"start": start, "stop": stop, "counts": counts, "reasons": reasons}
+    if res is None:
         return {"file": "", "rows": 0, "sha256": "", **info}, pd.DataFrame(), pd.DataFrame()
-    res = _predict(df, scales)
-    counts, reasons = _counts(res, stop - start)
     top = rank(res, objective).head(keep)
     front = frontier(res)
-    info = {"start": start, "stop": stop, "counts": counts, "reasons": reasons}
     name = f"r{bid:06d}"
     path = Path(parts_dir) / f"{name}.parquet"
     try:
