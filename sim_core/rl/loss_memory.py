@@ -17,8 +17,8 @@ Two peaks are priced, and the training peak is the larger of them and the frame'
   larger than the update's where `logprob_batch_size` > 1 (NeMo RL `logprob_mb_tokens` =
   max_total_sequence_length x logprob_batch_size) or verl's `log_prob_max_token_len_per_gpu`
   exceeds `ppo_max_token_len_per_gpu`.
-Both leave out the LM head's gathered weight and the last layer's cached blocks (a lower bound
-of each phase). Rows of other frameworks and of Megatron workers are left as the frame prices
+Where the frame's peak is not its loss phase, the rebuilt update phase and the log-prob pass
+leave out the LM head's gathered weight and the last layer's cached blocks (lower bounds). Rows of other frameworks and of Megatron workers are left as the frame prices
 them (NaN here).
 
 NeMo RL, DTensor (FSDP2) worker (`policy.dtensor_cfg`), bytes per logit:
