@@ -23,8 +23,9 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import (dtensor_host, fsdp_experts, generation, hf_moe, host, moe_glu, moe_host, moe_skew,
-               nemo_rl, nemo_rl_host, skyrl, slime_train, verl, verl_calls, verl_megatron)
+from . import (dtensor_host, fsdp_experts, generation, hf_moe, host, loss_memory, moe_glu, moe_host,
+               moe_skew, nemo_rl, nemo_rl_host, skyrl, slime_train, verl, verl_calls,
+               verl_megatron)
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 
@@ -213,7 +214,8 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     """Seconds of the log-prob passes and of the update, and the training peak memory."""
     tf = training_frame(df, b)
     sim = simulate_frame(tf.reset_index(drop=True), profile)
-    mem = simulate_frame(training_frame(df, b, for_memory=True).reset_index(drop=True), profile)
+    tf_mem = training_frame(df, b, for_memory=True).reset_index(drop=True)
+    mem = simulate_frame(tf_mem, profile)
     step = sim["step_time_s"].to_numpy()
     # the optimizer on the host (Megatron `optimizer_cpu_offload`, `optimizer_offload_fraction`
     # f, as verl's DeepSeek-V3 recipe runs it): f of the optimizer states (12 B/param: fp32
@@ -331,7 +333,11 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
                                          sim["invalid_reason"].to_numpy(),
                                          mem["invalid_reason"].to_numpy()),
         # (verl's colocated Megatron trainer runs with expandable segments: verl_megatron.py)
-        "train_peak_gib": np.fmax(verl_megatron.training_peak_gib(b, tf, mem)
+        # the frameworks' own loss tensors over the logits, in the update and the log-prob
+        # passes, where larger than the frame's loss (loss_memory.py: NeMo RL DTensor, verl FSDP)
+        "train_peak_gib": np.fmax(loss_memory.training_peak(
+                                      b, tf_mem, mem, verl_megatron.training_peak_gib(b, tf, mem),
+                                      logprob_budget(df, b))
                                   - np.where(on_host, mem_states, 0.0),
                                   verl_megatron.training_peak_gib(b, tf, sim)
                                   - np.where(on_host, states, 0.0))
