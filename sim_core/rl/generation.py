@@ -52,7 +52,7 @@ import numpy as np
 from .. import nccl
 from ..columns import Batch
 from ..compute import roofline_gemm_efficiency
-from . import decode_stacks, engine_host, inputs
+from . import decode_stacks, engine_host, inputs, sglang_memory
 from .inputs import constants
 
 GRID = 48  # points over the tail of the length distribution
@@ -165,9 +165,11 @@ def batched_tokens(b: Batch) -> np.ndarray:
     return np.where(np.nan_to_num(own) > 0, own, float(k))
 
 
-def rollout_memory(b: Batch) -> dict:
+def rollout_memory(b: Batch, resident_gib=None) -> dict:
     """Per GPU of the rollout engine (bytes): weights, the profiling activation peak, the KV
-    cache vLLM allocates and the tokens it holds per replica."""
+    cache vLLM allocates and the tokens it holds per replica. SGLang rows follow SGLang's
+    `mem_fraction_static` (sglang_memory.py); resident_gib: what the colocated trainer keeps
+    on the GPU while the engine generates (SGLang's fraction applies to the memory left)."""
     g = b.rollout_tp * b.rollout_pp
     k = constants()["vllm"]
     w = weights_per_gpu(b)
@@ -188,10 +190,20 @@ def rollout_memory(b: Batch) -> dict:
     other = k["non_kv_overhead_gib"] * GIB
     budget = b.gpu_memory_utilization * b.hbm_gib * GIB
     kv = budget - w - act - other
+    peak = budget
+    rest = act + other
+    sg = b.rollout_engine == inputs.ENGINE.index("sglang")
+    if np.any(sg):
+        res = np.zeros(len(b)) if resident_gib is None else np.asarray(resident_gib, float)
+        dpa = np.maximum(expert_shards(b) / g, 1.0)
+        s = sglang_memory.memory(b, w, res, dpa, spec_tokens(b) > 0)
+        kv = np.where(sg, s["kv"], kv)
+        peak = np.where(sg, s["peak"], peak)
+        rest = np.where(sg, s["reserve"] + s["init"] + s["trainer_context"], rest)
     tokens = np.maximum(kv, 0.0) / kv_bytes_per_token_gpu(b)
-    return {"rollout_weights_gib": w / GIB, "rollout_activation_gib": (act + other) / GIB,
+    return {"rollout_weights_gib": w / GIB, "rollout_activation_gib": rest / GIB,
             "kv_cache_gib": kv / GIB, "kv_tokens": tokens,
-            "rollout_peak_gib": budget / GIB}
+            "rollout_peak_gib": peak / GIB}
 
 
 # ---- one decode step ----------------------------------------------------------------------
@@ -360,14 +372,14 @@ def prefill_time(b: Batch, prompt_tokens, prompt_len) -> np.ndarray:
 
 
 # ---- a step's generation ------------------------------------------------------------------
-def generate(b: Batch, overrides: dict | None = None) -> dict:
+def generate(b: Batch, overrides: dict | None = None, resident_gib=None) -> dict:
     """Generation phase of one RL step for every configuration.
 
     Returns seconds (gen_time_s with the length tail; gen_time_throughput_s as if the tail's
     idle slots were filled, what streaming asynchronous rollouts approach), prefill and decode
     apart, the concurrency the cache allows, the KV cache and the tokens generated."""
     k = decode_constants(overrides)
-    mem = rollout_memory(b)
+    mem = rollout_memory(b, resident_gib)
     reps = np.maximum(b.replicas, 1.0)
     n_seq = np.ceil(b.sequences / reps)  # sequences per replica (an even split of the batch)
     mx = np.maximum(b.response_max, 1.0)

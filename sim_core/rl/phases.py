@@ -97,6 +97,14 @@ def compose_step(asynchrony, g_tail, g_async, lp, up, sync, t_off, fixed_serial=
                      np.maximum(g_async, lp + up + prep) + sync)
 
 
+def _offloaded_gib(b, tr: dict, zero) -> np.ndarray:
+    """GiB of training states a colocated run moves off the GPU for generation: the
+    parameters with their gradient buffers (param_offload) and the optimizer's moved share."""
+    moved = refit_timer.optimizer_moved_share(b, zero >= 3)
+    return (b.offload_params * (tr["train_weights_gib"] + tr["train_grads_gib"])
+            + b.offload_optimizer * moved * tr["train_optimizer_gib"])
+
+
 def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFrame:
     """Predict one RL step for every row of `df` (columns of inputs.RL_COLUMNS plus the
     training layout as train_tp, train_pp, ...). Returns one row of predictions per row.
@@ -107,11 +115,16 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     (default_scales: NeMo RL's training passes); {} forces the white-box model."""
     df = df.reset_index(drop=True)
     b = inputs.to_batch(df)
-    gen = generation.generate(b)
     tr = training.passes(df, b, profile)
     ttp = _train(df, "train_tp")
     tpp = _train(df, "train_pp")
     zero = _train(df, "train_zero", 1.0)
+    colo = b.placement == 0
+    # what the colocated trainer keeps on the GPU while the engine generates (the states it
+    # does not offload, off_gib below): SGLang's mem_fraction_static applies to the memory
+    # left (sglang_memory.py); vLLM's share of the total does not depend on it
+    resident = np.where(colo, tr["train_states_gib"] - _offloaded_gib(b, tr, zero), 0.0)
+    gen = generation.generate(b, resident_gib=resident)
     # FSDP shards over every training rank: its data-parallel ranks times verl's Ulysses group
     # (verl v0.5.0 workers/fsdp_workers.py: the FSDP device_mesh spans the world, the Ulysses
     # (dp, sp) mesh only routes the data)
@@ -141,8 +154,7 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     # rid of grad buffers"; Megatron frees them, storage().resize_(0)), verl's recipes set
     # `megatron.grad_offload=${offload}` with `param_offload` (run_qwen3-235b_megatron_96gb.sh,
     # run_deepseek671b_math_megatron_80gb.sh ALL_OFFLOAD at v0.7.0): memory only, no copy priced
-    off_gib = (b.offload_params * (tr["train_weights_gib"] + tr["train_grads_gib"])
-               + b.offload_optimizer * moved * tr["train_optimizer_gib"])
+    off_gib = _offloaded_gib(b, tr, zero)
     # weights through pinned buffers at PCIe rate; optimizer states through pageable memory
     # (catalogs/rl.yaml pageable_slowdown: NeMo RL's `v.to("cpu")` and back)
     pinned = 2 * b.offload_params * tr["train_weights_gib"]
@@ -216,7 +228,6 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
          np.array([f"training: {r}" for r in tr["train_invalid_reason"]], dtype=object))
     valid = reason == ""
     hbm = b.hbm_gib
-    resident = np.where(colo, tr["train_states_gib"] - off_gib, 0.0)
     rollout_peak = resident + gen["rollout_peak_gib"]
     oom = np.full(len(df), "", dtype=object)
     oom = np.where(gen["kv_cache_gib"] <= 0, "rollout: weights and activations exceed "
