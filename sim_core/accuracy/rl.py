@@ -304,7 +304,7 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    # async run, GPUs per NVLink domain (blank: the GPU's cluster,
                    # inputs.to_batch), the training precision and its FP8 recipe
                    ("rollout_ep", 1), ("partial_rollout", True),
-                   ("use_rollout_log_probs", False), ("reuse_log_probs", False), ("spec_tokens", 0),
+                   ("use_rollout_log_probs", False), ("reuse_log_probs", False), ("spec_tokens", 0), ("spec_max_running", 0),
                    ("spec_acceptance", np.nan), ("kv_cache_bytes", 2),
                    ("gpus_per_node", np.nan), ("train_precision", "bf16"),
                    ("train_fp8_recipe", np.nan),

@@ -41,7 +41,8 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  # `max_num_seqs` (NeMo RL vllm_kwargs); GPUs per NVLink domain (inputs.py)
                  "rollout_ep", "max_num_seqs", "gpus_per_node",
                  # speculative decoding: drafted tokens per step (vLLM num_speculative_tokens)
-                 "spec_tokens",
+                 # and the running requests above which drafting stops (0: never stops)
+                 "spec_tokens", "spec_max_running",
                  # bytes per cached KV element (vLLM kv_cache_dtype: 2 auto/bf16, 1 fp8)
                  "kv_cache_bytes")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_eager",

@@ -226,7 +226,7 @@ def step_time(b: Batch, batch, ctx, k: dict, host: bool = True) -> np.ndarray:
     # speculative decoding: each sequence's step verifies its k drafted tokens with the last
     # accepted one (k + 1 query tokens through the GEMMs, the experts, TP and EP traffic; the
     # cache is read once per sequence), after k draft passes (spec_draft_cost)
-    spec_k = c(spec_tokens(b))
+    spec_k = np.where(spec_active(b, batch), c(spec_tokens(b)), 0.0)
     seqs = batch
     batch = batch * (1.0 + spec_k)
     tp, pp = c(b.rollout_tp), c(b.rollout_pp)
@@ -326,6 +326,18 @@ def spec_tokens(b: Batch) -> np.ndarray:
     return np.nan_to_num(np.asarray(b.get("spec_tokens", np.zeros(len(b))), dtype=float))
 
 
+def spec_active(b: Batch, batch) -> np.ndarray:
+    """Whether a replica running `batch` sequences drafts: speculative decoding on, and at most
+    `spec_max_running` requests running where the run sets that switch (0: no switch). batch:
+    (n,) or (n, G)."""
+    lim = np.nan_to_num(np.asarray(b.get("spec_max_running", np.zeros(len(b))), dtype=float))
+    batch = np.asarray(batch, dtype=float)
+    if batch.ndim == 2:
+        lim = lim[:, None]
+    on = spec_tokens(b) > 0
+    return (on[:, None] if batch.ndim == 2 else on) & ((lim <= 0) | (batch <= lim))
+
+
 def tokens_per_step(b: Batch) -> np.ndarray:
     """Tokens a sequence gains per decode step: 1 + a + a^2 + ... + a^k for k drafted tokens
     each accepted with probability a given the previous (the run's `spec_acceptance`, else
@@ -394,7 +406,11 @@ def generate(b: Batch, overrides: dict | None = None, resident_gib=None) -> dict
     conc = np.maximum(np.minimum(np.minimum(b.max_num_seqs, n_seq), cap), 1.0)
     # saturated part: the sequences beyond the last `conc`, at full concurrency
     sat_tokens = np.maximum(n_seq - conc, 0.0) * m1
-    t_sat = sat_tokens / conc * step_time(b, conc, inflight_ctx, k)
+    # speculative decoding: every step where the replica drafts advances a sequence by
+    # tokens_per_step tokens (spec_active: a switch may turn drafting off above a batch size)
+    tps = tokens_per_step(b)
+    tps_conc = np.where(spec_active(b, conc), tps, 1.0)
+    t_sat = sat_tokens / conc * step_time(b, conc, inflight_ctx, k) / tps_conc
     # tail: `conc` sequences shrinking as S(k) until < 1/2 remains expected
     last = np.minimum(n_seq, conc)
     # a synchronous step waits for the slowest replica: the tail lasts until under half a
@@ -407,16 +423,14 @@ def generate(b: Batch, overrides: dict | None = None, resident_gib=None) -> dict
     alive = last[:, None] * (p[:, None] + (1 - p[:, None]) * np.exp(-kk / th[:, None]))
     alive = np.where(kk > k_rep[:, None], np.maximum(alive, 1.0), alive)
     dk = (k_end / GRID)[:, None]
-    t_tail = (step_time(b, alive, b.prompt_len[:, None] + kk, k) * dk).sum(axis=1)
+    tps_tail = np.where(spec_active(b, alive), tps[:, None], 1.0)
+    t_tail = (step_time(b, alive, b.prompt_len[:, None] + kk, k) * dk / tps_tail).sum(axis=1)
     # prefill of the unique prompts of this replica (prefix caching shares a prompt's n copies)
     prompts = np.ceil(b.prompts_per_step / reps)
     t_pre = prefill_time(b, prompts * b.prompt_len, b.prompt_len)
     # speculative decoding: every step advances a sequence by tokens_per_step tokens
-    tps = tokens_per_step(b)
-    t_sat = t_sat / tps
-    t_tail = t_tail / tps
     decode = t_sat + t_tail
-    thr = n_seq * m1 / conc * step_time(b, conc, inflight_ctx, k) / tps
+    thr = n_seq * m1 / conc * step_time(b, conc, inflight_ctx, k) / tps_conc
     return {
         "gen_time_s": t_pre + decode,
         "gen_time_throughput_s": t_pre + thr,

@@ -117,6 +117,12 @@ RL_COLUMNS = {
     # a drafted token is accepted (NaN = catalogs/rl.yaml spec.acceptance)
     "spec_tokens": 0,
     "spec_acceptance": float("nan"),
+    # drafting only while at most this many requests run on the engine (0 = always): vLLM
+    # speculative_config `disable_by_batch_size` (V0 `speculative_disable_by_batch_size`: "disable
+    # speculative decoding for new incoming requests when the number of enqueued requests is
+    # larger than this value"); vLLM-Ascend's SAM "adaptive switch" (hicann/cann-recipes-train
+    # v0.1.0 docs/llm_rl/sam_decoding.md: drafts while at most 8 requests run)
+    "spec_max_running": 0,
     # fraction of the optimizer states kept on the host through the update, the optimizer
     # step run there (Megatron optimizer_cpu_offload + optimizer_offload_fraction)
     "optimizer_cpu_offload": 0.0,
