@@ -18,6 +18,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from .. import catalog
 from ..rl import generation
 from ..rl import inputs as rl_inputs
 from ..rl.phases import simulate_rl
@@ -373,7 +374,8 @@ def compare(t: pd.DataFrame, phase_scales=None) -> pd.DataFrame:
     ok = reason == ""
     pred = pd.DataFrame(index=range(len(df)),
                         columns=["step_time_s", "gen_share", "fits", "oom_reason",
-                                 "invalid_reason", "step_fixed_time_s"], dtype=object)
+                                 "invalid_reason", "step_fixed_time_s", "rollout_peak_gib",
+                                 "train_peak_gib"], dtype=object)
     phases = pred_phases(pd.DataFrame(), ok)
     if ok.any():
         p = simulate_rl(df[ok].reset_index(drop=True), phase_scales=phase_scales)
@@ -400,6 +402,12 @@ def compare(t: pd.DataFrame, phase_scales=None) -> pd.DataFrame:
         out[c] = v
     out["fits"] = pred.fits.where(ok, "-")
     out["oom_reason"] = pred.oom_reason.fillna("")
+    # the peaks behind the verdict (GiB per GPU: while generating, while training) and the
+    # GPU's memory: how near a verdict was (accuracy/rl_memory.py)
+    out["pred_rollout_peak_gib"] = pd.to_numeric(pred.rollout_peak_gib)
+    out["pred_train_peak_gib"] = pd.to_numeric(pred.train_peak_gib)
+    out["hbm_gib"] = [float(catalog.get_gpu(g).hbm_gib) if k else np.nan
+                      for g, k in zip(df.gpu, ok)]
     out["invalid_reason"] = pred.invalid_reason.fillna("")
     out["imputed"] = imputed
     out["skipped"] = reason

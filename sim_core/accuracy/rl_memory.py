@@ -20,8 +20,6 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from .. import catalog
-from ..rl.phases import simulate_rl
 from . import rl
 
 OUTCOMES = ("oom", "fits")
@@ -83,31 +81,15 @@ def compare(t: pd.DataFrame) -> pd.DataFrame:
     stated = t["oom_phase"].to_numpy()
     both = (stated != "") & (pred_phase != "")
     why = np.where(skipped != "", skipped, np.where(invalid != "", "invalid: " + invalid, ""))
-    peaks = _peaks(t.drop(columns=["outcome", "oom_phase"]))
+    # the predicted peaks behind each verdict (GiB per GPU) and the GPU's memory, from the same
+    # pricing: the margin a verdict had says how near it was
+    peaks = {c: cmp[c] for c in ("pred_rollout_peak_gib", "pred_train_peak_gib", "hbm_gib")}
     return pd.DataFrame({
         "model": cmp["model"], "gpu": cmp["gpu"], "num_gpus": cmp["num_gpus"],
         "source": cmp["source"], "outcome": outcome, "predicted": pred,
         "verdict": verdict, "oom_phase": stated, "pred_phase": pred_phase,
         "phase_agrees": np.where(both, stated == pred_phase, None),
         "oom_reason": reason, "why": why, **peaks, "imputed": cmp["imputed"]})
-
-
-def _peaks(t: pd.DataFrame) -> dict:
-    """The predicted peaks behind each verdict (GiB per GPU): while generating (resident
-    training states + the engine's share, rl/phases.py) and while training, and the GPU's
-    usable memory, NaN where the row is not priced. Priced again from the same frame
-    `rl.compare` builds: the margin a verdict had says how near it was."""
-    df, _, reason = rl.to_frame(t)
-    ok = reason == ""
-    out = {c: np.full(len(t), np.nan) for c in ("pred_rollout_peak_gib", "pred_train_peak_gib",
-                                                 "hbm_gib")}
-    if ok.any():
-        p = simulate_rl(df[ok].reset_index(drop=True))
-        idx = np.flatnonzero(ok)
-        out["pred_rollout_peak_gib"][idx] = p["rollout_peak_gib"].to_numpy(dtype=float)
-        out["pred_train_peak_gib"][idx] = p["train_peak_gib"].to_numpy(dtype=float)
-        out["hbm_gib"][idx] = [catalog.get_gpu(g).hbm_gib for g in df.gpu[ok]]
-    return out
 
 
 def summary(cmp: pd.DataFrame) -> dict:

@@ -428,7 +428,6 @@ def generate(b: Batch, overrides: dict | None = None, resident_gib=None) -> dict
     # prefill of the unique prompts of this replica (prefix caching shares a prompt's n copies)
     prompts = np.ceil(b.prompts_per_step / reps)
     t_pre = prefill_time(b, prompts * b.prompt_len, b.prompt_len)
-    # speculative decoding: every step advances a sequence by tokens_per_step tokens
     decode = t_sat + t_tail
     thr = n_seq * m1 / conc * step_time(b, conc, inflight_ctx, k) / tps_conc
     return {

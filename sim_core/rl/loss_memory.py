@@ -18,8 +18,8 @@ Two peaks are priced, and the training peak is the larger of them and the frame'
   max_total_sequence_length x logprob_batch_size) or verl's `log_prob_max_token_len_per_gpu`
   exceeds `ppo_max_token_len_per_gpu`.
 Where the frame's peak is not its loss phase, the rebuilt update phase and the log-prob pass
-leave out the LM head's gathered weight and the last layer's cached blocks (lower bounds). Rows of other frameworks and of Megatron workers are left as the frame prices
-them (NaN here).
+leave out the LM head's gathered weight and the last layer's cached blocks (lower bounds).
+Rows of other frameworks and of Megatron workers are left as the frame prices them (NaN here).
 
 NeMo RL, DTensor (FSDP2) worker (`policy.dtensor_cfg`), bytes per logit:
 - log-prob pass, TP 1: the bf16 logits (2, held by `outputs`) + their fp32 copy (4) + the
@@ -68,7 +68,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import frameworks, memory, specs
+from .. import memory
 from . import nemo_rl, verl
 from .inputs import train_col
 
@@ -105,9 +105,9 @@ def bytes_per_logit(b, tf: pd.DataFrame) -> dict:
     tp_on = train_col(tf, "tp") > 1
     nemo = nemo_rl.dtensor_rows(b, tf)
     ver = verl.active(b, tf)
+    pre_fix = v < NEMO_RL_FIX_VERSION
     out = {}
     for phase in ("update", "log_prob"):
-        pre_fix = v < NEMO_RL_FIX_VERSION
         nr = np.select([tp_on & pre_fix, tp_on & ~pre_fix, ~tp_on & pre_fix],
                        [NEMO_RL_DTENSOR[(phase, True, True)],
                         NEMO_RL_DTENSOR[(phase, True, False)],
@@ -135,9 +135,7 @@ def logprob_tokens(b, tf: pd.DataFrame, update_tokens: np.ndarray,
 def _frame_loss_bytes(tf: pd.DataFrame) -> np.ndarray:
     """The bytes per logit the memory frame already reserves at its loss (memory.py
     LOSS_SEGMENT_BYTES of the loss_impl the frame resolves to)."""
-    resolved = frameworks.resolve_frame(tf.reset_index(drop=True))
-    idx = pd.Categorical(resolved["loss_impl"].astype(str), categories=specs.LOSS_IMPL).codes
-    return np.where(idx >= 0, memory.LOSS_SEGMENT_BYTES[np.maximum(idx, 0)], 0.0)
+    return memory.LOSS_SEGMENT_BYTES[nemo_rl.loss_impl_index(tf)]
 
 
 def peaks_gib(b, tf_mem: pd.DataFrame, mem: pd.DataFrame, verl_budget: np.ndarray) -> dict:

@@ -62,14 +62,22 @@ LOGPROB_BYTES_BF16 = 24.0
 LOGPROB_BYTES_FP32 = 54.0
 
 
-def _sim_loss_bytes(tf: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The loss bytes per logit the pre-training step already prices (forward, backward), for
-    the loss implementation the training frame resolves to (framework profile default)."""
+def loss_impl_index(tf: pd.DataFrame) -> np.ndarray:
+    """Per row of a training frame, the index (specs.LOSS_IMPL order) of the loss
+    implementation it resolves to (its own, else the framework profile's default): what the
+    pre-training step prices at the loss, as traffic (workload) and as memory (memory.py)."""
     resolved = frameworks.resolve_frame(tf.reset_index(drop=True))
     impl = resolved["loss_impl"].astype(str)
     idx = pd.Categorical(impl, categories=specs.LOSS_IMPL).codes.astype(np.int64)
     if (idx < 0).any():
         raise ValueError(f"loss_impl {impl[idx < 0].iloc[0]!r} is not in {specs.LOSS_IMPL}")
+    return idx
+
+
+def _sim_loss_bytes(tf: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The loss bytes per logit the pre-training step already prices (forward, backward), for
+    the loss implementation the training frame resolves to (framework profile default)."""
+    idx = loss_impl_index(tf)
     return workload.LOSS_TRAFFIC_FWD[idx], workload.LOSS_TRAFFIC_BWD[idx]
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..engine.rl import OBJECTIVES
 from ..errors import SweepError
 from ..results.store import DATASET_META, RESULTS_NAME
 from .report import _plt, _png, html_table, md_table, save_report, stacked_bars
@@ -62,8 +63,8 @@ def load(run_dir: str | Path) -> dict:
 
 # `sweep recommend --objective` on RL results: the ranking's column and direction (throughput
 # is tokens per second per GPU, as for pre-training)
-RL_OBJECTIVES = {"step_time": ("step_time_s", True), "cost": ("cost_per_1000_steps", True),
-                 "throughput": ("tokens_per_s_per_gpu", False)}
+RL_OBJECTIVES = {"step_time": OBJECTIVES["step_time"], "cost": OBJECTIVES["cost"],
+                 "throughput": OBJECTIVES["tokens_per_gpu"]}
 
 
 def choose(ranking: pd.DataFrame, objective: str | None = None, max_gpus: int | None = None,
