@@ -52,9 +52,15 @@ def test_nemo_rl_counts_read_in_the_code():
     assert r.phase_cleanup_time_s[0] == pytest.approx(3 * GC + 4 * EC)
     # Megatron colocated: 2 + 2 around the refit (+1 + 1 streamed), 1 + 2 before the phases
     assert r.step_fixed_time_s[1] == pytest.approx(sw + 4 * GC + 5 * EC)
-    # v0.3's controller refit: no stream, no extra pair
-    old = run({**nemo, "rl_framework_version": 0.3})
-    assert old.refit_cleanup_time_s[0] == pytest.approx(3 * GC + 3 * EC)
+    # v0.3's controller refit (v0.3.0 workers): no stream pair, but DTensor cleans 5 + 5
+    # (prepare_weights_for_ipc's move_to_cuda, offload_after_refit's closing pair) and
+    # Megatron 3 + 3 (offload_after_refit's closing pair); the phase side is unchanged
+    old = run({**nemo, "rl_framework_version": 0.3},
+              {**nemo, "train_zero": 1, "rl_framework_version": 0.3})
+    assert old.refit_cleanup_time_s[0] == pytest.approx(5 * GC + 5 * EC)
+    assert old.refit_cleanup_time_s[1] == pytest.approx(3 * GC + 3 * EC)
+    assert old.phase_cleanup_time_s[0] == pytest.approx(r.phase_cleanup_time_s[0])
+    assert old.phase_cleanup_time_s[1] == pytest.approx(1 * GC + 2 * EC)
     # SGLang: no vLLM sleep mode priced (torch_memory_saver has no published figure)
     assert r.engine_sleep_wake_fixed_s[2] == 0
     assert r.step_fixed_time_s[2] == pytest.approx(6 * GC + 7 * EC)

@@ -53,15 +53,24 @@ VERL = RL_FRAMEWORK.index("verl")
 # `refit_policy_generation` calls them when `colocated_inference`).
 # `prepare_for_lp_inference` = `move_to_cuda` (1 + 1) and its own 1 + 1; `prepare_for_training`
 # = `move_to_cuda` (1 + 1) and one more empty_cache -> phase side 3 + 4, every placement (grpo.py
-# calls both every step). v0.3.1 runs one more of each in `offload_after_refit`; the current
-# code's counts are used.
+# calls both every step).
 NEMO_DTENSOR_REFIT = (3, 3)
+# Before the streamed refit (v0.2.1 to v0.3.1, the controller path: refit_host.streams False)
+# the refit side cleans more (dtensor_policy_worker.py at v0.3.0, the same at v0.2.1 and
+# v0.3.1): `offload_before_refit` 1 + 1, `prepare_weights_for_ipc` calls `move_to_cuda` (1 + 1),
+# `offload_after_refit` = `move_to_cpu` (1 + 1), `offload_before_refit` again (1 + 1) and its
+# own closing pair (1 + 1) -> 5 + 5. The phase side is the same as now (3 + 4).
+NEMO_DTENSOR_REFIT_V03 = (5, 5)
 NEMO_DTENSOR_PHASES = (3, 4)
 # NeMo RL Megatron worker (megatron_policy_worker.py at 29f58809): `offload_before_refit` 1 + 1,
 # `offload_after_refit` calls it again -> 2 + 2; `prepare_for_lp_inference` 1 + 1,
 # `prepare_for_training` one empty_cache at `empty_unused_memory_level` >= 1 (the recipes'
 # default 1, grpo_math_1B_megatron.yaml) -> 1 + 2.
 NEMO_MEGATRON_REFIT = (2, 2)
+# v0.3.0 / v0.3.1 (megatron_policy_worker.py): `offload_after_refit` also ends with its own
+# `gc.collect()` + `empty_cache()` after rerunning `offload_before_refit` -> 3 + 3; the phase
+# side is the same (`prepare_for_lp_inference` 1 + 1, `prepare_for_training` one empty_cache).
+NEMO_MEGATRON_REFIT_V03 = (3, 3)
 NEMO_MEGATRON_PHASES = (1, 2)
 # verl (v0.4.1 and v0.5.0): the rollout sharding manager's `__enter__` empties the cache before
 # the state_dict and again between the two wake-ups, `__exit__` once after the sleep, and the
@@ -143,8 +152,14 @@ def fixed_time(b, fsdp: np.ndarray) -> dict:
         return calls[0] * gc + calls[1] * ec
 
     engine = np.where(colo & vllm & (nemo | verl), sleep_wake_fixed_s(), 0.0)
-    nemo_refit = (np.where(fsdp, cost(NEMO_DTENSOR_REFIT), cost(NEMO_MEGATRON_REFIT))
-                  + np.where(refit_host.streams(b) & vllm, cost(NEMO_STREAM_REFIT), 0.0))
+    # the release decides the counts: the streamed refit (v0.4.0 on, or not stated) cleans as
+    # the current code does, plus the stream's closing pair; the controller path (before 0.4) as
+    # v0.3.x does
+    streams = refit_host.streams(b)
+    current = (np.where(fsdp, cost(NEMO_DTENSOR_REFIT), cost(NEMO_MEGATRON_REFIT))
+               + np.where(vllm, cost(NEMO_STREAM_REFIT), 0.0))
+    v03 = np.where(fsdp, cost(NEMO_DTENSOR_REFIT_V03), cost(NEMO_MEGATRON_REFIT_V03))
+    nemo_refit = np.where(streams, current, v03)
     verl_refit = cost(VERL_ROLLOUT)
     refit = np.where(colo & nemo, nemo_refit, np.where(colo & verl & vllm, verl_refit, 0.0))
     nemo_phase = np.where(fsdp, cost(NEMO_DTENSOR_PHASES), cost(NEMO_MEGATRON_PHASES))
