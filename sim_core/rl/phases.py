@@ -136,7 +136,7 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     # NeMo RL's colocated refit: the per-tensor collectives, Python and controller entries
     # (refit_host.py); groups are sized on the memory free once the optimizer is offloaded and
     # the engine's weights are woken
-    # (NeMo RL's Megatron offload leaves the fp32 main parameters on the GPU: refit_timer.py)
+    # (what NeMo RL's Megatron offload leaves of the simulator's 12 B: refit_timer.py)
     moved = refit_timer.optimizer_moved_share(b, zero >= 3)
     kept_opt = b.offload_optimizer * (1.0 - moved) * tr["train_optimizer_gib"]
     free = (b.hbm_gib - tr["train_weights_gib"] - gen["rollout_weights_gib"]

@@ -13,9 +13,16 @@ is stale, every step), which, colocated, runs in order:
    state tensors moved to the host one by one with `v.to("cpu")` (pageable host memory), then
    `gc.collect()` + `torch.cuda.empty_cache()`. Megatron (`megatron_policy_worker.py`):
    `optimizer._get_state()` is the inner Adam's `state` (Megatron-LM
-   megatron/core/optimizer/optimizer.py `_get_state`), the two moments; the fp32 main
-   parameters of the distributed optimizer are not in it and stay on the GPU. DTensor
-   (`dtensor_policy_worker.py`): AdamW's moments likewise;
+   megatron/core/optimizer/optimizer.py `_get_state`). NeMo RL's Megatron recipes set
+   `use_precision_aware_optimizer: true` (examples/configs/grpo_math_1B_megatron.yaml, which
+   every Megatron recipe inherits, v0.3.0 to main), under which the distributed optimizer
+   keeps no fp32 main copy of its own (distrib_optimizer.py `if not
+   config.use_precision_aware_optimizer`, Megatron-LM 2ff0f099) and the inner Adam is TE's
+   FusedAdam with `master_weights` and `store_param_remainders` (optimizer/__init__.py,
+   optimizer_config.py: default True from TE 2.1; NeMo RL v0.3.0 pins TE 2.3): its `state`
+   holds the moments (4 + 4 B) and the 16-bit remainders of the fp32 main parameters (2 B),
+   so the whole optimizer leaves the GPU. DTensor (`dtensor_policy_worker.py`): AdamW's
+   state likewise;
 2. `policy_generation.prepare_for_generation(tags=["weights"])`: vLLM's `wake_up` of the
    weights (mapped back and copied in from pinned host memory);
 3. the transfer, group by group (`prepare_weights_for_ipc`, `get_weights_ipc_handles`,
@@ -38,8 +45,9 @@ pageable ones slowed by `catalogs/rl.yaml pageable_slowdown`, as `phases.py` mov
 
 Byte split by backend, against the simulator's training states (`training.py`:
 `train_weights_gib` bf16, `train_optimizer_gib` 12 B per parameter = fp32 main copy + two
-moments): Megatron's offload moves 8 of the 12 B (`ADAM_MOMENT_SHARE`) pageable and the bf16
-weights pinned; DTensor's moves the fp32 parameters (the model is loaded in float32,
+moments): Megatron's offload moves 10 B (`PRECISION_AWARE_SHARE` of the 12: the moments and
+the main parameters' remainders; the simulator's 12 B count is 2 B high for this optimizer,
+and those 2 B stay counted as resident) pageable and the bf16 weights pinned; DTensor's moves the fp32 parameters (the model is loaded in float32,
 `dtensor_policy_worker.py` "Always load the model in float32 to keep master weights in
 float32", mixed precision casts to bf16 per forward) and the moments, the whole 12 B,
 pageable, and has no separate bf16 copy.
@@ -60,20 +68,21 @@ from .inputs import RL_FRAMEWORK, constants
 
 NEMO_RL = RL_FRAMEWORK.index("nemo_rl")
 GIB = 2.0 ** 30
-# the Adam moments' share of the 12 B per parameter of mixed-precision Adam (exp_avg and
-# exp_avg_sq, 4 + 4 B, of fp32 main 4 + moments 8)
-ADAM_MOMENT_SHARE = 8.0 / 12.0
+# what NeMo RL's Megatron offload moves of the simulator's 12 B per parameter (fp32 main 4 +
+# moments 8): TE FusedAdam's state under the precision-aware optimizer, exp_avg and exp_avg_sq
+# (4 + 4 B) and the int16 remainders of the fp32 main parameters (2 B) (module docstring)
+PRECISION_AWARE_SHARE = 10.0 / 12.0
 
 
 def optimizer_moved_share(b, fsdp) -> np.ndarray:
     """The share of the simulator's optimizer states (`train_optimizer_gib`, 12 B per
     parameter) a run's offload moves to the host: NeMo RL's Megatron worker moves the inner
-    Adam's `state` only, the two moments (module docstring, item 1), and leaves the
-    distributed optimizer's fp32 main parameters on the GPU; everything else here moves the
-    whole (NeMo RL DTensor: fp32 parameters and moments, the same 12 B)."""
+    Adam's `state`, which under its recipes' precision-aware optimizer is the moments and the
+    main parameters' 16-bit remainders, 10 B (module docstring, item 1); everything else here
+    moves the whole (NeMo RL DTensor: fp32 parameters and moments, the same 12 B)."""
     n = len(b.placement)
     fsdp = np.asarray(fsdp, bool) * np.ones(n, bool)
-    return np.where((b.rl_framework == NEMO_RL) & ~fsdp, ADAM_MOMENT_SHARE, 1.0)
+    return np.where((b.rl_framework == NEMO_RL) & ~fsdp, PRECISION_AWARE_SHARE, 1.0)
 
 
 def timer(b, fsdp, sync, wake_bytes_s, train_weights_gib, train_optimizer_gib,
