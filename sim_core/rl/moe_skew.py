@@ -47,6 +47,7 @@ Megatron MoE rows, true elsewhere) says a run balanced its router.
 from __future__ import annotations
 
 import functools
+from importlib import resources
 from types import SimpleNamespace
 
 import numpy as np
@@ -56,13 +57,27 @@ from scipy.optimize import brentq
 from .. import moe
 from .inputs import RL_FRAMEWORK, fsdp, stated_flag, train_col
 
-# TensorRT-LLM examples/wide_ep/ep_load_balancer/README.md at commit 2a595f81 (full hash in
-# the URL), "Step 1" report_load_statistics.py output: DeepSeek-R1, --ep 32, no EPLB
-MEASURED = {"experts": 256, "ep": 32, "imbalance_ratio": 1.564272,
-            "url": "https://github.com/NVIDIA/TensorRT-LLM/blob/"
-                   "2a595f8157669fce7999f2098fbe32d8263981f0/"
-                   "examples/wide_ep/ep_load_balancer/README.md"}
+# published per-rank loads (data/rl/ep_load_published.csv): TensorRT-LLM's DeepSeek-R1 EP32 row
+# is the default, cann-recipes-train's Qwen3-30B EP16 row stands for the Qwen3 MoE routers
+PUBLISHED = "data/rl/ep_load_published.csv"
+# frameworks whose Megatron MoE configs train the router without balancing (see the docstring);
+# verl only for the models its config_converter builds with load balancing "none" (not MLA)
 UNBALANCED_FRAMEWORKS = ("nemo_rl", "slime", "skyrl")
+VERL_UNBALANCED = "verl"
+
+
+@functools.lru_cache(maxsize=1)
+def published() -> pd.DataFrame:
+    """The published per-rank loads, one row per measurement; `routers` lists the catalog
+    models each stands for (blank: the default for every other model)."""
+    t = pd.read_csv(resources.files("sim_core").joinpath(PUBLISHED))
+    need = {"experts", "ep", "busiest_over_mean", "routers", "url"}
+    missing = need - set(t.columns)
+    if missing:
+        raise ValueError(f"{PUBLISHED}: missing columns {sorted(missing)}")
+    if t["routers"].isna().sum() != 1:
+        raise ValueError(f"{PUBLISHED}: exactly one row must leave `routers` blank (the default)")
+    return t
 
 
 def load_factor(experts, ep, alpha) -> np.ndarray:
@@ -79,21 +94,35 @@ def load_factor(experts, ep, alpha) -> np.ndarray:
     return moe.expert_load_factor(b)
 
 
-@functools.lru_cache(maxsize=1)
-def exponent() -> float:
-    """The Zipf exponent at which the core's law gives the measured busiest-rank load
-    (1 + imbalance ratio) at the measured experts and EP size."""
-    target = 1.0 + MEASURED["imbalance_ratio"]
-    return float(brentq(lambda a: load_factor(MEASURED["experts"], MEASURED["ep"], a)[0] - target,
-                        1e-3, 5.0, xtol=1e-9))
+@functools.lru_cache(maxsize=None)
+def _fit(experts: float, ep: float, busiest: float) -> float:
+    return float(brentq(lambda a: load_factor(experts, ep, a)[0] - busiest, 1e-3, 5.0,
+                        xtol=1e-9))
+
+
+def exponent(model: str | None = None) -> float:
+    """The Zipf exponent at which the core's law gives the published busiest-rank load (max /
+    mean) at that measurement's experts and EP size: the measurement whose `routers` name
+    `model`, else the default row's (TensorRT-LLM's DeepSeek-R1)."""
+    t = published()
+    key = str(model).strip().lower() if model is not None else None
+    hit = t[t["routers"].fillna("").str.lower().str.split(";").apply(lambda r: key in r)] \
+        if key else t.iloc[:0]
+    row = (hit if len(hit) else t[t["routers"].isna()]).iloc[0]
+    return _fit(float(row.experts), float(row.ep), float(row.busiest_over_mean))
 
 
 def unbalanced(df: pd.DataFrame, b, tf: pd.DataFrame) -> np.ndarray:
     """Rows whose router trains without load balancing: Megatron-Core (not FSDP) MoE rows with
-    EP > 1 under NeMo RL, slime or SkyRL, unless `train_moe_router_balanced` says otherwise."""
+    EP > 1 under NeMo RL, slime or SkyRL, and under verl for the models its config_converter
+    builds with `moe_router_load_balancing_type="none"` (all but the MLA / DeepSeek-V3 ones),
+    unless `train_moe_router_balanced` says otherwise."""
     fw = np.isin(b.rl_framework, [RL_FRAMEWORK.index(f) for f in UNBALANCED_FRAMEWORKS])
+    verl_none = (np.asarray(b.rl_framework) == RL_FRAMEWORK.index(VERL_UNBALANCED)) \
+        & (np.asarray(b.mla) == 0)
     ep = train_col(tf, "ep")
-    default = fw & ~fsdp(tf) & (np.asarray(b.experts) > 0) & (np.nan_to_num(ep, nan=1.0) > 1)
+    default = (fw | verl_none) & ~fsdp(tf) & (np.asarray(b.experts) > 0) \
+        & (np.nan_to_num(ep, nan=1.0) > 1)
     if "train_moe_router_balanced" not in df.columns:
         return default
     # a stated `train_moe_router_balanced: false` turns it on where the framework default is off
@@ -102,6 +131,11 @@ def unbalanced(df: pd.DataFrame, b, tf: pd.DataFrame) -> np.ndarray:
 
 
 def skew(df: pd.DataFrame, b, tf: pd.DataFrame) -> np.ndarray:
-    """The training frame's `expert_skew` per row: `exponent()` where the router is unbalanced,
-    0 (the core's balanced routing) elsewhere."""
-    return np.where(unbalanced(df, b, tf), exponent(), 0.0)
+    """The training frame's `expert_skew` per row: `exponent(model)` where the router is
+    unbalanced (the measurement of that model's router family, else the default), 0 (the
+    core's balanced routing) elsewhere."""
+    models = df["model"].astype(str) if "model" in df.columns else pd.Series([""] * len(df))
+    codes, uniq = pd.factorize(models)  # one lookup per distinct model
+    alpha = np.array([exponent(m) for m in uniq], dtype=float)[codes] if len(uniq) \
+        else np.zeros(len(df))
+    return np.where(unbalanced(df, b, tf), alpha, 0.0)
