@@ -1,5 +1,5 @@
 """Uneven expert-parallel load when an RL framework trains an MoE model without load balancing:
-the training frame's routing skew (`expert_skew`), set from a published per-rank measurement.
+the training frame's routing skew (`expert_skew`), set from published per-rank measurements.
 
 Why: the pre-training step prices balanced routing (expert_skew 0; pre-training runs train with
 a balancing loss or force-balanced routing, sim_core/moe.py). RL frameworks train the router
@@ -16,32 +16,47 @@ experts.py at Megatron-LM 2ff0f099). Read at the rows' versions:
   `--moe-aux-loss-coeff 0` (the aux loss is computed and scaled by 0);
 - SkyRL's GLM-4.7-Flash Megatron run (scripts/glm47_h200/02_train_4x8_h200.sh at 0355eb7d):
   `moe_aux_loss_coeff=0.0`, `moe_router_enable_expert_bias=true` with
-  `moe_router_bias_update_rate=0` (the pretrained bias is kept, not updated).
+  `moe_router_bias_update_rate=0` (the pretrained bias is kept, not updated);
+- verl's Megatron workers build the model's TransformerConfig in
+  verl/models/mcore/config_converter.py (same at v0.6.0, v0.7.0 and 448c6c35, the commit the
+  Ascend recipes cherry-pick): `hf_to_mcore_config_qwen2moe`, `_mixtral` and `_qwen3moe` set
+  `moe_router_load_balancing_type="none"` ("turn off aux_loss as it hurts perf in RL"):
+  unbalanced; `hf_to_mcore_config_dpskv3` (DeepSeek-V3, MLA) sets `seq_aux_loss` and
+  `moe_router_enable_expert_bias` with `moe_router_bias_update_rate` 0.001 (the
+  aux-loss-free bias updated every step): left balanced, as the rule reads balancing terms.
 None sets `moe_expert_capacity_factor`, so Megatron-Core routes dropless (its default None):
-imbalance costs time, not tokens. verl's Megatron workers are left balanced here: their router
-settings at the rows' commits were not read.
+imbalance costs time, not tokens.
 
-The measured imbalance (`MEASURED`): TensorRT-LLM's `examples/wide_ep/ep_load_balancer/
-README.md` (commit 2a595f81) counts the routed copies per EP rank of DeepSeek-R1 (256 experts,
-8 per rank, aux-loss-free bias frozen at inference) over 100 iterations on 32-way EP, mean 1,024
-copies per rank: imbalance ratio (max - mean) / mean averaged over layers and iterations
-**1.564** (per layer 0.46 to 2.46), i.e. the busiest rank holds 2.56x the mean. At ~1,000
-copies per rank the counting noise is ~3% (sqrt(1024) / 1024), so the figure is the router's
-systematic preference, which does not shrink with more tokens per micro-batch.
+The measured imbalance (`published()`, data/rl/ep_load_published.csv): the busiest rank's load
+over the mean, per measurement, with the catalog models whose router it stands for.
+- Default: TensorRT-LLM's `examples/wide_ep/ep_load_balancer/README.md` (commit 2a595f81)
+  counts the routed copies per EP rank of DeepSeek-R1 (256 experts, 8 per rank, aux-loss-free
+  bias frozen at inference) over 100 iterations on 32-way EP, mean 1,024 copies per rank:
+  imbalance ratio (max - mean) / mean averaged over layers and iterations **1.564** (per layer
+  0.46 to 2.46), i.e. the busiest rank holds 2.56x the mean. At ~1,000 copies per rank the
+  counting noise is ~3% (sqrt(1024) / 1024), so the figure is the router's systematic
+  preference, which does not shrink with more tokens per micro-batch.
+- Qwen3 MoE routers (qwen3-30b-a3b, qwen3-235b-a22b: 128 experts, top-8 softmax):
+  hicann/cann-recipes-train's Qwen3-235B RL report (tag v0.1.0, sec. 2.3.2, experiment 1)
+  prints the tokens each of 16 EP ranks' experts received during a Qwen3-30B rollout on gsm8k
+  (real weights, 8 experts per rank, counts summed over ~1,000 iterations): max / mean 1.574,
+  1.836 and 1.613 in layers 0, 20 and 47, **1.674** on average.
 
-From that figure to other shapes with the core's own law (moe.expert_load_factor: Zipf
+From a figure to other shapes with the core's own law (moe.expert_load_factor: Zipf
 popularity over the experts, the hottest expert's rank carrying its share plus an average share
 for its other local experts): the exponent that reproduces 2.564 at 256 experts / EP 32 is
-0.637 (`exponent()`), which gives 1.45 for Qwen3-30B-A3B (128 experts) on EP 8 and 1.58 for
-GLM-4.7-Flash (64 experts) on EP 8. The core then prices the busiest rank's expert GEMM rows,
-permutation bytes and all-to-all bytes at that load (workload.py, moe.dispatch_bytes), in the
-update and in the log-prob passes, and the busiest rank's MoE activation memory.
+0.637 (`exponent()`), which gives 1.58 for GLM-4.7-Flash (64 experts) on EP 8; the one that
+reproduces 1.674 at 128 / EP 16 is 0.533 (`exponent("qwen3-30b-a3b")`), which gives 1.315 on
+EP 8 and 2.394 on EP 32 (the DeepSeek-R1 exponent would give 1.45 and 3.01). The core then
+prices the busiest rank's expert GEMM rows, permutation bytes and all-to-all bytes at that load
+(workload.py, moe.dispatch_bytes), in the update and in the log-prob passes, and the busiest
+rank's MoE activation memory.
 
-Limits, said plainly: one measured model (DeepSeek-R1, inference, a trtllm-bench dataset whose
-content the README does not give), carried to other models and EP sizes through the Zipf law;
-no per-rank load of Qwen3-30B-A3B or GLM-4.7-Flash at RL shapes was found published. Optional
-row column `train_moe_router_balanced` (true/false; blank: false for NeMo RL, slime and SkyRL
-Megatron MoE rows, true elsewhere) says a run balanced its router.
+Limits, said plainly: two measured models, both at inference over many sequences (a training
+micro-batch of one or a few sequences is likely more uneven), carried to other EP sizes through
+the Zipf law; no per-rank load at RL training shapes was found published. Optional row column
+`train_moe_router_balanced` (true/false; blank: false for NeMo RL, slime and SkyRL Megatron
+MoE rows and verl's non-MLA ones, true elsewhere) says a run balanced its router.
 """
 
 from __future__ import annotations
