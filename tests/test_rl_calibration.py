@@ -86,7 +86,9 @@ def test_shipped_fit_matches_what_validate_reports_per_phase(data):
         # exp(median log(meas/pred)) against validate's median pred/meas (even counts: the
         # two middle ratios averaged geometrically vs arithmetically)
         assert cal.scales[name] == pytest.approx(1 / ph[name]["median_ratio"], rel=0.05)
-    assert cal.scales["update"] > 1.5  # the model prices the update at about half
+    # the model prices the white-box update short (x1.5+ before the unbalanced verl Qwen3-MoE
+    # routers were priced, x1.35 after: docs/rl.md "Uneven EP load")
+    assert cal.scales["update"] > 1.2
     assert cal.rows["weight sync"] == int(np.isfinite(data.meas["weight sync"]).sum())
     assert len(cal.fold_scales) == 23  # one fold per source (batch 10: 19 -> 23)
 

@@ -131,3 +131,15 @@ def test_run_file_states_the_framework_and_the_engine_step():
     data["rollout"]["max_num_batched_tokens"] = 0
     with pytest.raises(ConfigError, match="rollout.max_num_batched_tokens"):
         parse_rl(data)
+
+
+def test_skyrl_megatron_rows_run_sequence_parallel_with_tp():
+    # SkyRL f6bf2f91 megatron_worker.py L300: `provider.sequence_parallel = tp > 1`; a run table
+    # that leaves the column blank gets it (NeMo RL's default stays off, Megatron drops it at TP 1)
+    from sim_core.accuracy import rl
+    t = pd.DataFrame([dict(model="qwen3-30b-a3b", gpu="h100-sxm", num_gpus=8,
+                           train_backend="megatron", rl_framework=fw, train_tp=tp, train_ep=8,
+                           prompts_per_step=8, responses_per_prompt=8, step_time_s=100)
+                      for fw, tp in (("skyrl", 4), ("skyrl", 1), ("nemo_rl", 4), ("verl", 4))])
+    df, _, _ = rl.to_frame(t)
+    assert df["train_sequence_parallel"].tolist() == [True, False, False, True]

@@ -352,10 +352,14 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
         else pd.Series(np.nan, index=t.index)
     fw = df["rl_framework"] if "rl_framework" in df.columns \
         else pd.Series("verl", index=t.index)
-    verl_mcore = fw.eq("verl").to_numpy() & backend.eq("megatron").to_numpy()
+    # SkyRL's Megatron worker sets it whenever TP > 1 (NovaSky-AI/SkyRL f6bf2f91
+    # skyrl/backends/skyrl_train/workers/megatron/megatron_worker.py L300
+    # `provider.sequence_parallel = megatron_config.tensor_model_parallel_size > 1`)
+    on_by_default = fw.isin(["verl", "skyrl"]).to_numpy() & backend.eq("megatron").to_numpy()
     # (Megatron turns it off at TP 1: megatron/training/arguments.py `if
     # args.tensor_model_parallel_size == 1: args.sequence_parallel = False`)
-    df["train_sequence_parallel"] = np.where(sp.notna(), sp.astype(object).eq(True), verl_mcore) \
+    df["train_sequence_parallel"] = np.where(sp.notna(), sp.astype(object).eq(True),
+                                             on_by_default) \
         & (pd.to_numeric(df["train_tp"]).fillna(1).to_numpy() > 1)
     if "train_precision" in df.columns:  # "FP8", "bfloat16" -> the simulator's names
         df["train_precision"] = (df["train_precision"].astype(str).str.strip().str.lower()

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import (dtensor_host, fsdp_experts, generation, hf_moe, host, loss_memory, moe_glu, moe_host,
+from . import (dtensor_host, ep_lockstep, fsdp_experts, generation, hf_moe, host, loss_memory, moe_glu, moe_host,
                moe_skew, nemo_rl, nemo_rl_host, skyrl, slime_train, verl, verl_calls,
                verl_megatron)
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
@@ -173,6 +173,9 @@ def training_frame(df: pd.DataFrame, b, for_memory: bool = False) -> pd.DataFram
             mb = np.where(dyn, k, mb)
             seq = np.where(dyn, padded / (n_mb * k), seq)
             gb = np.where(dyn, n_mb * k * dp, gb)
+        # SkyRL's Megatron worker runs each one-sequence micro-batch unpadded, every MoE layer
+        # at the pace of the longest sequence among the replicas of its EP group (ep_lockstep.py)
+        seq = ep_lockstep.seq_len(b, out, seq)
         out["seq_len"] = np.ceil(seq / step_len) * step_len
         out["micro_batch"] = mb
         out["global_batch"] = gb
