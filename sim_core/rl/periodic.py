@@ -10,9 +10,10 @@ blank period prices nothing, so a row or run that states none is priced as befor
   validation cap on the rollout engine, `generation.generate` on a batch of those sequences,
   in calls of `val_batch` run one after another: NeMo RL's `validate()` runs
   `max_val_samples // val_batch_size` batches, each to completion, before the next (grpo.py
-  29f58809 lines 2211-2260); verl sends the whole set in one `generate_sequences` call
-  (`val_batch_size` deprecated: "Validation datasets are sent to inference engines as a whole
-  batch", verl 0.4 ray_trainer.py as vendored by tajwarfahim/maxrl 91118ea5). The responses
+  29f58809 lines 2211-2260); verl iterates a dataloader of `data.val_batch_size` prompts
+  (`drop_last=False`: the last call holds the rest), one `generate_sequences` call each, and
+  its default (null) sends the whole set in one call (verl 0.4 trainer/ppo/ray_trainer.py as
+  vendored by tajwarfahim/maxrl 91118ea5, `_create_dataloader` and `_validate`). The responses
   follow the training's length law (its mean and truncated share) capped at the validation's
   cap: validation sets are stated, their response lengths are not. Colocated, a validation
   costs one more engine sleep / wake cycle: NeMo RL refits before it (grpo.py line 1843: the
@@ -64,23 +65,29 @@ def active(b) -> tuple[np.ndarray, np.ndarray]:
     return (vp > 0) & (vs > 0), sp > 0
 
 
-def validation_batch(b, rows: np.ndarray) -> tuple[Batch, np.ndarray]:
-    """The rollout batch of one validation call for `rows` (a mask), and the calls per
-    validation: `val_batch` sequences (all `val_samples` when blank) of one response each, at
-    `val_max_len` (blank: the training's cap) with the training's mean (capped there) and
-    truncated share."""
+def validation_batch(b, rows: np.ndarray, size: np.ndarray) -> Batch:
+    """The rollout batch of one validation call of `size` sequences for `rows` (a mask): one
+    response each, at `val_max_len` (blank: the training's cap) with the training's mean
+    (capped there) and truncated share."""
     sub = Batch({k: np.asarray(v)[rows] for k, v in b.items()})
-    samples = _col(sub, "val_samples", 0.0)
-    per_call = np.minimum(np.where(_col(sub, "val_batch", 0.0) > 0, _col(sub, "val_batch", 0.0),
-                                   samples), samples)
     cap = np.where(_col(sub, "val_max_len", 0.0) > 0, _col(sub, "val_max_len", 0.0),
                    sub.response_max)
-    sub["prompts_per_step"] = per_call
-    sub["responses_per_prompt"] = np.ones(len(per_call))
-    sub["sequences"] = per_call
+    sub["prompts_per_step"] = size
+    sub["responses_per_prompt"] = np.ones(len(size))
+    sub["sequences"] = size
     sub["response_max"] = cap
     sub["response_mean"] = np.minimum(sub.response_mean, cap)
-    return sub, np.ceil(samples / np.maximum(per_call, 1.0))
+    return sub
+
+
+def calls(b) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sequences per full call, full calls, sequences of the last, partial call: 0 if none)
+    of one validation: `val_batch` (blank: all `val_samples` in one call)."""
+    samples = _col(b, "val_samples", 0.0)
+    vb = _col(b, "val_batch", 0.0)
+    per = np.minimum(np.where(vb > 0, vb, samples), samples)
+    full = np.floor(samples / np.maximum(per, 1.0))
+    return per, full, samples - full * per
 
 
 def validation_seconds(b, resident_gib, gen_scale=1.0, cycle_fixed_s=0.0,
@@ -94,15 +101,20 @@ def validation_seconds(b, resident_gib, gen_scale=1.0, cycle_fixed_s=0.0,
     on, _ = active(b)
     gen = np.zeros(n)
     if on.any():
-        sub, calls = validation_batch(b, on)
-        res = np.asarray(resident_gib, float) * np.ones(n)
-        g = generation.generate(sub, resident_gib=res[on])
-        gen[on] = calls * g["gen_time_s"] * (np.asarray(gen_scale, float) * np.ones(n))[on]
-    per = np.where(on, 1.0 / _col(b, "val_period", 1.0), 0.0)
+        res = (np.asarray(resident_gib, float) * np.ones(n))[on]
+        per, full, rest = (x[on] for x in calls(b))
+        t = full * generation.generate(validation_batch(b, on, per), resident_gib=res)[
+            "gen_time_s"]
+        if (rest > 0).any():  # the last call holds what is left (a batch of its own)
+            last = generation.generate(validation_batch(b, on, np.maximum(rest, 1.0)),
+                                       resident_gib=res)["gen_time_s"]
+            t = t + np.where(rest > 0, last, 0.0)
+        gen[on] = t * (np.asarray(gen_scale, float) * np.ones(n))[on]
+    per_step = np.where(on, 1.0 / _col(b, "val_period", 1.0), 0.0)
     fixed = np.asarray(cycle_fixed_s, float) * np.ones(n)
     sync = np.asarray(cycle_sync_s, float) * np.ones(n)
-    parts = {"validation_gen_s": gen * per, "validation_fixed_s": fixed * per,
-             "validation_sync_s": sync * per}
+    parts = {"validation_gen_s": gen * per_step, "validation_fixed_s": fixed * per_step,
+             "validation_sync_s": sync * per_step}
     return {"validation_run_s": np.where(on, gen + fixed + sync, 0.0),
             "validation_time_s": sum(parts.values()), **parts}
 
