@@ -28,6 +28,10 @@
 - Work that does not scale with the model (`step_fixed.py`): the engine's sleep / wake beyond
   its bytes and the trainer's allocator cleaning around the refit add to a colocated step; the
   cleaning before the log-prob pass and the update joins the training pipeline everywhere.
+- Validation and checkpoints inside the run's wall time (`periodic.py`), amortised per step,
+  add to the composed step in every mode (the trainer waits for both); a row or run that
+  states no period is priced without them (`step_time_without_periodic_s` is the step
+  before them).
 """
 
 from __future__ import annotations
