@@ -319,7 +319,12 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    ("train_moe_router_fusion", False),
                    # the experts' activation fused (Megatron bias_activation_fusion) and the
                    # router's dtype (sim_core/rl/moe_glu.py; blank: the framework's and model's)
-                   ("train_moe_glu_fusion", np.nan), ("train_moe_router_dtype", np.nan)):
+                   ("train_moe_glu_fusion", np.nan), ("train_moe_router_dtype", np.nan),
+                   # validation and checkpoints inside the stated figure (rl/periodic.py;
+                   # blank: not in the figure or not stated, nothing priced)
+                   ("val_period", np.nan), ("val_samples", np.nan), ("val_batch", np.nan),
+                   ("val_max_len", np.nan), ("save_period", np.nan),
+                   ("save_hf_model", False), ("storage_gbs_per_node", np.nan)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
         elif col in NEMO_RL_BLANKS:

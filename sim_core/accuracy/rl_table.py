@@ -20,7 +20,7 @@ import pandas as pd
 from .. import catalog, model_names
 
 # token counts: "8k" is 8 x 1024 as the frameworks write their caps ($((1024 * 8)))
-LENGTH_COLUMNS = ("max_prompt_len", "max_response_or_total_len", "mean_seq_len",
+LENGTH_COLUMNS = ("max_prompt_len", "max_response_or_total_len", "mean_seq_len", "val_max_len",
                   "train_seq_len", "critic_seq_len")
 TIME_COLUMNS = ("step_time_s", "gen_time_s", "old_log_prob_time_s", "ref_time_s",
                 "update_actor_time_s", "weight_sync_time_s",
@@ -44,7 +44,10 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  # and the running requests above which drafting stops (0: never stops)
                  "spec_tokens", "spec_max_running",
                  # bytes per cached KV element (vLLM kv_cache_dtype: 2 auto/bf16, 1 fp8)
-                 "kv_cache_bytes")
+                 "kv_cache_bytes",
+                 # validation and checkpoints inside the figure (sim_core/rl/periodic.py)
+                 "val_period", "val_samples", "val_batch", "save_period",
+                 "storage_gbs_per_node")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_eager",
                 "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref",
                 "remove_padding", "critic_remove_padding",
@@ -58,7 +61,9 @@ BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_e
                 # the rollout engine is vLLM's V0 engine (host cost per running sequence)
                 "rollout_vllm_v0",
                 # vLLM V1 schedules one step ahead (its host work overlaps the GPU step)
-                "rollout_async_scheduling")
+                "rollout_async_scheduling",
+                # rank 0 writes the gathered HF model with each checkpoint (rl/periodic.py)
+                "save_hf_model")
 
 PLACEMENTS = {
     "colocated": ("colocated", "colocate", "co-located", "co-locate", "hybrid", "hybrid_engine",

@@ -68,6 +68,12 @@ class RLPhaseData:
     asynchrony: np.ndarray         # 0 sync, 1 one step off, 2 async
     framework: np.ndarray          # rl_framework as the reader resolves it ("" where unstated)
     priced: np.ndarray             # bool: the model prices the row
+    # validation and checkpoints per step (rl/periodic.py): the validation's generation (the
+    # generation scale acts on it), its weight push (the weight-sync scale), the rest (never
+    # scaled: the engine's cycle and the checkpoint)
+    periodic_gen: np.ndarray | None = None
+    periodic_sync: np.ndarray | None = None
+    periodic_fixed: np.ndarray | None = None
 
 
 @dataclass
@@ -170,6 +176,7 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
     pred = {k: np.full(n, np.nan) for k in PRED}
     tail, off, asy = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
     fixed, prep, timer_extra = np.zeros(n), np.zeros(n), np.zeros(n)
+    per_gen, per_sync, per_fixed = np.zeros(n), np.zeros(n), np.zeros(n)
     if ok.any():
         p = simulate_rl(df[ok].reset_index(drop=True), phase_scales={})
         i = np.flatnonzero(ok)
@@ -181,6 +188,9 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
         fixed[i] = p["step_fixed_time_s"].to_numpy(dtype=float) - prep[i]
         asy[i] = [inputs.ASYNC.index(a) for a in df.asynchrony[ok]]
         timer_extra[i] = (p["refit_timer_s"] - p["weight_sync_time_s"]).to_numpy(dtype=float)
+        per_gen[i] = p["validation_gen_s"].to_numpy(dtype=float)
+        per_sync[i] = p["validation_sync_s"].to_numpy(dtype=float)
+        per_fixed[i] = (p["validation_fixed_s"] + p["checkpoint_time_s"]).to_numpy(dtype=float)
     meas = _measured(cmp)
     # a refit column is the framework's timer (rl/refit_timer.py: NeMo RL's also holds the
     # engine's wake, the trainer's offload out and the cleaning, which the weight-sync scale does
@@ -194,7 +204,8 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
                        fixed_serial=fixed, prep=prep,
                        asynchrony=asy, priced=ok,
                        framework=(df["rl_framework"].astype(str).to_numpy()
-                                  if "rl_framework" in df.columns else np.full(len(df), "")))
+                                  if "rl_framework" in df.columns else np.full(len(df), "")),
+                       periodic_gen=per_gen, periodic_sync=per_sync, periodic_fixed=per_fixed)
 
 
 def log_ratios(d: RLPhaseData, phase: str, mask=None) -> np.ndarray:
@@ -221,10 +232,16 @@ def step_with(d: RLPhaseData, scales: dict) -> np.ndarray:
     what simulate_rl(df, phase_scales=scales) gives."""
     s = {k: float(scales.get(k, 1.0)) for k in PHASE_SCALES}
     g = s["generation"]
-    return compose_step(d.asynchrony, d.gen_tail * g, d.pred["generation"] * g,
+    step = compose_step(d.asynchrony, d.gen_tail * g, d.pred["generation"] * g,
                         d.pred["log-probs"] * s["log-probs"], d.pred["update"] * s["update"],
                         d.pred["weight sync"] * s["weight sync"], d.offload, d.fixed_serial,
                         d.prep)
+    if d.periodic_gen is None:
+        return step
+    # validation and checkpoints (rl/periodic.py), added after the composition as in
+    # simulate_rl: NaN on unpriced rows stays with the step's own NaN
+    return (step + np.nan_to_num(d.periodic_gen) * g
+            + np.nan_to_num(d.periodic_sync) * s["weight sync"] + np.nan_to_num(d.periodic_fixed))
 
 
 def calibrate(d: RLPhaseData, min_rows: int = MIN_ROWS) -> RLCalibration:

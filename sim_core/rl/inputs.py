@@ -164,6 +164,18 @@ RL_COLUMNS = {
     # `ppo_max_token_len_per_gpu`), as verl v0.7.0's config defaults it
     # (`${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}`)
     "logprob_seq_len": float("nan"),
+    # validation and checkpoints inside the run's wall time (rl/periodic.py; NaN / 0 = none
+    # priced): steps per validation, sequences per validation (one response each), sequences
+    # per generation call run one after another (NaN = all at once), the validation's response
+    # cap (NaN = the training's); steps per checkpoint, rank 0 also writing the gathered HF
+    # model, the storage's write GB/s per node (NaN = catalogs/rl.yaml periodic)
+    "val_period": float("nan"),
+    "val_samples": float("nan"),
+    "val_batch": float("nan"),
+    "val_max_len": float("nan"),
+    "save_period": float("nan"),
+    "save_hf_model": False,
+    "storage_gbs_per_node": float("nan"),
 }
 
 

@@ -28,6 +28,10 @@
 - Work that does not scale with the model (`step_fixed.py`): the engine's sleep / wake beyond
   its bytes and the trainer's allocator cleaning around the refit add to a colocated step; the
   cleaning before the log-prob pass and the update joins the training pipeline everywhere.
+- Validation and checkpoints inside the run's wall time (`periodic.py`), amortised per step,
+  add to the composed step in every mode (the trainer waits for both); a row or run that
+  states no period is priced without them (`step_time_without_periodic_s` is the step
+  before them).
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import generation, inputs, refit_host, refit_timer, step_fixed, training, weight_sync
+from . import (generation, inputs, periodic, refit_host, refit_timer, step_fixed, training,
+               weight_sync)
 
 
 def _pcie(b) -> np.ndarray:
@@ -168,6 +173,7 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     t_off = np.where(colo, wake_bytes_s + (pinned + pageable * slow) * gib / _pcie(b), 0.0)
 
     lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
+    s_gen = 1.0
     sc = phase_scales
     if sc is None:  # a profile's installed scales, else NeMo RL's shipped ones (catalogs/rl.yaml)
         sc = _phase_scales if _phase_scales is not None else default_scales(b)
@@ -203,6 +209,18 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     # generations: the tail is paid each step, as one step off
     g_async = np.where(b.partial_rollout > 0, g_spread, g_tail)
     step = compose_step(b.asynchrony, g_tail, g_async, lp, up, sync, t_off, fixed_colo, prep)
+    # validation and checkpoints, amortised per step (periodic.py; none where the row or run
+    # states no period). Colocated, a validation adds one engine sleep / wake with the weights'
+    # wake; verl's sharding manager also pushes the weights in again (periodic.py docstring)
+    verl = b.rl_framework == inputs.RL_FRAMEWORK.index("verl")
+    val = periodic.validation_seconds(b, resident, s_gen,
+                                      np.where(colo, wake_bytes_s + fx["engine_s"], 0.0),
+                                      np.where(colo & verl, sync, 0.0))
+    ckpt = periodic.checkpoint_seconds(b, zero >= 3)
+    base_step = step
+    # (summed in the order calibration/rl_phases.step_with recomposes them)
+    step = (base_step + val["validation_gen_s"] + val["validation_sync_s"]
+            + (val["validation_fixed_s"] + ckpt["checkpoint_time_s"]))
     gen_eff = np.select([b.asynchrony == 0, b.asynchrony == 1],
                         [g_tail, g_tail], g_async)
 
@@ -244,6 +262,16 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     out = {
         "valid": valid, "invalid_reason": reason, "fits": fits, "oom_reason": oom,
         "step_time_s": step * keep,
+        # the step without validation and checkpoints, and their shares (periodic.py)
+        "step_time_without_periodic_s": base_step * keep,
+        "validation_time_s": val["validation_time_s"] * keep,
+        "checkpoint_time_s": ckpt["checkpoint_time_s"] * keep,
+        "validation_run_s": val["validation_run_s"] * keep,
+        "validation_gen_s": val["validation_gen_s"] * keep,
+        "validation_fixed_s": val["validation_fixed_s"] * keep,
+        "validation_sync_s": val["validation_sync_s"] * keep,
+        "checkpoint_write_s": ckpt["checkpoint_write_s"] * keep,
+        "checkpoint_gib": ckpt["checkpoint_gib"],
         "gen_time_s": gen_eff * keep,
         "gen_tail_time_s": g_tail * keep,
         "gen_share": gen_eff / step * keep,

@@ -126,11 +126,26 @@ def verl_overrides(row) -> dict:
         o["actor_rollout_ref.rollout.enforce_eager"] = True
     if _int(row, "rollout_ep") > 1:  # the engine's expert parallelism (MoE)
         o["actor_rollout_ref.rollout.expert_parallel_size"] = _i(row["rollout_ep"])
+    vp, sp = _period(row, "val_period"), _period(row, "save_period")
+    if vp:  # validation and checkpoints the run prices (sim_core/rl/periodic.py)
+        o["trainer.test_freq"] = vp
+    if sp:
+        o["trainer.save_freq"] = sp
     if split:
         o["rollout.nnodes"] = max(rollout_gpus // gpn, 1)
         o["rollout.n_gpus_per_node"] = min(rollout_gpus, gpn)
     _check("verl_fsdp" if fsdp else "verl", o)
     return o
+
+
+def _period(row, col: str) -> int:
+    """A validation / checkpoint period a row prices, as the frameworks' whole-step setting
+    (0: none)."""
+    try:
+        v = float(row.get(col, float("nan")))
+    except (TypeError, ValueError):
+        return 0
+    return max(int(round(v)), 1) if v == v and v > 0 else 0
 
 
 def _nest(flat: dict) -> dict:
@@ -189,6 +204,14 @@ def nemo_rl_config(row) -> dict:
     if f > 0:
         flat["policy.megatron_cfg.optimizer.optimizer_cpu_offload"] = True
         flat["policy.megatron_cfg.optimizer.optimizer_offload_fraction"] = round(f, 2)
+    vp, sp = _period(row, "val_period"), _period(row, "save_period")
+    if vp:  # validation and checkpoints the run prices (sim_core/rl/periodic.py)
+        flat["grpo.val_period"] = vp
+        flat["grpo.max_val_samples"] = _i(row["val_samples"])
+        vb = row.get("val_batch", float("nan"))
+        flat["grpo.val_batch_size"] = _i(vb) if vb == vb and vb else _i(row["val_samples"])
+    if sp:
+        flat["checkpointing.save_period"] = sp
     if split:
         flat["policy.generation.colocated.resources.num_nodes"] = max(
             _i(row["rollout_gpus"]) // gpn, 1)
@@ -295,7 +318,25 @@ def describe(row) -> str:
             + (f"ulysses{int(row['train_ulysses'])} "
                if row.get("train_ulysses", 1) == row.get("train_ulysses", 1)
                and row.get("train_ulysses", 1) > 1 else "")
-            + f"recompute {row['train_recompute']}")
+            + f"recompute {row['train_recompute']}" + _periods(row))
+
+
+def _periods(row) -> str:
+    """The validation and checkpoint periods a configuration prices (sim_core/rl/periodic.py),
+    shown where set: a space may vary them."""
+    out = []
+    for col, what in (("val_period", "validation"), ("save_period", "checkpoint")):
+        v = row.get(col, float("nan"))
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            continue
+        if v == v and v > 0:
+            out.append(f"{what} every {v:g} steps")
+    gbs = row.get("storage_gbs_per_node", float("nan"))
+    if out and gbs == gbs and gbs is not None and float(row.get("save_period", 0) or 0) > 0:
+        out[-1] += f" at {float(gbs):g} GB/s per node"
+    return ("; " + ", ".join(out)) if out else ""
 
 
 def step_text(row) -> str:
@@ -306,6 +347,14 @@ def step_text(row) -> str:
              f"(generation share {row['gen_share']:.0%})"]
     for k in STEP_PHASES:
         lines.append(f"  {k[:-7].replace('_', ' '):16s} {row[k]:10.1f} s")
+    periodic = float(row.get("validation_time_s", 0.0) or 0.0) + float(
+        row.get("checkpoint_time_s", 0.0) or 0.0)
+    if periodic > 0:  # validation and checkpoints inside the wall time (sim_core/rl/periodic.py)
+        lines += [f"  validation       {row['validation_time_s']:10.1f} s per step "
+                  f"({row['validation_run_s']:.1f} s each)",
+                  f"  checkpoint       {row['checkpoint_time_s']:10.1f} s per step "
+                  f"({row['checkpoint_write_s']:.1f} s each, {row['checkpoint_gib']:.1f} GiB)",
+                  f"  step without them {row['step_time_without_periodic_s']:9.1f} s"]
     lines += [f"  samples/s/GPU    {row['samples_per_s_per_gpu']:10.4f}",
               f"  tokens/s/GPU     {row['tokens_per_s_per_gpu']:10.1f}",
               f"  cost / 1000 steps ${row['cost_per_1000_steps']:,.0f}",

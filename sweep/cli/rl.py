@@ -71,9 +71,15 @@ def search_rl(cfg, args) -> int:
                                                     if reasons else ""))
     col = OBJECTIVES[cfg.search.objective][0]
     print(f"top {min(cfg.search.top, len(ranked))} by {col}:")
+    periodic = cfg.validation is not None or cfg.checkpoint is not None or any(
+        a in (cfg.space or {}) for a in ("val_period", "save_period"))
+    if periodic:
+        print("step and cost include validation and checkpoints (in brackets: the step "
+              "without them)")
     for _, row in ranked.head(cfg.search.top).iterrows():
-        print(f"  {row['step_time_s']:8.1f} s  {row['samples_per_s_per_gpu']:.4f} samples/s/GPU"
-              f"  ${row['cost_per_1000_steps']:,.0f}/1k steps  {describe(row)}")
+        bare = f" ({row['step_time_without_periodic_s']:.1f} s)" if periodic else ""
+        print(f"  {row['step_time_s']:8.1f} s{bare}  {row['samples_per_s_per_gpu']:.4f} "
+              f"samples/s/GPU  ${row['cost_per_1000_steps']:,.0f}/1k steps  {describe(row)}")
     front = r["pareto"]
     if len(front) > 1:
         print(f"cost-versus-throughput frontier ({len(front)} configurations, pareto.csv):")

@@ -14,6 +14,8 @@ parallel: {tp: 8, pp: 2, recompute: full}    # the training layout, as in a pre-
 train: {mini_batches: 4, ppo_epochs: 1, use_ref: true}
 placement: colocated                # or {mode: split, rollout_gpus: 32}
 asynchrony: sync                    # or one_step_off, or {mode: async, staleness: 2}
+validation: {period: 10, samples: 256, batch: 256}   # optional, inside the run's wall time
+checkpoint: {period: 10, storage_gbs_per_node: 1.0}  # optional (sim_core/rl/periodic.py)
 ```
 
 A space adds `space:` (any of SPACE_AXES as lists) and `search: {objective: ...}`. Every error
@@ -162,6 +164,26 @@ class Asynchrony(_S):
     partial_rollout: bool = True
 
 
+class Validation(_S):
+    """A validation every `period` steps inside the run's wall time (sim_core/rl/periodic.py):
+    `samples` sequences (one response each) generated in calls of `batch` run one after another
+    (NeMo RL val_batch_size; none: all at once, as verl sends them), at `max_len` (none: the
+    training's response cap)."""
+    period: float = Field(gt=0)
+    samples: int = Field(gt=0)
+    batch: int | None = Field(None, gt=0)
+    max_len: float | None = Field(None, gt=0)
+
+
+class Checkpoint(_S):
+    """A checkpoint every `period` steps inside the run's wall time (sim_core/rl/periodic.py):
+    the trainer's sharded states written at `storage_gbs_per_node` (none: catalogs/rl.yaml
+    periodic.storage_gbs_per_node); `hf_export`: rank 0 also writes the gathered model."""
+    period: float = Field(gt=0)
+    storage_gbs_per_node: float | None = Field(None, gt=0)
+    hf_export: bool = False
+
+
 class RLSearch(_S):
     objective: Literal["step_time", "samples_per_gpu", "tokens_per_gpu", "cost"] = "step_time"
     top: int = Field(10, gt=0)
@@ -172,7 +194,9 @@ SPACE_AXES = ("num_gpus", "placement", "rollout_gpus", "asynchrony", "staleness"
               "rollout_tp", "rollout_pp", "rollout_ep",
               "gpu_memory_utilization", "max_num_seqs", "train_tp", "train_pp", "train_cp",
               "train_ep", "train_etp", "train_micro_batch", "train_recompute",
-              "offload_optimizer", "mini_batches", "train_ulysses")
+              "offload_optimizer", "mini_batches", "train_ulysses",
+              # validation and checkpoints (validation: / checkpoint: give the rest)
+              "val_period", "save_period", "storage_gbs_per_node")
 
 
 class RLConfig(_S):
@@ -190,6 +214,8 @@ class RLConfig(_S):
     train: Train = Train()
     placement: Literal["colocated", "split"] | Placement = "colocated"
     asynchrony: Literal["sync", "one_step_off", "async"] | Asynchrony = "sync"
+    validation: Validation | None = None
+    checkpoint: Checkpoint | None = None
     space: dict[str, list] | None = None
     search: RLSearch = RLSearch()
 
@@ -253,6 +279,15 @@ class RLConfig(_S):
             "prompt_max": (self.prompt_len.max or pmean) if isinstance(self.prompt_len, Lengths)
             else pmean,
         }
+        nan = float("nan")
+        v, c = self.validation, self.checkpoint
+        row.update({
+            "val_period": v.period if v else nan, "val_samples": v.samples if v else nan,
+            "val_batch": (v.batch or nan) if v else nan,
+            "val_max_len": (v.max_len or nan) if v else nan,
+            "save_period": c.period if c else nan,
+            "save_hf_model": bool(c.hf_export) if c else False,
+            "storage_gbs_per_node": (c.storage_gbs_per_node or nan) if c else nan})
         for f in ("remove_padding", "micro_batch_seqs", "logprob_micro_batch_seqs",
                   "critic_micro_batch_seqs", "critic_remove_padding", "critic_seq_len"):
             row[f] = getattr(self.train, f)
@@ -358,6 +393,18 @@ def parse_rl(data: dict, path=None) -> RLConfig:
                           "workers' (needs train.rl_framework verl and parallel.zero 3)")
     if cfg.parallel.ulysses > 1 and cfg.parallel.cp > 1:
         raise ConfigError("parallel.ulysses: set ulysses (verl FSDP) or cp (Megatron), not both")
+    space = cfg.space or {}
+    for axis in ("val_period", "save_period", "storage_gbs_per_node"):
+        bad = [x for x in space.get(axis, []) if not isinstance(x, (int, float))
+               or isinstance(x, bool) or not x > 0]
+        if bad:
+            raise ConfigError(f"space.{axis}: {bad[0]!r} is not a positive number")
+    if "val_period" in space and cfg.validation is None:
+        raise ConfigError("space.val_period: needs validation: {period, samples} (what a "
+                          "validation generates)")
+    if "storage_gbs_per_node" in space and cfg.checkpoint is None and "save_period" not in space:
+        raise ConfigError("space.storage_gbs_per_node: needs checkpoint: {period} or a "
+                          "save_period axis (no checkpoint is priced without a period)")
     if cfg.name is None and path is not None:
         from pathlib import Path
 
