@@ -142,7 +142,10 @@ def test_rl_table_reads_the_new_columns_as_published():
     # vime 358's rows: vime is a snapshot of slime 44d29ee, priced as slime (test_rl_vime.py)
     vime = t.source.str.startswith("vime").to_numpy()
     assert vime.sum() == 4 and (df.rl_framework[vime] == "slime").all()
-    slime = slime | vime
+    # RL-Kernel's ROCm G10 row (batch 11) ran vime too, spelled 'vime' in the table
+    rlk = t.source.str.startswith("RL-Kernel").to_numpy()
+    assert rlk.sum() == 1 and (df.rl_framework[rlk] == "slime").all()
+    slime = slime | vime | rlk
     assert (df.rl_framework[~nemo & ~sky & ~slime] == "verl").all()
     # NeMo RL's Qwen3-30B-A3B config turns packing off; slime's recipe packs (dynamic batch)
     moe = df.model.eq("qwen3-30b-a3b").to_numpy()
