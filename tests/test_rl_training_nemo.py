@@ -133,9 +133,11 @@ def test_rl_table_reads_the_new_columns_as_published():
     assert nemo.sum() == 17 and (df.rl_framework[nemo] == "nemo_rl").all()
     # marin issue 8653 ran SkyRL's FSDP2 workers (sim_core/rl/skyrl.py); SkyRL's GLM-4.7-Flash
     # notes its Megatron workers
+    # (and batch 11's YottaLabs guide: SkyRL's FSDP2 workers on one H200)
     sky = t.source.isin(["marin issue 8653",
-                         "SkyRL GLM-4.7-Flash H200 notes (PR 1280 branch)"]).to_numpy()
-    assert sky.sum() == 2 and (df.rl_framework[sky] == "skyrl").all()
+                         "SkyRL GLM-4.7-Flash H200 notes (PR 1280 branch)",
+                         "YottaLabs SkyRL GSM8K guide (Qwen2.5-1.5B, 1 H200)"]).to_numpy()
+    assert sky.sum() == 3 and (df.rl_framework[sky] == "skyrl").all()
     # the Miles ROCm blog's run, spelled 'miles' in the table (a fork of slime)
     slime = t.source.str.contains("Miles").to_numpy()
     assert slime.sum() == 1 and (df.rl_framework[slime] == "slime").all()
