@@ -133,16 +133,21 @@ def test_rl_table_reads_the_new_columns_as_published():
     assert nemo.sum() == 17 and (df.rl_framework[nemo] == "nemo_rl").all()
     # marin issue 8653 ran SkyRL's FSDP2 workers (sim_core/rl/skyrl.py); SkyRL's GLM-4.7-Flash
     # notes its Megatron workers
+    # (and batch 11's YottaLabs guide: SkyRL's FSDP2 workers on one H200)
     sky = t.source.isin(["marin issue 8653",
-                         "SkyRL GLM-4.7-Flash H200 notes (PR 1280 branch)"]).to_numpy()
-    assert sky.sum() == 2 and (df.rl_framework[sky] == "skyrl").all()
+                         "SkyRL GLM-4.7-Flash H200 notes (PR 1280 branch)",
+                         "YottaLabs SkyRL GSM8K guide (Qwen2.5-1.5B, 1 H200)"]).to_numpy()
+    assert sky.sum() == 3 and (df.rl_framework[sky] == "skyrl").all()
     # the Miles ROCm blog's run, spelled 'miles' in the table (a fork of slime)
     slime = t.source.str.contains("Miles").to_numpy()
     assert slime.sum() == 1 and (df.rl_framework[slime] == "slime").all()
     # vime 358's rows: vime is a snapshot of slime 44d29ee, priced as slime (test_rl_vime.py)
     vime = t.source.str.startswith("vime").to_numpy()
     assert vime.sum() == 4 and (df.rl_framework[vime] == "slime").all()
-    slime = slime | vime
+    # RL-Kernel's ROCm G10 row (batch 11) ran vime too, spelled 'vime' in the table
+    rlk = t.source.str.startswith("RL-Kernel").to_numpy()
+    assert rlk.sum() == 1 and (df.rl_framework[rlk] == "slime").all()
+    slime = slime | vime | rlk
     assert (df.rl_framework[~nemo & ~sky & ~slime] == "verl").all()
     # NeMo RL's Qwen3-30B-A3B config turns packing off; slime's recipe packs (dynamic batch)
     moe = df.model.eq("qwen3-30b-a3b").to_numpy()

@@ -97,5 +97,9 @@ def test_other_frameworks_and_rows_keep_the_pass():
     assert not df.reuse_log_probs[~stated].astype(bool).any()
     assert set(other.source[stated]) == {
         "cann-recipes-train DeepSeek-R1 RL report (128 Ascend A3)",
-        "cann-recipes-train Qwen3-235B 32K RL report (64 Ascend A3)"}
+        "cann-recipes-train Qwen3-235B 32K RL report (64 Ascend A3)",
+        # batch 11: a vime run whose launcher recomputes the log-probs states False
+        "RL-Kernel ROCm G10 (vime Qwen3-8B, 8 MI300X)"}
+    rlk = other.source.str.startswith("RL-Kernel").to_numpy()
+    assert not df.reuse_log_probs[rlk].astype(bool).any()
     assert not any("reuse_log_probs" in s for s in imputed)
