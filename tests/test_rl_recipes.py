@@ -99,7 +99,8 @@ def test_async_overlaps_what_sync_serialises(frame, pred):
     sync = simulate_rl(df[a].assign(asynchrony="sync"))
     assert (pred.step_time_s[a].to_numpy() < sync.step_time_s.to_numpy()).all()
     floor = np.maximum(pred.gen_time_s[a], pred.log_prob_time_s[a] + pred.update_time_s[a]
-                       + pred.phase_cleanup_time_s[a]) + pred.weight_sync_time_s[a]
+                       + pred.phase_cleanup_time_s[a] + pred.verl_driver_time_s[a]) \
+        + pred.weight_sync_time_s[a]
     assert np.allclose(pred.step_time_s[a], floor, rtol=1e-9)
 
 

@@ -64,7 +64,7 @@ class RLPhaseData:
     gen_tail: np.ndarray
     offload: np.ndarray
     fixed_serial: np.ndarray       # step_fixed.py's colocated serial work (never scaled)
-    prep: np.ndarray               # step_fixed.py's training-side cleaning (never scaled)
+    prep: np.ndarray               # step_fixed.py's training-side cleaning + verl's driver (never scaled)
     asynchrony: np.ndarray         # 0 sync, 1 one step off, 2 async
     framework: np.ndarray          # rl_framework as the reader resolves it ("" where unstated)
     priced: np.ndarray             # bool: the model prices the row
@@ -184,8 +184,11 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
             pred[k][i] = p[c].to_numpy(dtype=float)
         tail[i] = p["gen_tail_time_s"].to_numpy(dtype=float)
         off[i] = p["offload_time_s"].to_numpy(dtype=float)
-        prep[i] = p["phase_cleanup_time_s"].to_numpy(dtype=float)
-        fixed[i] = p["step_fixed_time_s"].to_numpy(dtype=float) - prep[i]
+        # the same sums phases.simulate_rl composes with (bit for bit): the colocated serial
+        # work and the training pipeline's (cleaning + verl's driver)
+        prep[i] = (p["phase_cleanup_time_s"] + p["verl_driver_time_s"]).to_numpy(dtype=float)
+        fixed[i] = (p["engine_sleep_wake_fixed_s"]
+                    + p["refit_cleanup_time_s"]).to_numpy(dtype=float)
         asy[i] = [inputs.ASYNC.index(a) for a in df.asynchrony[ok]]
         timer_extra[i] = (p["refit_timer_s"] - p["weight_sync_time_s"]).to_numpy(dtype=float)
         per_gen[i] = p["validation_gen_s"].to_numpy(dtype=float)

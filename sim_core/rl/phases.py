@@ -27,7 +27,8 @@
 - Colocated with `one_step_off`/`async` is invalid (nothing to overlap on the same GPUs).
 - Work that does not scale with the model (`step_fixed.py`): the engine's sleep / wake beyond
   its bytes and the trainer's allocator cleaning around the refit add to a colocated step; the
-  cleaning before the log-prob pass and the update joins the training pipeline everywhere.
+  cleaning before the log-prob pass and the update joins the training pipeline everywhere, as
+  does verl's driver between the phases (`verl_driver.py`: reward, advantage, batch passes).
 - Validation and checkpoints inside the run's wall time (`periodic.py`), amortised per step,
   add to the composed step in every mode (the trainer waits for both); a row or run that
   states no period is priced without them (`step_time_without_periodic_s` is the step
@@ -40,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from . import (generation, inputs, periodic, refit_host, refit_timer, step_fixed, training,
-               weight_sync)
+               verl_driver, weight_sync)
 
 
 def _pcie(b) -> np.ndarray:
@@ -192,7 +193,10 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     # pipeline, every placement)
     fx = step_fixed.fixed_time(b, zero >= 3)
     fixed_colo = np.where(colo, fx["engine_s"] + fx["refit_side_s"], 0.0)
-    prep = fx["phase_side_s"]
+    # verl's driver between the phases (verl_driver.py: reward manager, advantage, passes over
+    # the padded batch), on the training pipeline with the phases' cleaning
+    drv = verl_driver.seconds(b)
+    prep = fx["phase_side_s"] + drv["driver_s"]
     # what a NeMo RL "refit" timer holds (refit_timer.py): the sync plus the engine's wake, the
     # trainer's offload out and the cleaning around it; the sync elsewhere
     rt = refit_timer.timer(b, zero >= 3, sync, wake_bytes_s,
@@ -296,7 +300,12 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
         "step_fixed_time_s": (fixed_colo + prep) * keep,
         "engine_sleep_wake_fixed_s": np.where(colo, fx["engine_s"], 0.0) * keep,
         "refit_cleanup_time_s": np.where(colo, fx["refit_side_s"], 0.0) * keep,
-        "phase_cleanup_time_s": prep * keep,
+        "phase_cleanup_time_s": fx["phase_side_s"] * keep,
+        # verl_driver.py: the driver's reward, advantage and passes inside the step timer
+        "verl_driver_time_s": drv["driver_s"] * keep,
+        "verl_reward_time_s": drv["reward_s"] * keep,
+        "verl_adv_time_s": drv["adv_s"] * keep,
+        "verl_driver_passes_s": drv["passes_s"] * keep,
         "refit_host_time_s": rh["refit_host_s"] * keep,
         "refit_chain_time_s": rh["refit_chain_s"] * keep,
         "refit_tensors": rh["refit_tensors"], "refit_groups": rh["refit_groups"],

@@ -31,8 +31,9 @@ SGLang backend and slime call instead of vLLM's sleep; the extra `gc.collect()` 
 collections the blog's 0.09 s sleep bounds well below the trainer's); Ray's dispatch of each
 worker-group call (verl's: `verl_calls.py`); NeMo RL's math environment (math-verify in Ray
 workers: inside the
-`generation` timer, as the table's generation column is) and verl's reward and advantage
-(`timing_s/reward`, `timing_s/adv`, on the driver); SkyRL's and slime's own calls.
+`generation` timer, as the table's generation column is); verl's reward and advantage
+(`timing_s/reward`, `timing_s/adv`, on the driver: `verl_driver.py`); SkyRL's and slime's own
+calls.
 """
 
 from __future__ import annotations

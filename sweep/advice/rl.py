@@ -271,6 +271,9 @@ def trace_events(row) -> list[dict]:
     # update (every placement)
     around = fixed("engine_sleep_wake_fixed_s") + fixed("refit_cleanup_time_s")
     prep = fixed("phase_cleanup_time_s")
+    # sim_core/rl/verl_driver.py: verl's driver between the phases (reward, advantage, batch
+    # passes), before the update on the training pipeline
+    drv = fixed("verl_driver_time_s")
     if colo or row["asynchrony"] == "sync":
         t = span(1, "reload (wake)", 0.0, off / 2) if colo else 0.0
         t = span(1, "sleep / wake, cleanup (fixed)", t, around) if colo and around > 0 else t
@@ -280,14 +283,16 @@ def trace_events(row) -> list[dict]:
         t = span(tpid, "offload (sleep)", t, off / 2) if colo else t
         t = span(tpid, "trainer cleanup (fixed)", t, prep) if prep > 0 else t
         t = span(tpid, "log-probs (old, ref)", t, lp)
+        t = span(tpid, "reward, advantage (verl driver)", t, drv) if drv > 0 else t
         t = span(tpid, "update", t, up)
         span(1, "weight sync", t, sync)
     else:
         span(1, "generation (next batch)", 0.0, gen)
         t = span(2, "trainer cleanup (fixed)", 0.0, prep) if prep > 0 else 0.0
         t = span(2, "log-probs (old, ref)", t, lp)
+        t = span(2, "reward, advantage (verl driver)", t, drv) if drv > 0 else t
         t = span(2, "update", t, up)
-        end = max(gen, prep + lp + up)
+        end = max(gen, prep + drv + lp + up)
         span(1, "weight sync", end, sync)
         span(2, "weight sync", end, sync)
     return ev
