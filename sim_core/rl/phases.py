@@ -287,6 +287,8 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
         "log_prob_time_s": lp * keep,
         "values_time_s": tr["values_time_s"] * keep,
         "update_time_s": up * keep,
+        # SkyRL's eager micro-batch floor above the GPU, inside the passes (skyrl_host.py)
+        "skyrl_host_floor_s": tr["skyrl_host_floor_s"] * keep,
         # what slime's (vime's) `perf/train_time` times: timer("train") around the log-prob
         # passes and the update (slime 44d29ee megatron_utils/actor.py train_actor)
         "train_time_s": (lp + up) * keep,

@@ -40,6 +40,13 @@ the validation rows.
    d. Memory: weights, gradients and optimizer states leave the GPU; the training peak is the
       activations and the gathered layers (`train_peak_gib` less the three states).
 
+3. **The eager host floor of a micro-batch** (`skyrl_host.py`, read at 27676c23 with its
+   locked transformers 4.57.1 and torch 2.10): every micro-batch is issued kernel by kernel
+   from Python and synchronises the host (blocking input copies, `unpad_input`'s `.item()`,
+   flash-attention's packed-sequence check per layer, the loss metrics' `.item()` and
+   all-reduce), so a pass is max(GPU time, micro-batches x host time) plus those round trips,
+   an optimizer step likewise with the step's DTensor ops.
+
 The reference pass runs only with `use_kl_loss` or `use_kl_in_reward` (`RefConfig`): DAPO
 recipes set `use_kl_loss=false` (examples/train/algorithms/dapo/run_dapo_*.sh), the table's
 `use_ref`. DAPO's dynamic-sampling filter (`trainer_utils.handle_dynamic_sampling`) regenerates
@@ -53,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import fsdp_experts, hf_moe, host, inputs, verl
+from . import fsdp_experts, hf_moe, host, inputs, skyrl_host, verl
 
 WEIGHT_BYTES = 4.0   # the fp32 parameter shard FSDP2 keeps (mixed precision casts to bf16)
 GRAD_BYTES = 4.0     # reduce_dtype float32
@@ -90,12 +97,13 @@ def offload_costs(shard_params, n_fwd_mb, n_upd_mb, fwd_compute_s, upd_compute_s
 def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per_s,
            gather_share: np.ndarray, profile=None) -> dict:
     """Per row, SkyRL's phase seconds where `active` (NaN elsewhere): `old_log_prob_s`, `ref_s`,
-    `update_s`, `offload_s` (rule 2's share of them), `states_on_host` (rule 2d), and `on`."""
+    `update_s`, `offload_s` (rule 2's share of them), `host_floor_s` (rule 3's: what the host
+    adds over the GPU), `states_on_host` (rule 2d), and `on`."""
     n = len(df)
     on = active(b, tf)
     nan = np.full(n, np.nan)
     out = {k: nan.copy() for k in ("old_log_prob_s", "ref_s", "update_s", "offload_s",
-                                   "adam_s")}
+                                   "adam_s", "host_floor_s")}
     out["on"] = on
     out["states_on_host"] = on & (b.offload_params > 0)
     if not on.any():
@@ -151,8 +159,19 @@ def phases(df: pd.DataFrame, b, tf: pd.DataFrame, dp: np.ndarray, pcie_bytes_per
     # FSDP2 gathers the experts too, every micro-batch (fsdp_experts.py)
     moe_lp = moe_lp + fsdp_experts.pass_seconds(sub, tf_i, lp_sim, nmb["lp"], True)
     moe_upd = moe_upd + fsdp_experts.pass_seconds(sub, tf_i, up_sim, nmb["upd"], False)
-    upd = (step - gpu_opt + off["upd_s"] + moe_upd) * minis * epochs
-    lp_total = lp + off["lp_s"] + moe_lp
+    # 3. the eager host floor of SkyRL's micro-batches (skyrl_host.py)
+    layers = b.layers[idx]
+    h_fwd, y_fwd = skyrl_host.forward_host(layers, mb_lp[idx])
+    h_upd, y_upd = skyrl_host.update_host(layers, mb_train[idx], ckpt)
+    h_step, y_step = skyrl_host.step_host(layers)
+    lp_gpu = lp + moe_lp
+    upd_gpu = step - gpu_opt + moe_upd
+    lp_floor = skyrl_host.pass_seconds(lp_gpu, h_fwd, y_fwd, nmb["lp"])
+    upd_floor = skyrl_host.pass_seconds(upd_gpu, h_upd, y_upd, nmb["upd"], h_step, y_step)
+    upd = (upd_floor + off["upd_s"]) * minis * epochs
+    lp_total = lp_floor + off["lp_s"]
+    out["host_floor_s"] = put((lp_floor - lp_gpu) * (1 + b.use_ref[idx])
+                              + (upd_floor - upd_gpu) * minis * epochs)
     out["hf_moe_s"] = put(moe_lp * (1 + b.use_ref[idx]) + moe_upd * minis * epochs)
     out["old_log_prob_s"] = put(lp_total)
     out["ref_s"] = put(lp_total * b.use_ref[idx])

@@ -330,6 +330,8 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
         "gen_optimizer_moves": np.where(on | on_host, 0.0, 1.0),
         "update_time_s": update,
         "verl_calls_time_s": vc["total_s"],
+        # SkyRL's eager micro-batch floor above the GPU time, inside the passes (skyrl_host.py)
+        "skyrl_host_floor_s": np.where(son, np.nan_to_num(s["host_floor_s"]), 0.0),
         "train_step_time_s": step,
         "train_valid": sim["valid"].to_numpy() & mem["valid"].to_numpy(),
         "train_invalid_reason": np.where(sim["invalid_reason"].to_numpy() != "",
