@@ -37,6 +37,7 @@ unshard; the backward unshards again (`reshard_after_forward` True) and reduces:
 `foreach_reduce` casts each gradient to the fp32 `reduce_dtype` (P), copy-in, pre-divide,
 reduce-scatter, post-divide (4), and adds into or assigns each sharded gradient (P).
 FSDP1's flat parameter (host.py: 2 + 9 per unit) is per unit; FSDP2 is per parameter.
+(Qwen2's q/k/v biases are left out of P, as host.py leaves them out: ~2% of the floor.)
 
 **Per forward micro-batch** (`Worker.forward` -> `PolicyWorkerBase._forward_micro_batch` ->
 `HFModelWrapper.forward`, compute_entropy False): `micro_batch.to(device)` 2 blocking copies
