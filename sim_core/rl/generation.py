@@ -52,7 +52,7 @@ import numpy as np
 from .. import nccl
 from ..columns import Batch
 from ..compute import roofline_gemm_efficiency
-from . import decode_stacks, engine_host, inputs, sglang_memory
+from . import decode_stacks, engine_host, inputs, mla_decode, sglang_memory
 from .inputs import constants
 
 GRID = 48  # points over the tail of the length distribution
@@ -286,7 +286,11 @@ def step_time(b: Batch, batch, ctx, k: dict, host: bool = True) -> np.ndarray:
     # priced per layer from a published eager-vs-graph decode measurement (catalogs/rl.yaml)
     eager = c(b.enforce_eager) * c(b.layers) * constants()["vllm"]["eager_overhead_per_layer_s"]
     t_samp = batch * c(b.vocab) * c(sampler_bytes(b)) / bw
-    step = t_gemm + kv_read / bw + t_tp + c(ovh_k) + eager + t_samp
+    # the attention reads each sequence's cache; FlashMLA's padded 64-row tiles can make it
+    # compute-bound instead on a compute-poor Hopper part (H20): the longer of the two
+    on_vllm = c(b.rollout_engine) == inputs.ENGINE.index("vllm")
+    t_attn = np.maximum(kv_read / bw, mla_decode.compute_time(b, seqs, ctx, spec_k, c, on_vllm))
+    step = t_gemm + t_attn + t_tp + c(ovh_k) + eager + t_samp
     # vLLM V0: Python work per running sequence between GPU steps (scheduling, input
     # preparation, output processing), serial with them
     v0 = c(v0_host_per_seq(b)) * seqs

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .. import catalog, catalog_yaml
+from . import mla_decode
 from ..columns import Batch
 
 PLACEMENT = ("colocated", "split")
@@ -298,6 +299,7 @@ def model_arrays(models: pd.Series) -> dict:
                          top_k=m.top_k, expert_ffn=m.expert_ffn, params=total,
                          active_params=active, routed_params=routed, moe_layers=moe_layers,
                          dense_params=total - routed, kv_elems=kv_elems, mla=float(mla),
+                         kv_lora_rank=float(m.kv_lora_rank if mla else 0),
                          attn_dim=attn_dim, replicated_params=replicated,
                          tied_embeddings=float(bool(m.tied_embeddings)),
                          shared_experts=float(m.shared_experts or 0)))
@@ -320,6 +322,8 @@ def gpu_arrays(gpus: pd.Series) -> dict:
     # (catalogs/rl.yaml decode_stacks, rl/decode_stacks.py) are keyed by it
     out["gpu_vendor"] = np.array([catalog.VENDORS.index(catalog.get_gpu(u).vendor)
                                   for u in uniq], dtype=np.float64)[codes]
+    # FlashMLA's published compute level on the GPU (rl/mla_decode.py; 0: not a Hopper part)
+    out["mla_decode_level"] = mla_decode.level_of(names)[codes]
     return out
 
 
