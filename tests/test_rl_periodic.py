@@ -239,3 +239,39 @@ def test_the_published_timers_check_runs():
     r = chk.check()
     assert set(r.kind) == {"validation", "checkpoint"}
     assert np.isfinite(r.predicted_s).all() and (r.predicted_s > 0).all()
+
+
+def test_the_deepscaler_suite_validates_in_15_calls_over_its_8_engines():
+    """NeMo RL 29f58809, the 8K GSPO DeepScaleR suite: validate() runs 480 // 32 = 15 batches in
+    turn (grpo.py 2236-2283), each through run_multi_turn_rollout (async_engine false) into
+    VllmGeneration.generate, which shards the 32 prompts over the 8 TP-1 workers
+    (vllm_generation.py 476-480: 4 each), one response each at max_new_tokens 8192. So one
+    validation = 15 x the generation of a 32 x 1 batch on the row's own 8 engines, and a step
+    carries a tenth of it (val_period 10 at steps 10, 20, 30 of max_num_steps 30). Fails if a
+    call were priced on one engine, all 480 at once, or with the training's 8 responses."""
+    from sim_core.accuracy import rl as arl
+
+    t = arl.load()
+    row = t[t.url.astype(str).str.endswith("grpo-gspo-deepscaler-1.5b-8K.sh")]
+    assert len(row) == 1
+    df = arl.to_frame(row.reset_index(drop=True))[0]
+    assert (df.val_period[0], df.val_samples[0], df.val_batch[0]) == (10, 480, 32)
+    assert np.isnan(df.val_max_len[0]) and df.response_max[0] == 8192
+    r = simulate_rl(df)
+    call = df.copy()
+    for k in ("val_period", "val_samples", "val_batch", "save_period"):
+        call[k] = np.nan
+    call["prompts_per_step"], call["responses_per_prompt"] = 32, 1
+    call["rollout_batch_seqs"] = call["train_gbs_seqs"] = 32
+    one = float(simulate_rl(call).gen_tail_time_s[0])
+    assert r.validation_gen_s[0] * 10 == pytest.approx(15 * one, rel=1e-9)
+    # the call's batch runs on the row's 8 TP-1 engines (4 sequences each), as the training's
+    from sim_core.rl import inputs, periodic
+
+    b = inputs.to_batch(df)
+    v = periodic.validation_batch(b, np.ones(1, bool), np.array([32.0]))
+    assert (v.replicas[0], v.sequences[0], v.responses_per_prompt[0]) == (8, 32, 1)
+    # in turn, not together: 15 calls of 32 cost more than the 480 sent at once
+    wide = call.copy()
+    wide["prompts_per_step"] = wide["rollout_batch_seqs"] = wide["train_gbs_seqs"] = 480
+    assert float(simulate_rl(wide).gen_tail_time_s[0]) < 15 * one
