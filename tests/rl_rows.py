@@ -36,3 +36,11 @@ def priced_training_frame(row: dict):
     sim = simulate_frame(tf.reset_index(drop=True))
     tok, gathers = nemo_rl.dynamic_logprob_ratios(b, tf, training.pack_budget(df, b))
     return df, b, tf, sim, tok, gathers
+
+
+def published_rows(source: str):
+    """The rows of the shipped RL run table (sim_core/data/rl/rl_runs.csv) from one source,
+    renumbered from 0: the per-batch row tests read their rows through it."""
+    from sim_core.accuracy import rl
+    t = rl.load()
+    return t[t.source.eq(source)].reset_index(drop=True)

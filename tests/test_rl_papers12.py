@@ -8,14 +8,13 @@ import numpy as np
 import pytest
 
 from sim_core.accuracy import rl, rl_table
+from tests.rl_rows import published_rows
 
 RLINF = "RLinf docs: comparison with verl (Boba math)"
 SKYT1 = "NovaSky Sky-T1-7B blog: Sky-T1-mini RL (8 H100)"
 
 
-def _rows(source):
-    t = rl.load()
-    return t[t.source.eq(source)].reset_index(drop=True)
+_rows = published_rows
 
 
 def test_rlinf_page_rows_are_verls_stated_timers():

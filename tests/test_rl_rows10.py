@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sim_core.accuracy import rl, rl_table
+from tests.rl_rows import published_rows
 
 R1_ASCEND = "verl recipe r1_ascend (DeepSeek-V3 on 128 Ascend A3)"
 CANN_DS = "cann-recipes-train DeepSeek-R1 RL report (128 Ascend A3)"
@@ -16,9 +17,7 @@ CANN_TAG = "7294b1ab15b9cac8935115feeca53dd4443ffabf"   # hicann/cann-recipes-tr
 RLK_ROCM = "RL-Kernel ROCm G10 (vime Qwen3-8B, 8 MI300X)"   # rows batch 11
 
 
-def _rows(source):
-    t = rl.load()
-    return t[t.source.eq(source)].reset_index(drop=True)
+_rows = published_rows
 
 
 def test_r1_ascend_row_is_the_readmes_step_2_as_stated():

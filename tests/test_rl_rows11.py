@@ -9,15 +9,14 @@ import pandas as pd
 import pytest
 
 from sim_core.accuracy import rl, rl_table
+from tests.rl_rows import published_rows
 
 RLK_ROCM = "RL-Kernel ROCm G10 (vime Qwen3-8B, 8 MI300X)"
 RLK_README = ("b45560829c264492ed19a62cae0949cafa967c4a/reports/archive/experiments/dense/"
               "pr396_rocm_s1234_g10_g11_200/README.md")
 
 
-def _rows(source):
-    t = rl.load()
-    return t[t.source.eq(source)].reset_index(drop=True)
+_rows = published_rows
 
 
 def test_rl_kernel_row_is_the_readmes_g10_means():

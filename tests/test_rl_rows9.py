@@ -4,14 +4,13 @@ as their sources state them, and the first ones priced."""
 import pytest
 
 from sim_core.accuracy import rl, rl_table
+from tests.rl_rows import published_rows
 
 SIMPLERL = "SimpleRL-Zoo README (hkust-nlp/simpleRL-reason)"
 EASYR1 = "EasyR1 baselines.md (performance table)"
 
 
-def _rows(source):
-    t = rl.load()
-    return t[t.source.eq(source)].reset_index(drop=True)
+_rows = published_rows
 
 
 def test_simplerl_zoo_rows_are_its_15_hours_over_100_steps_on_16_h100():
