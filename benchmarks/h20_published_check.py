@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sim_core import catalog
+from sim_core.calibration import mla_decode_levels
 from sim_core.rl import generation, inputs, mla_decode
 
 
@@ -122,7 +123,7 @@ def main() -> None:
               f"{ins:.1%} in-sample, {held:.1%} leaving each model out")
     print("2. FlashMLA's decode kernel (data/kernels/published/mla_decode_levels.csv): "
           "priced = max(cache read, padded tiles at the GPU's level)")
-    k = mla_decode.check(generation.decode_constants()["hbm_efficiency"])
+    k = mla_decode_levels.check(generation.decode_constants()["hbm_efficiency"])
     print(k.round(3).to_string(index=False))
     h20 = k[k.gpu == "h20"]
     lv = mla_decode.levels()

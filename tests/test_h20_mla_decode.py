@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from sim_core import catalog
+from sim_core.calibration import mla_decode_levels
 from sim_core.rl import generation, inputs, mla_decode
 
 
@@ -91,7 +92,7 @@ def test_dense_models_and_bare_batches_are_untouched():
 
 
 def test_the_published_kernel_rows_are_priced_within_a_few_percent():
-    k = mla_decode.check(generation.decode_constants()["hbm_efficiency"])
+    k = mla_decode_levels.check(generation.decode_constants()["hbm_efficiency"])
     h20 = k[k.gpu == "h20"]
     assert len(h20) == 11
     # the level left out row by row: every H20 row within 6%; the read alone ~10x short

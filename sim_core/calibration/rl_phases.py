@@ -64,7 +64,8 @@ class RLPhaseData:
     gen_tail: np.ndarray
     offload: np.ndarray
     fixed_serial: np.ndarray       # step_fixed.py's colocated serial work (never scaled)
-    prep: np.ndarray               # step_fixed.py's training-side cleaning + verl's driver (never scaled)
+    # step_fixed.py's training-side cleaning + verl's driver (never scaled)
+    prep: np.ndarray
     asynchrony: np.ndarray         # 0 sync, 1 one step off, 2 async
     framework: np.ndarray          # rl_framework as the reader resolves it ("" where unstated)
     priced: np.ndarray             # bool: the model prices the row

@@ -61,7 +61,8 @@ def _col(b, name: str, default: float) -> np.ndarray:
 def active(b) -> tuple[np.ndarray, np.ndarray]:
     """(rows that validate, rows that checkpoint): a positive period and, for validation, a
     positive number of samples. Blank (NaN / 0) = nothing priced."""
-    vp, vs, sp = _col(b, "val_period", 0.0), _col(b, "val_samples", 0.0), _col(b, "save_period", 0.0)
+    vp, vs = _col(b, "val_period", 0.0), _col(b, "val_samples", 0.0)
+    sp = _col(b, "save_period", 0.0)
     return (vp > 0) & (vs > 0), sp > 0
 
 

@@ -47,10 +47,11 @@ Byte split by backend, against the simulator's training states (`training.py`:
 `train_weights_gib` bf16, `train_optimizer_gib` 12 B per parameter = fp32 main copy + two
 moments): Megatron's offload moves 10 B (`PRECISION_AWARE_SHARE` of the 12: the moments and
 the main parameters' remainders; the simulator's 12 B count is 2 B high for this optimizer,
-and those 2 B stay counted as resident) pageable and the bf16 weights pinned; DTensor's moves the fp32 parameters (the model is loaded in float32,
-`dtensor_policy_worker.py` "Always load the model in float32 to keep master weights in
-float32", mixed precision casts to bf16 per forward) and the moments, the whole 12 B,
-pageable, and has no separate bf16 copy.
+and those 2 B stay counted as resident) pageable and the bf16 weights pinned; DTensor's
+moves the fp32 parameters (the model is loaded in float32, `dtensor_policy_worker.py`
+"Always load the model in float32 to keep master weights in float32", mixed precision casts
+to bf16 per forward) and the moments, the whole 12 B, pageable, and has no separate bf16
+copy.
 
 The step itself is not recomposed here (`phases.py` composes it from the same parts, both
 directions); this module only says which of them a NeMo RL "refit" timer holds, so that

@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from ..simulate import simulate_frame
-from . import (dtensor_host, ep_lockstep, fsdp_experts, generation, hf_moe, host, loss_memory, moe_glu, moe_host,
-               moe_skew, nemo_rl, nemo_rl_host, skyrl, skyrl_megatron, slime_train, verl,
-               verl_calls, verl_megatron)
+from . import (dtensor_host, ep_lockstep, fsdp_experts, generation, hf_moe, host, loss_memory,
+               moe_glu, moe_host, moe_skew, nemo_rl, nemo_rl_host, skyrl, skyrl_megatron,
+               slime_train, verl, verl_calls, verl_megatron)
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 

@@ -21,9 +21,9 @@ prompt / response caps, the mean prompt and response lengths):
    tensor ops (`exceed_len`, the division and scaling, `min`, the add). Priced: the torch ops
    at PyTorch's published eager overhead of one op on a CPU tensor, the decoded tokens at a
    published decode rate (catalogs/rl.yaml `verl_driver`). `data[i]` is priced as one op per
-   key (TensorDict's own Python around them is not: a floor). The scorer's own regexes (`gsm8k.compute_score`,
-   `math_dapo.compute_score` on the last 300 characters) are counted, not priced: no
-   published per-call figure was found. DAPO's dynamic-sampling rounds (`gen_rounds`) score
+   key (TensorDict's own Python around them is not: a floor). The scorer's own regexes
+   (`gsm8k.compute_score`, `math_dapo.compute_score` on the last 300 characters) are counted,
+   not priced: no published per-call figure was found. DAPO's dynamic-sampling rounds (`gen_rounds`) score
    every round's batch.
 2. **The advantage** (`timing_s/adv`; `core_algos.py`): GRPO's
    `compute_grpo_outcome_advantage` loops over the N samples twice in Python (one index op,

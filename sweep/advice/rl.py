@@ -208,8 +208,7 @@ def nemo_rl_config(row) -> dict:
     if vp:  # validation and checkpoints the run prices (sim_core/rl/periodic.py)
         flat["grpo.val_period"] = vp
         flat["grpo.max_val_samples"] = _i(row["val_samples"])
-        vb = row.get("val_batch", float("nan"))
-        flat["grpo.val_batch_size"] = _i(vb) if vb == vb and vb else _i(row["val_samples"])
+        flat["grpo.val_batch_size"] = _int(row, "val_batch", 0) or _i(row["val_samples"])
     if sp:
         flat["checkpointing.save_period"] = sp
     if split:
