@@ -66,12 +66,16 @@ def _imputed_mean_rows(cmp: pd.DataFrame) -> pd.DataFrame:
     return cmp[timed & cmp.imputed.str.contains("response mean=").to_numpy()]
 
 
-def test_imputed_rows_are_exactly_the_audited_ones(table_and_cmp):
+def test_audited_rows_are_still_imputed(table_and_cmp):
+    """Every audited row is still reported with an imputed mean; rows added after the audit
+    may impute theirs too, so the check is one way: a row that gains a stated figure must
+    leave AUDITED."""
     _, cmp = table_and_cmp
     rows = _imputed_mean_rows(cmp)
-    keys = [(s, round(float(x), 2)) for s, x in zip(rows.source, rows.step_time_s)]
-    assert len(rows) == 35  # SimpleRL-Zoo's two rows share one key
-    assert set(keys) == set(AUDITED)
+    keys = {(s, round(float(x), 2)) for s, x in zip(rows.source, rows.step_time_s)}
+    assert set(AUDITED) <= keys
+    audited = [k in AUDITED for k in zip(rows.source, rows.step_time_s.astype(float).round(2))]
+    assert sum(audited) == 35  # SimpleRL-Zoo's two rows share one key
 
 
 def test_audited_rows_carry_no_stated_mean(table_and_cmp):
