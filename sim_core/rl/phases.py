@@ -24,6 +24,10 @@
   `prepare_for_refit` waits for all pending generations before every refit, and grpo.py warns
   that a larger max_trajectory_age_steps then gives no benefit): the tail drains before each
   sync, so the step composes as one step off whatever the staleness.
+- AReaL v0.3 moves the weights through shared storage (`disk_refit.py`, `refit_via_disk`): the
+  trainer's save and the engines' load replace the NCCL weight sync; an AReaL async step also
+  prefills the interrupted requests again once per update (`reprefill_on_update`,
+  generation.reprefill_time), on its generation side.
 - Colocated with `one_step_off`/`async` is invalid (nothing to overlap on the same GPUs).
 - Work that does not scale with the model (`step_fixed.py`): the engine's sleep / wake beyond
   its bytes and the trainer's allocator cleaning around the refit add to a colocated step; the
@@ -40,8 +44,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import (disk_refit, generation, inputs, periodic, refit_host, refit_timer, step_fixed, training,
-               verl_driver, weight_sync)
+from . import (disk_refit, generation, inputs, periodic, refit_host, refit_timer, step_fixed,
+               training, verl_driver, weight_sync)
 
 
 def _pcie(b) -> np.ndarray:
