@@ -324,7 +324,11 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    # blank: not in the figure or not stated, nothing priced)
                    ("val_period", np.nan), ("val_samples", np.nan), ("val_batch", np.nan),
                    ("val_max_len", np.nan), ("save_period", np.nan),
-                   ("save_hf_model", False), ("storage_gbs_per_node", np.nan)):
+                   ("save_hf_model", False), ("storage_gbs_per_node", np.nan),
+                   # AReaL's time-based recovery checkpoints, weights through storage and
+                   # re-prefill after an update (rl/periodic.py, disk_refit.py, generation.py)
+                   ("save_period_s", np.nan), ("refit_via_disk", False),
+                   ("reprefill_on_update", False)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()
         elif col in NEMO_RL_BLANKS:

@@ -47,7 +47,9 @@ COUNT_COLUMNS = ("num_gpus", "rollout_gpus", "train_gpus", "rollout_tp", "rollou
                  "kv_cache_bytes",
                  # validation and checkpoints inside the figure (sim_core/rl/periodic.py)
                  "val_period", "val_samples", "val_batch", "save_period",
-                 "storage_gbs_per_node")
+                 "storage_gbs_per_node",
+                 # a time-based checkpoint period, seconds (AReaL exp_ctrl.ckpt_freq_secs)
+                 "save_period_s")
 BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_eager",
                 "train_grad_reduce_fp32", "sequence_packing", "dynamic_batching", "use_ref",
                 "remove_padding", "critic_remove_padding",
@@ -56,6 +58,9 @@ BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_e
                 "partial_rollout", "use_rollout_log_probs", "train_sequence_parallel",
                 # the loss reuses the training forward's log-probs (rl/slime_train.py)
                 "reuse_log_probs",
+                # AReaL v0.3: weights through shared storage (rl/disk_refit.py); in-flight
+                # requests prefilled again after each update (rl/generation.py)
+                "refit_via_disk", "reprefill_on_update",
                 # the engine returns the sampled tokens' log-probabilities (sampler cost)
                 "rollout_logprobs",
                 # the rollout engine is vLLM's V0 engine (host cost per running sequence)

@@ -387,6 +387,20 @@ def prefill_time(b: Batch, prompt_tokens, prompt_len) -> np.ndarray:
     return t + np.where(b.rollout_tp > 1, chunks * 2 * b.layers * ar, 0.0)
 
 
+def reprefill_time(b: Batch, conc, ctx) -> np.ndarray:
+    """Seconds a replica spends prefilling its running requests again after a weight update,
+    where the run does (`reprefill_on_update`; else 0): AReaL's interruptible rollout workers
+    "discard KV caches computed by old weights, and re-compute them using the new weights"
+    (arXiv 2505.24298 sec. 4.1; v0.3.0 gserver_manager.py posts `update_weights_from_disk` with
+    `allow_interrupt=True`, and partial_rollout.py resubmits each interrupted request with its
+    tokens so far). Once per update: the `conc` running sequences, each holding `ctx` tokens
+    on average, through prefill_time."""
+    on = np.asarray(b.get("reprefill_on_update", np.zeros(len(b))), dtype=float) > 0
+    conc = np.asarray(conc, dtype=float)
+    t = prefill_time(b, conc * ctx, ctx)
+    return np.where(on, t, 0.0)
+
+
 # ---- a step's generation ------------------------------------------------------------------
 def generate(b: Batch, overrides: dict | None = None, resident_gib=None) -> dict:
     """Generation phase of one RL step for every configuration.
@@ -435,6 +449,7 @@ def generate(b: Batch, overrides: dict | None = None, resident_gib=None) -> dict
     decode = t_sat + t_tail
     thr = n_seq * m1 / conc * step_time(b, conc, inflight_ctx, k) / tps_conc
     return {
+        "reprefill_time_s": reprefill_time(b, conc, inflight_ctx),
         "gen_time_s": t_pre + decode,
         "gen_time_throughput_s": t_pre + thr,
         "prefill_time_s": t_pre,

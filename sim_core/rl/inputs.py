@@ -177,6 +177,16 @@ RL_COLUMNS = {
     "save_period": float("nan"),
     "save_hf_model": False,
     "storage_gbs_per_node": float("nan"),
+    # a time-based checkpoint period: a checkpoint after the first step that ends this many
+    # seconds after the last one (AReaL exp_ctrl.ckpt_freq_secs; rl/periodic.py)
+    "save_period_s": float("nan"),
+    # the new weights reach the engines through shared storage, not NCCL (AReaL v0.3:
+    # rl/disk_refit.py)
+    "refit_via_disk": False,
+    # async: every weight update interrupts the running requests, which drop their KV cache
+    # and prefill it again on the new weights (AReaL's interruptible rollout workers:
+    # rl/generation.py reprefill_time)
+    "reprefill_on_update": False,
 }
 
 

@@ -23,6 +23,13 @@ blank period prices nothing, so a row or run that states none is priced as befor
   verl's `generate_sequences` enters the rollout sharding manager, which pushes the actor's
   weights into the engine on every entry and sleeps it on exit (sharding_manager/fsdp_vllm.py
   `__enter__` / `__exit__`): the weight sync too.
+- **Checkpoint period**: `save_period` steps, or a time-based `save_period_s`: AReaL saves a
+  recovery checkpoint after the first step that ends `exp_ctrl.ckpt_freq_secs` seconds after
+  the last (600 in v0.3.0 `training/configs/*.yaml` and in v0.1.0's
+  `examples/train_small_on_ray.sh`), every ceil(600 / step) steps. Its recovery checkpoint is
+  the HF model (2 B per parameter, hf_registry.save) and each rank's Megatron distributed-
+  optimizer state (fp32 main weights and Adam moments, 12 B, realhf/impl/model/backend/
+  megatron.py `save`): Megatron's 14 B, spread over the trainer's ranks.
 - **Checkpoint** = the bytes the trainer writes, at the storage's write bandwidth per node
   (catalogs/rl.yaml `periodic.storage_gbs_per_node`, a cited default; a run may set its own):
   per trained parameter fp32 master weights + AdamW's two fp32 moments (12 B) for FSDP / DTensor
@@ -62,8 +69,21 @@ def active(b) -> tuple[np.ndarray, np.ndarray]:
     """(rows that validate, rows that checkpoint): a positive period and, for validation, a
     positive number of samples. Blank (NaN / 0) = nothing priced."""
     vp, vs = _col(b, "val_period", 0.0), _col(b, "val_samples", 0.0)
-    sp = _col(b, "save_period", 0.0)
-    return (vp > 0) & (vs > 0), sp > 0
+    sp, sps = _col(b, "save_period", 0.0), _col(b, "save_period_s", 0.0)
+    return (vp > 0) & (vs > 0), (sp > 0) | (sps > 0)
+
+
+def save_period_steps(b, step_s) -> np.ndarray:
+    """Steps per checkpoint: `save_period` where stated, else the time-based period
+    `save_period_s` over the step: AReaL's master worker checks its checkpoint control at
+    every step and saves once `ckpt_freq_secs` have passed since the last save
+    (inclusionAI/AReaL v0.3.0 realhf/system/master_worker.py `__ckpt_ctl.check`,
+    realhf/base/timeutil.py FrequencyControl: `frequency_seconds`), so a step of T seconds
+    checkpoints every ceil(period / T) steps (every step once T >= period)."""
+    sp, sps = _col(b, "save_period", 0.0), _col(b, "save_period_s", 0.0)
+    step = np.maximum(np.nan_to_num(np.asarray(step_s, dtype=float), nan=1.0), 1e-9)
+    by_time = np.maximum(np.ceil(sps / step), 1.0)
+    return np.where(sp > 0, sp, np.where(sps > 0, by_time, 1.0))
 
 
 def validation_batch(b, rows: np.ndarray, size: np.ndarray) -> Batch:
@@ -135,14 +155,17 @@ def checkpoint_bytes(b, fsdp) -> dict:
     return {"checkpoint_bytes": sharded + hf, "checkpoint_node_bytes": sharded / nodes + hf}
 
 
-def checkpoint_seconds(b, fsdp) -> dict:
+def checkpoint_seconds(b, fsdp, step_s=None) -> dict:
     """Per row: one checkpoint's write (`checkpoint_write_s`: the busiest node's bytes at the
     storage's per-node write bandwidth) and its share of a step (`checkpoint_time_s` = write /
-    save_period); zeros where no checkpoint is priced."""
+    the period in steps, `save_period_steps`; step_s: the step a time-based period is counted
+    against, the white-box step before validation and checkpoints); zeros where no checkpoint
+    is priced."""
     _, on = active(b)
     by = checkpoint_bytes(b, fsdp)
     bw = _col(b, "storage_gbs_per_node", float(_k()["storage_gbs_per_node"])) * GB
     write = np.where(on, by["checkpoint_node_bytes"] / bw, 0.0)
-    period = np.where(on, _col(b, "save_period", 1.0), 1.0)
+    step = np.full(len(b.placement), np.nan) if step_s is None else step_s
+    period = np.where(on, save_period_steps(b, step), 1.0)
     return {"checkpoint_write_s": write, "checkpoint_time_s": write / period,
             "checkpoint_gib": np.where(on, by["checkpoint_bytes"] / 2.0 ** 30, 0.0)}

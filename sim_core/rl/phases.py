@@ -24,6 +24,10 @@
   `prepare_for_refit` waits for all pending generations before every refit, and grpo.py warns
   that a larger max_trajectory_age_steps then gives no benefit): the tail drains before each
   sync, so the step composes as one step off whatever the staleness.
+- AReaL v0.3 moves the weights through shared storage (`disk_refit.py`, `refit_via_disk`): the
+  trainer's save and the engines' load replace the NCCL weight sync; an AReaL async step also
+  prefills the interrupted requests again once per update (`reprefill_on_update`,
+  generation.reprefill_time), on its generation side.
 - Colocated with `one_step_off`/`async` is invalid (nothing to overlap on the same GPUs).
 - Work that does not scale with the model (`step_fixed.py`): the engine's sleep / wake beyond
   its bytes and the trainer's allocator cleaning around the refit add to a colocated step; the
@@ -40,8 +44,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import (generation, inputs, periodic, refit_host, refit_timer, step_fixed, training,
-               verl_driver, weight_sync)
+from . import (disk_refit, generation, inputs, periodic, refit_host, refit_timer, step_fixed,
+               training, verl_driver, weight_sync)
 
 
 def _pcie(b) -> np.ndarray:
@@ -111,6 +115,23 @@ def _offloaded_gib(b, tr: dict, zero) -> np.ndarray:
             + b.offload_optimizer * moved * tr["train_optimizer_gib"])
 
 
+def _gen_paths(b, gen: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(the generation a synchronous step waits for, with its tail; what an asynchronous step
+    streams) from generation.generate's seconds."""
+    # DAPO's dynamic-sampling filter: each round generates the whole batch again, tail
+    # included (SkyRL trainer_utils.handle_dynamic_sampling; verl recipe/dapo): `gen_rounds`
+    rounds = np.maximum(np.nan_to_num(b.gen_rounds, nan=1.0), 1.0)
+    g_tail = gen["gen_time_s"] * rounds
+    g_thr = gen["gen_time_throughput_s"] * rounds
+    g_spread = g_thr + (g_tail - g_thr) / (1 + np.maximum(b.staleness, 0))
+    # without partial rollouts / in-flight weight updates every sync waits for the pending
+    # generations: the tail is paid each step, as one step off
+    g_async = np.where(b.partial_rollout > 0, g_spread, g_tail)
+    # each weight update (one per step) interrupts the running requests, prefilled again on
+    # the new weights (generation.reprefill_time; 0 unless the run does)
+    return g_tail, g_async + gen["reprefill_time_s"]
+
+
 def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFrame:
     """Predict one RL step for every row of `df` (columns of inputs.RL_COLUMNS plus the
     training layout as train_tp, train_pp, ...). Returns one row of predictions per row.
@@ -173,20 +194,14 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     wake_bytes_s = gen["rollout_weights_gib"] * gib / wake_rate
     t_off = np.where(colo, wake_bytes_s + (pinned + pageable * slow) * gib / _pcie(b), 0.0)
 
+    # AReaL v0.3: the weights go through shared storage, the trainer's save then every
+    # engine's load (disk_refit.py), in place of an NCCL broadcast
+    disk = disk_refit.active(b)
+    dr = disk_refit.seconds(b, tpp)
+    ws["weight_sync_time_s"] = np.where(disk, dr["disk_refit_s"], ws["weight_sync_time_s"])
     lp, up, sync = tr["log_prob_time_s"], tr["update_time_s"], ws["weight_sync_time_s"]
     s_gen = 1.0
     sc = phase_scales
-    if sc is None:  # a profile's installed scales, else NeMo RL's shipped ones (catalogs/rl.yaml)
-        sc = _phase_scales if _phase_scales is not None else default_scales(b)
-    if sc:  # phase scales, per row or one each (none: the arrays are left untouched)
-        s_gen, s_lp, s_up, s_ws = (np.asarray(sc.get(k, 1.0), dtype=float)
-                                   for k in PHASE_SCALES)
-        gen = {**gen, **{k: gen[k] * s_gen for k in (
-            "gen_time_s", "gen_time_throughput_s", "prefill_time_s", "decode_time_s")}}
-        tr = {**tr, **{k: tr[k] * s_lp for k in (
-            "old_log_prob_time_s", "ref_time_s", "ref_swap_time_s", "values_time_s")}}
-        rh = {**rh, **{k: rh[k] * s_ws for k in ("refit_host_s", "refit_chain_s")}}
-        lp, up, sync = lp * s_lp, up * s_up, sync * s_ws
     # the work that does not scale with the model (step_fixed.py): the engine's sleep / wake
     # beyond its bytes and the trainer's allocator cleaning around the refit (colocated, on the
     # serial path), and the cleaning before the log-prob pass and the update (the training
@@ -197,21 +212,28 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     # the padded batch), on the training pipeline with the phases' cleaning
     drv = verl_driver.seconds(b)
     prep = fx["phase_side_s"] + drv["driver_s"]
+    # the white-box step, before any phase scale: what a time-based checkpoint period counts
+    step_white = compose_step(b.asynchrony, *_gen_paths(b, gen), lp, up, sync, t_off,
+                              fixed_colo, prep)
+    if sc is None:  # a profile's installed scales, else NeMo RL's shipped ones (catalogs/rl.yaml)
+        sc = _phase_scales if _phase_scales is not None else default_scales(b)
+    if sc:  # phase scales, per row or one each (none: the arrays are left untouched)
+        s_gen, s_lp, s_up, s_ws = (np.asarray(sc.get(k, 1.0), dtype=float)
+                                   for k in PHASE_SCALES)
+        gen = {**gen, **{k: gen[k] * s_gen for k in (
+            "gen_time_s", "gen_time_throughput_s", "prefill_time_s", "decode_time_s",
+            "reprefill_time_s")}}
+        tr = {**tr, **{k: tr[k] * s_lp for k in (
+            "old_log_prob_time_s", "ref_time_s", "ref_swap_time_s", "values_time_s")}}
+        rh = {**rh, **{k: rh[k] * s_ws for k in ("refit_host_s", "refit_chain_s")}}
+        lp, up, sync = lp * s_lp, up * s_up, sync * s_ws
     # what a NeMo RL "refit" timer holds (refit_timer.py): the sync plus the engine's wake, the
     # trainer's offload out and the cleaning around it; the sync elsewhere
     rt = refit_timer.timer(b, zero >= 3, sync, wake_bytes_s,
                            tr["train_weights_gib"], tr["train_optimizer_gib"],
                            tr["gen_optimizer_moves"], _pcie(b),
                            np.where(colo, fx["refit_side_s"], 0.0))
-    # DAPO's dynamic-sampling filter: each round generates the whole batch again, tail
-    # included (SkyRL trainer_utils.handle_dynamic_sampling; verl recipe/dapo): `gen_rounds`
-    rounds = np.maximum(np.nan_to_num(b.gen_rounds, nan=1.0), 1.0)
-    g_tail = gen["gen_time_s"] * rounds
-    g_thr = gen["gen_time_throughput_s"] * rounds
-    g_spread = g_thr + (g_tail - g_thr) / (1 + np.maximum(b.staleness, 0))
-    # without partial rollouts / in-flight weight updates every sync waits for the pending
-    # generations: the tail is paid each step, as one step off
-    g_async = np.where(b.partial_rollout > 0, g_spread, g_tail)
+    g_tail, g_async = _gen_paths(b, gen)
     step = compose_step(b.asynchrony, g_tail, g_async, lp, up, sync, t_off, fixed_colo, prep)
     # validation and checkpoints, amortised per step (periodic.py; none where the row or run
     # states no period). Colocated, a validation adds one engine sleep / wake with the weights'
@@ -220,7 +242,9 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     val = periodic.validation_seconds(b, resident, s_gen,
                                       np.where(colo, wake_bytes_s + fx["engine_s"], 0.0),
                                       np.where(colo & verl, sync, 0.0))
-    ckpt = periodic.checkpoint_seconds(b, zero >= 3)
+    # a time-based checkpoint period counts steps of the white-box step (the same under any
+    # phase scales: calibration/rl_phases.step_with keeps the checkpoint share fixed)
+    ckpt = periodic.checkpoint_seconds(b, zero >= 3, step_white)
     base_step = step
     # (summed in the order calibration/rl_phases.step_with recomposes them)
     step = (base_step + val["validation_gen_s"] + val["validation_sync_s"]
