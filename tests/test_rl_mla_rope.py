@@ -75,3 +75,19 @@ def test_phases_add_exactly_it(monkeypatch):
     ref = pd.DataFrame([{**GLM, "use_ref": True}])
     assert simulate_rl(ref, phase_scales={}).log_prob_time_s[0] - \
         with_rule.log_prob_time_s[0] > 4 * seen["log_prob_s"][0]
+
+
+def test_run_table_carries_the_flag():
+    # the SkyRL GLM-4.7-Flash row of rl_runs.csv, stated with RoPE fusion on
+    from sim_core.accuracy import rl
+    t = rl.load()
+    row = t[t.model.astype(str).str.contains("GLM-4.7-Flash")].head(1).copy()
+    df, _, reason = rl.to_frame(row.reset_index(drop=True))
+    assert reason[0] == ""
+    assert rl.compare(row)["pred_log_prob_time_s"][0] > 0
+    row["train_apply_rope_fusion"] = "true"
+    df, _, reason = rl.to_frame(row.reset_index(drop=True))
+    assert df["train_apply_rope_fusion"].astype(str).str.lower()[0] == "true"
+    fused = rl.compare(row)
+    blank = rl.compare(row.drop(columns="train_apply_rope_fusion"))
+    assert fused["pred_log_prob_time_s"][0] < blank["pred_log_prob_time_s"][0]
