@@ -41,6 +41,13 @@ RoPE stays unfused. Optional row column `train_apply_rope_fusion` (blank: false 
 Other frameworks' MLA rows are left as they are: their Megatron versions and RoPE settings were
 not read for this.
 
+Checked and not counted: Transformer Engine 2.10.0's `DotProductAttention.forward` (SkyRL's
+pin) computes `pad_between_seqs` with `torch.equal(cu_seqlens_q_padded[:-1], cu_seqlens_q[:-1])`
+(and kv) when not given, and Megatron-Core 0.16.0's PackedSeqParams has no such field; but
+SkyRL passes one tensor as both (`preprocess_packed_seqs`), and PyTorch's `cuda_equal`
+(aten/src/ATen/native/cuda/Equal.cpp) returns early for aliases of the same storage, offset and
+strides: no sync.
+
 Costs: `catalogs/moe.yaml host_sync_us` per sync and `catalogs/rl.yaml eager_host_s_per_kernel`
 per kernel, both declared for the other host rules; the counts are from the code above. The
 GPU time of the 18 small kernels (tens of thousands of elements each) is left in the core's
