@@ -117,3 +117,35 @@ def test_run_table_carries_the_flags():
     assert reason[0] == ""
     assert not moe_host._flag(df, "train_moe_grouped_gemm")[0]
     assert moe_host._flag(df, "train_moe_permute_fusion")[0]
+
+
+# SkyRL's Megatron worker (megatron-core 0.16.0, whose alltoall dispatcher still syncs once per
+# layer forward): the GLM-4.7-Flash notes' layout (TP4 SP EP8, one unpadded sequence per
+# micro-batch, full recompute as its script sets)
+SKYRL_GLM = dict(model="glm-4.7-flash", gpu="h200", num_gpus=32, rollout_tp=4,
+                 prompts_per_step=1024, responses_per_prompt=16, prompt_len=92,
+                 response_mean=3379, response_max=8192, train_tp=4, train_ep=8, train_etp=1,
+                 train_recompute="full", mini_batches=4, rl_framework="skyrl",
+                 sequence_packing=False, remove_padding=True, micro_batch_seqs=1,
+                 logprob_micro_batch_seqs=1, train_sequence_parallel=True)
+
+
+def test_skyrl_megatron_rows_carry_the_host_floor():
+    df, b, tf, sim, tok, gathers = priced_training_frame(SKYRL_GLM)
+    e = moe_host.exposed(b, df, tf, sim, tok, gathers)
+    # 64 experts / EP 8 = 8 local: 15 + 13 + 20 + 6 + (2 x 8 + 12) forward kernels
+    assert e["kernels_fwd"][0] == 82
+    assert e["kernels_bwd"][0] == 30 + 10 + 6 + 4 + 2 + (4 * 8 + 24)
+    # at the notes' ~5k-token sequences the layer's GPU forward outlasts its host: nothing added
+    assert e["gpu_fwd_s"][0] > e["host_fwd_s"][0]
+    assert e["update_s"][0] == 0 and e["log_prob_s"][0] == 0
+    # short sequences (one ~250-token sequence per micro-batch, 64 tokens per GPU): the host binds
+    short = {**SKYRL_GLM, "response_mean": 150, "response_max": 300, "prompt_len": 92}
+    df, b, tf, sim, tok, gathers = priced_training_frame(short)
+    e = moe_host.exposed(b, df, tf, sim, tok, gathers)
+    assert e["gpu_fwd_s"][0] < e["host_fwd_s"][0]
+    assert e["update_s"][0] > 0 and e["log_prob_s"][0] > 0
+    # SkyRL's FSDP2 workers run the Hugging Face block, not Megatron-Core's: no sync rule
+    fsdp = {**short, "train_zero": 3, "train_tp": 1, "train_ep": 1}
+    df, b, tf, sim, tok, gathers = priced_training_frame(fsdp)
+    assert moe_host.exposed(b, df, tf, sim, tok, gathers)["kernels_fwd"][0] == 0

@@ -320,6 +320,9 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    # the experts' activation fused (Megatron bias_activation_fusion) and the
                    # router's dtype (sim_core/rl/moe_glu.py; blank: the framework's and model's)
                    ("train_moe_glu_fusion", np.nan), ("train_moe_router_dtype", np.nan),
+                   # Megatron's apply_rope_fusion (sim_core/rl/mla_rope.py; blank: off, as
+                   # SkyRL's DeepSeek-V3 provider builds MLA models)
+                   ("train_apply_rope_fusion", False),
                    # validation and checkpoints inside the stated figure (rl/periodic.py;
                    # blank: not in the figure or not stated, nothing priced)
                    ("val_period", np.nan), ("val_samples", np.nan), ("val_batch", np.nan),

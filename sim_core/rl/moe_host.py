@@ -8,7 +8,8 @@ the two. Megatron-Core's MoE layer does not let the host run ahead of the GPU ac
 that host time cannot be banked: it is paid layer by layer.
 
 What the code does (read at the versions the rows ran: Megatron-LM 2ff0f099, NeMo RL v0.3.0's
-submodule, and 1dcf0daf, slime 05370bf9's `docker/Dockerfile` MEGATRON_COMMIT;
+submodule, 1dcf0daf, slime 05370bf9's `docker/Dockerfile` MEGATRON_COMMIT, and the
+megatron-core 0.16.0 wheel SkyRL f6bf2f91 pins;
 `megatron/core/transformer/moe/token_dispatcher.py`, `experts.py`, `router.py`,
 `moe_utils.py`):
 
@@ -113,9 +114,12 @@ def layer_kernels(local, grouped_gemm, permute_fusion, router_fusion) -> dict:
 
 def rows(b, tf: pd.DataFrame) -> np.ndarray:
     """Rows this applies to: an MoE model trained by Megatron-Core (not FSDP / DTensor) under
-    NeMo RL, verl or slime."""
+    NeMo RL, verl, slime or SkyRL. SkyRL's Megatron worker pins megatron-core 0.16.0, whose
+    alltoall dispatcher keeps the sync (token_dispatcher.py `preprocess` marks
+    "before_ep_alltoall", `_maybe_dtoh_and_synchronize` blocks on `d2h_event.synchronize()`;
+    experts.py `TEGroupedMLP.forward` `tokens_per_expert.tolist()`)."""
     megatron_fw = np.isin(b.rl_framework, [RL_FRAMEWORK.index(f)
-                                           for f in ("nemo_rl", "verl", "slime")])
+                                           for f in ("nemo_rl", "verl", "slime", "skyrl")])
     return megatron_fw & ~fsdp(tf) & (b.experts > 0) & (b.moe_layers > 0)
 
 

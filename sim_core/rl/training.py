@@ -24,8 +24,8 @@ import pandas as pd
 
 from ..simulate import simulate_frame
 from . import (dtensor_host, ep_lockstep, fsdp_experts, generation, hf_moe, host, loss_memory,
-               moe_glu, moe_host, moe_skew, nemo_rl, nemo_rl_host, skyrl, skyrl_megatron,
-               slime_train, verl, verl_calls, verl_megatron)
+               mla_rope, moe_glu, moe_host, moe_skew, nemo_rl, nemo_rl_host, skyrl,
+               skyrl_megatron, slime_train, verl, verl_calls, verl_megatron)
 from .inputs import RL_FRAMEWORK, constants, forward_seconds, fsdp, train_col, train_dp
 
 
@@ -274,12 +274,15 @@ def passes(df: pd.DataFrame, b, profile=None) -> dict:
     # SkyRL's Megatron worker: log-probs over the batch's padded width, its loss's host syncs
     # (skyrl_megatron.py)
     sm = skyrl_megatron.seconds(b, tf, sim)
+    # Megatron-Core's unfused MLA RoPE on THD micro-batches: host syncs inside each attention
+    # layer's forward (mla_rope.py; SkyRL's Megatron worker)
+    mr = mla_rope.seconds(b, df, tf, sim)
     lp_pass = (fwd + mh["log_prob_s"] + hf["log_prob_s"] + glu["log_prob_s"]
-               + sm["log_prob_s"]) * b.mini_batches \
+               + sm["log_prob_s"] + mr["log_prob_s"]) * b.mini_batches \
         + ext["logprob_loss_s"] + ext["logprob_bins_s"] + nh["log_prob_s"] + dh["log_prob_s"]
     updates = b.mini_batches * b.ppo_epochs
     update = ((step + mh["update_s"] + hf["update_s"] + glu["update_s"] + sm["update_s"]
-               + ext["update_pad_s"]
+               + mr["update_s"] + ext["update_pad_s"]
                + ext["update_bins_s"] + dh["update_s"]) * updates
               + (ext["update_loss_s"] + nh["update_s"]) * b.ppo_epochs) \
         * np.where(b.algorithm == 2, 2.0, 1.0)  # PPO: critic update too
