@@ -147,7 +147,10 @@ def test_rl_table_reads_the_new_columns_as_published():
     # RL-Kernel's ROCm G10 row (batch 11) ran vime too, spelled 'vime' in the table
     rlk = t.source.str.startswith("RL-Kernel").to_numpy()
     assert rlk.sum() == 1 and (df.rl_framework[rlk] == "slime").all()
-    slime = slime | vime | rlk
+    # Relax issue 149's two rows (batch 13): Relax is a slime derivative, stated 'slime'
+    relax = t.source.str.startswith("Relax").to_numpy()
+    assert relax.sum() == 2 and (df.rl_framework[relax] == "slime").all()
+    slime = slime | vime | rlk | relax
     assert (df.rl_framework[~nemo & ~sky & ~slime] == "verl").all()
     # NeMo RL's Qwen3-30B-A3B config turns packing off; slime's recipe packs (dynamic batch)
     moe = df.model.eq("qwen3-30b-a3b").to_numpy()
