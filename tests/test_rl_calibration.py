@@ -90,7 +90,7 @@ def test_shipped_fit_matches_what_validate_reports_per_phase(data):
     # routers were priced, x1.35 after: docs/rl.md "Uneven EP load")
     assert cal.scales["update"] > 1.2
     assert cal.rows["weight sync"] == int(np.isfinite(data.meas["weight sync"]).sum())
-    assert len(cal.fold_scales) == 28  # one fold per source (batch 10: 19 -> 23; batch 11: 25; batch 12: 27; batch 13: 28)
+    assert len(cal.fold_scales) == 29  # one fold per source (batch 10: 19 -> 23; batch 11: 25; batch 12: 27; batch 13: 28; batch 13b: 29)
 
 
 def test_an_update_twice_the_prediction_is_recovered_on_the_real_rows(shipped, data):
@@ -155,15 +155,15 @@ def test_cli_saves_the_fit_and_validate_search_simulate_use_it(shipped, data, tm
     out = capsys.readouterr().out
     cal = rp.calibrate(data)
     assert f"update       x{cal.scales['update']:.3f}" in out
-    # the priced ones (batch 10: 18 -> 22; batch 13: 27 with Relax issue 149)
-    assert "leave one source out" in out and "27 source groups" in out
+    # the priced ones (batch 10: 18 -> 22; batch 13: 27 with Relax issue 149; batch 13b: 28)
+    assert "leave one source out" in out and "28 source groups" in out
     man = profiles.load_manifest("mine")
     c = man["components"]["rl_phases"]
     assert c["scales"] == pytest.approx(cal.scales, rel=1e-12)
     assert c["median_abs_step_err"]["cv"] == pytest.approx(cal.median_abs("cv"))
     json.dumps(man)
     assert main(["calibrate", "show", "mine"]) == 0
-    assert "rl_phases (70 timed RL runs, 27 source groups)" in capsys.readouterr().out
+    assert "rl_phases (71 timed RL runs, 28 source groups)" in capsys.readouterr().out
 
     assert main(["validate", "--rl", "--profile", "mine"]) == 0
     out = capsys.readouterr().out
@@ -205,7 +205,7 @@ def test_rl_search_uses_the_profile(tmp_path, capsys):
     (["calibrate", "rl-runs", str(SHIPPED), "--rows", "num_gpus >", "--profile", "x"],
      "--rows: cannot evaluate"),
     (["calibrate", "rl-runs", str(SHIPPED), "--rows", "num_gpus > 100000", "--profile", "x"],
-     "selects none of the 78 rows"),
+     "selects none of the 79 rows"),
     (["calibrate", "rl-runs", str(SHIPPED), "--profile", "bad name!"], "profile name"),
     (["validate", "--rl", "--profile", "unknown"], "no calibration profile"),
     (["search", "search_spaces/rl-grpo-qwen3-32b-64xh100.yaml", "--profile", "unknown"],
