@@ -22,7 +22,7 @@ from .. import catalog
 from ..rl import generation
 from ..rl import inputs as rl_inputs
 from ..rl.phases import simulate_rl
-from . import rl_table
+from . import rl_logprob_timer, rl_table
 
 RL_TABLE_COLUMNS = (
     "algorithm", "model", "gpu", "num_gpus", "placement", "rollout_gpus", "train_gpus",
@@ -414,7 +414,9 @@ def compare(t: pd.DataFrame, phase_scales=None) -> pd.DataFrame:
     out["gen_share"] = np.where(sync, meas_share, np.nan)
     out["pred_gen_share"] = pd.to_numeric(pred.gen_share)
     out["gen_share_err_pts"] = (out.pred_gen_share - out.gen_share) * 100
-    for c, v in _phase_pairs(norm, phases, sync).items():
+    fw = (df["rl_framework"].astype(str).to_numpy() if "rl_framework" in df.columns
+          else np.full(len(df), ""))
+    for c, v in _phase_pairs(norm, phases, sync, fw).items():
         out[c] = v
     out["fits"] = pred.fits.where(ok, "-")
     out["oom_reason"] = pred.oom_reason.fillna("")
@@ -454,14 +456,16 @@ PHASES = {"generation": "gen_time_s", "log-probs": "log_prob_time_s",
 def pred_phases(pred: pd.DataFrame, ok: np.ndarray) -> pd.DataFrame:
     """The predicted phase seconds of the priced rows, NaN for the others."""
     out = pd.DataFrame(np.nan, index=range(len(ok)),
-                       columns=list(PHASES.values()) + ["values_time_s"])
+                       columns=list(PHASES.values()) + ["values_time_s", "old_log_prob_time_s",
+                                                        "ref_time_s"])
     for c in out.columns:
         if c in pred:
             out.loc[np.flatnonzero(ok), c] = pd.to_numeric(pred[c]).to_numpy()
     return out
 
 
-def _phase_pairs(norm: pd.DataFrame, p: pd.DataFrame, sync: np.ndarray) -> dict:
+def _phase_pairs(norm: pd.DataFrame, p: pd.DataFrame, sync: np.ndarray,
+                 framework=None) -> dict:
     def col(c):
         return pd.to_numeric(norm.get(c, pd.Series(np.nan, index=norm.index)),
                              errors="coerce").to_numpy(dtype=float)
@@ -478,6 +482,15 @@ def _phase_pairs(norm: pd.DataFrame, p: pd.DataFrame, sync: np.ndarray) -> dict:
     for name, pc in PHASES.items():
         out[f"meas_{pc}"] = meas[name]
         out[f"pred_{pc}"] = p[pc].to_numpy(dtype=float)
+    # the predicted log-probs: the passes the row's timer holds (rl_logprob_timer.py), not
+    # every pass (a policy-only timer against policy + reference read 2x)
+    fw = framework if framework is not None else np.full(len(norm), "")
+    timer = rl_logprob_timer.held(norm.get("log_prob_timer", pd.Series(None, index=norm.index,
+                                                                       dtype=object)),
+                                  fw, np.isfinite(ref))
+    out["log_prob_timer"] = np.where(np.isfinite(meas["log-probs"]), timer, "")
+    out["pred_log_prob_time_s"] = rl_logprob_timer.predicted(
+        timer, p.old_log_prob_time_s, p.ref_time_s, p.values_time_s)
     return out
 
 

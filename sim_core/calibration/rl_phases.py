@@ -9,7 +9,9 @@ cluster and framework run the phases slower or faster than it prices (verl's
 
     generation   measured gen_time_s on synchronous rows (on an asynchronous row the column is
                  the wait for the rollout, not the rollout: sim_core/accuracy/rl.py PHASES)
-    log-probs    old_log_prob_time_s + ref_time_s, rows without a critic
+    log-probs    old_log_prob_time_s + ref_time_s, rows without a critic, against the predicted
+                 passes the row's timer holds (accuracy/rl_logprob_timer.py: the policy's
+                 alone where a row's `log_prob_timer` or its framework's timer says so)
     update       update_actor_time_s, rows without a critic
     weight sync  weight_sync_time_s (a NeMo RL refit timer less what else it holds,
                  rl/refit_timer.py)
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..accuracy import rl, rl_table
+from ..accuracy import rl, rl_logprob_timer, rl_table
 from ..rl import inputs
 from ..rl.phases import PHASE_SCALES, compose_step, simulate_rl
 
@@ -75,6 +77,10 @@ class RLPhaseData:
     periodic_gen: np.ndarray | None = None
     periodic_sync: np.ndarray | None = None
     periodic_fixed: np.ndarray | None = None
+    # the predicted log-prob passes the row's timer holds (rl.compare's pred_log_prob_time_s),
+    # what the log-prob scale is fitted against; pred["log-probs"] (every pass) is what the
+    # scale multiplies in the step
+    pred_lp_timer: np.ndarray | None = None
 
 
 @dataclass
@@ -113,7 +119,7 @@ class RLCalibration:
         group out."""
         out = {}
         for ph in PHASE_SCALES:
-            m, p = self.data.meas[ph], self.data.pred[ph]
+            m, p = self.data.meas[ph], _paired(self.data, ph)
             ok = np.isfinite(m) & np.isfinite(p) & (m > 0) & (p > 0)
             if not ok.any():
                 continue
@@ -172,7 +178,10 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
     df, _, reason = rl.to_frame(t)
     ok = reason == ""
     norm, _, _ = rl_table.normalize(t)
-    cmp = rl.compare(t, phase_scales={})
+    try:
+        cmp = rl.compare(t, phase_scales={})
+    except rl_logprob_timer.LogProbTimerError as exc:
+        raise RLCalibrationError(str(exc)) from exc
     n = len(t)
     pred = {k: np.full(n, np.nan) for k in PRED}
     tail, off, asy = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
@@ -209,12 +218,21 @@ def prepare(t: pd.DataFrame, group: str | None = None) -> RLPhaseData:
                        asynchrony=asy, priced=ok,
                        framework=(df["rl_framework"].astype(str).to_numpy()
                                   if "rl_framework" in df.columns else np.full(len(df), "")),
-                       periodic_gen=per_gen, periodic_sync=per_sync, periodic_fixed=per_fixed)
+                       periodic_gen=per_gen, periodic_sync=per_sync, periodic_fixed=per_fixed,
+                       pred_lp_timer=cmp["pred_log_prob_time_s"].to_numpy(dtype=float))
+
+
+def _paired(d: RLPhaseData, phase: str) -> np.ndarray:
+    """The predicted seconds a phase's measurement is compared with: for the log-probs, the
+    passes the row's timer holds."""
+    if phase == "log-probs" and d.pred_lp_timer is not None:
+        return d.pred_lp_timer
+    return d.pred[phase]
 
 
 def log_ratios(d: RLPhaseData, phase: str, mask=None) -> np.ndarray:
     """log(measured / predicted) of the rows (of mask) that state the phase."""
-    m, p = d.meas[phase], d.pred[phase]
+    m, p = d.meas[phase], _paired(d, phase)
     ok = np.isfinite(m) & np.isfinite(p) & (m > 0) & (p > 0)
     if mask is not None:
         ok &= mask
