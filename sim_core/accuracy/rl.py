@@ -331,6 +331,8 @@ def to_frame(t: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
                    # AReaL's time-based recovery checkpoints, weights through storage and
                    # re-prefill after an update (rl/periodic.py, disk_refit.py, generation.py)
                    ("save_period_s", np.nan), ("refit_via_disk", False),
+                   # cann-recipes-train's AlltoAllV reshard (rl/alltoallv_reshard.py)
+                   ("refit_alltoallv", False),
                    ("reprefill_on_update", False)):
         if col in t.columns:
             df[col] = t[col].where(t[col].notna(), d).to_numpy()

@@ -61,6 +61,8 @@ BOOL_COLUMNS = ("offload_params", "offload_optimizer", "ref_offload", "enforce_e
                 # AReaL v0.3: weights through shared storage (rl/disk_refit.py); in-flight
                 # requests prefilled again after each update (rl/generation.py)
                 "refit_via_disk", "reprefill_on_update",
+                # cann-recipes-train's AlltoAllV reshard (rl/alltoallv_reshard.py)
+                "refit_alltoallv",
                 # the engine returns the sampled tokens' log-probabilities (sampler cost)
                 "rollout_logprobs",
                 # the rollout engine is vLLM's V0 engine (host cost per running sequence)

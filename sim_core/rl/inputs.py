@@ -183,6 +183,9 @@ RL_COLUMNS = {
     # the new weights reach the engines through shared storage, not NCCL (AReaL v0.3:
     # rl/disk_refit.py)
     "refit_via_disk": False,
+    # cann-recipes-train's zero-redundancy reshard (rl/alltoallv_reshard.py) in place of
+    # verl's per-key Megatron walk
+    "refit_alltoallv": False,
     # async: every weight update interrupts the running requests, which drop their KV cache
     # and prefill it again on the new weights (AReaL's interruptible rollout workers:
     # rl/generation.py reprefill_time)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import nccl
 from ..columns import Batch
-from . import megatron_gather, slime_refit
+from . import alltoallv_reshard, megatron_gather, slime_refit
 from .inputs import RL_FRAMEWORK, network
 from .training import pcie_bytes_per_s
 
@@ -94,6 +94,14 @@ def sync_time(b: Batch, train_tp, train_pp, train_dp_shard, train_ep=None,
         sr = slime_refit.update_time(b, train_tp * np.ones(n), train_pp * np.ones(n), ep, etp,
                                      tg * np.ones(n), net, pcie_bytes_per_s(b))
         gather = np.where(slime, sr["slime_update_s"], gather)
+    # cann-recipes-train's reshard (TP then PP for most keys, an AlltoAllV for the routed
+    # experts: alltoallv_reshard.py), on the rows that run it (`refit_alltoallv`)
+    a2av = alltoallv_reshard.active(b) & megatron
+    if a2av.any():
+        ar = alltoallv_reshard.reshard_time(b, train_tp * np.ones(n), train_pp * np.ones(n),
+                                            ep, np.maximum(b.rollout_ep, 1.0),
+                                            tg * np.ones(n), net)
+        gather = np.where(a2av, ar["reshard_s"], gather)
     return {"weight_sync_time_s": gather + transfer + load, "sync_gather_s": gather,
             "sync_transfer_s": transfer, "sync_load_s": load,
             "sync_copy_s": np.where(megatron, mg["copy_s"], 0.0),
