@@ -72,3 +72,47 @@ def test_calibrate_pairs_the_timer_and_accepts_the_column(table):
     assert d2.pred_lp_timer[0] == pytest.approx(d.pred_lp_timer[0])
     with pytest.raises(rl_phases.RLCalibrationError):
         rl_phases.prepare(row.assign(log_prob_timer="reference only"))
+
+
+def _scale_line(out, phase="log-probs"):
+    """The fitted scale's line and the phase's |error| line (white-box -> fitted)."""
+    return [ln for ln in out.splitlines() if ln.strip().startswith(phase)]
+
+
+@pytest.mark.usefixtures("isolated_profiles")
+def test_user_table_through_the_cli(table, tmp_path, capsys):
+    """`sweep calibrate rl-runs` on a user's CSV: the column is optional (blank or absent =
+    the framework's timer), read in any listed spelling, selectable with --rows, changes the
+    fitted log-prob scale when it changes a pairing, and a bad cell is one error line."""
+    from sweep.cli.main import main
+
+    rows = table[table.source.str.startswith(RLINF)
+                 | table.source.str.startswith("NeMo RL v0.3 blog")].reset_index(drop=True)
+    assert len(rows) == 9 and set(rows.log_prob_timer) == {"policy", "policy+ref"}
+
+    def run(frame, name, *extra):
+        p = tmp_path / f"{name}.csv"
+        frame.to_csv(p, index=False)
+        rc = main(["calibrate", "rl-runs", str(p), "--profile", name, *extra])
+        return rc, capsys.readouterr()
+
+    rc, with_col = run(rows, "with")
+    assert rc == 0
+    rc, absent = run(rows.drop(columns=["log_prob_timer"]), "absent")
+    assert rc == 0 and _scale_line(absent.out) == _scale_line(with_col.out)
+    spelled = rows.assign(log_prob_timer=rows.log_prob_timer.str.replace("policy+ref",
+                                                                         "Policy + Reference"))
+    rc, sp = run(spelled, "spelled")
+    assert rc == 0 and _scale_line(sp.out) == _scale_line(with_col.out)
+    # the wrong pairing (the RLinf 1.5B policy-only timer read as both passes): its 2x ratio
+    # lifts the phase's white-box median |error| (15.1% -> 23.2% on these 9 rows)
+    rc, wrong = run(rows.assign(log_prob_timer="policy+ref"), "wrong")
+    assert rc == 0
+    pct = [float(ln.split("rows")[1].split("%")[0]) for ln in
+           (_scale_line(with_col.out)[1], _scale_line(wrong.out)[1])]
+    assert pct[1] > pct[0] + 5
+    rc, sel = run(rows, "sel", "--rows", "log_prob_timer == 'policy+ref'")
+    assert rc == 0 and "8 selected by --rows" in sel.out
+    rc, bad = run(rows.assign(log_prob_timer="ref only"), "bad")
+    err = bad.err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and "log_prob_timer 'ref only'" in err[0]
