@@ -39,6 +39,14 @@ class Batch(dict):
     def __len__(self) -> int:  # number of configurations, not of fields
         return len(next(iter(self.values()))) if dict.__len__(self) else 0
 
+    def floats(self, key: str, default: float = np.nan) -> np.ndarray:
+        """An optional column as floats: its values (blank cells stay NaN) where the batch has
+        it, else `default` for every configuration. Run tables and spaces only carry the
+        columns they state, so the modules that read an optional setting read it here."""
+        if key in self:
+            return np.asarray(self[key], dtype=float)
+        return np.full(len(self), default, dtype=float)
+
 
 def _expand_models(df: pd.DataFrame) -> pd.DataFrame:
     """Fill model shape columns from catalog ids where the shape is not given inline."""

@@ -62,8 +62,7 @@ DENSE_CHAIN_KEYS = 2
 
 def active(b) -> np.ndarray:
     """Rows whose refit is this recipe's reshard (`refit_alltoallv`)."""
-    n = len(b.placement)
-    return np.asarray(b.get("refit_alltoallv", np.zeros(n)), dtype=float) > 0
+    return b.floats("refit_alltoallv", 0.0) > 0
 
 
 def key_counts(b, pp) -> dict:

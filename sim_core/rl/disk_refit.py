@@ -39,8 +39,7 @@ SHARD_BYTES = 1e10  # realhf hf_registry.save: REAL_SAVE_MAX_SHARD_SIZE_BYTE def
 
 
 def _bandwidth(b: Batch) -> np.ndarray:
-    n = len(b.placement)
-    v = np.asarray(b.get("storage_gbs_per_node", np.full(n, np.nan)), dtype=float)
+    v = b.floats("storage_gbs_per_node")
     return np.where(np.isnan(v) | (v <= 0), float(constants()["periodic"]["storage_gbs_per_node"]),
                     v) * GB
 
@@ -60,5 +59,4 @@ def seconds(b: Batch, train_pp) -> dict:
 
 def active(b: Batch) -> np.ndarray:
     """Rows whose weights reach the engines through storage (`refit_via_disk`)."""
-    n = len(b.placement)
-    return np.asarray(b.get("refit_via_disk", np.zeros(n)), dtype=float) > 0
+    return b.floats("refit_via_disk", 0.0) > 0

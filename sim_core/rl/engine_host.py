@@ -56,8 +56,7 @@ def per_seq_s(b: Batch) -> tuple[np.ndarray, np.ndarray]:
     v0 = np.asarray(b.rollout_vllm_v0, dtype=float) > 0
     v1 = (eng == inputs.ENGINE.index("vllm")) & ~v0
     # vLLM >= 0.10.0 with async_scheduling: the scheduler runs one step ahead of the GPU
-    ahead = v1 & (np.asarray(b.get("rollout_async_scheduling", np.zeros(len(eng))),
-                             dtype=float) > 0)
+    ahead = v1 & (b.floats("rollout_async_scheduling", 0.0) > 0)
     sg = eng == inputs.ENGINE.index("sglang")
     v1_loops = float(k["vllm_v1_loops"]) + np.where(lp, float(k["vllm_v1_logprob_loops"]), 0.0)
     sg_loops = float(k["sglang_loops"]) + np.where(lp, float(k["sglang_logprob_loops"]), 0.0)

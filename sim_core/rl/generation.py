@@ -107,7 +107,7 @@ def truncated_fraction(b: Batch) -> np.ndarray:
     bounded so that the responses that end on their own keep at least half of the mean
     (p x max <= mean / 2: the mixture must be able to have the stated mean)."""
     p0 = float(constants()["length"]["truncated_fraction"])
-    stated = np.asarray(b.get("response_clip_ratio", np.full(len(b), np.nan)), dtype=float)
+    stated = b.floats("response_clip_ratio")
     p = np.where(np.isnan(stated), p0, stated)
     mx = np.maximum(b.response_max, 1.0)
     return np.clip(np.minimum(p, 0.5 * b.response_mean / mx), 0.0, 0.999)
@@ -161,7 +161,7 @@ def batched_tokens(b: Batch) -> np.ndarray:
     """Tokens per engine step (vLLM `max_num_batched_tokens`): the run's where it states one
     (verl's DeepSeek-V3 script sets prompt + response caps), else catalogs/rl.yaml's."""
     k = constants()["vllm"]["max_num_batched_tokens"]
-    own = np.asarray(b.get("max_num_batched_tokens", np.zeros(len(b))), dtype=float)
+    own = b.floats("max_num_batched_tokens", 0.0)
     return np.where(np.nan_to_num(own) > 0, own, float(k))
 
 
@@ -327,14 +327,14 @@ def v0_host_per_seq(b: Batch) -> np.ndarray:
 def spec_tokens(b: Batch) -> np.ndarray:
     """Drafted tokens per decode step (vLLM `speculative_config.num_speculative_tokens`; 0 =
     no speculative decoding)."""
-    return np.nan_to_num(np.asarray(b.get("spec_tokens", np.zeros(len(b))), dtype=float))
+    return np.nan_to_num(b.floats("spec_tokens", 0.0))
 
 
 def spec_active(b: Batch, batch) -> np.ndarray:
     """Whether a replica running `batch` sequences drafts: speculative decoding on, and at most
     `spec_max_running` requests running where the run sets that switch (0: no switch). batch:
     (n,) or (n, G)."""
-    lim = np.nan_to_num(np.asarray(b.get("spec_max_running", np.zeros(len(b))), dtype=float))
+    lim = np.nan_to_num(b.floats("spec_max_running", 0.0))
     batch = np.asarray(batch, dtype=float)
     if batch.ndim == 2:
         lim = lim[:, None]
@@ -348,7 +348,7 @@ def tokens_per_step(b: Batch) -> np.ndarray:
     catalogs/rl.yaml spec.acceptance)."""
     k_ = spec_tokens(b)
     a0 = float(constants().get("spec", {}).get("acceptance", 0.0))
-    a = np.asarray(b.get("spec_acceptance", np.full(len(b), np.nan)), dtype=float)
+    a = b.floats("spec_acceptance")
     a = np.clip(np.where(np.isnan(a), a0, a), 0.0, 0.999)
     return np.where(k_ > 0, (1.0 - a ** (k_ + 1.0)) / (1.0 - a), 1.0)
 
@@ -395,7 +395,7 @@ def reprefill_time(b: Batch, conc, ctx) -> np.ndarray:
     `allow_interrupt=True`, and partial_rollout.py resubmits each interrupted request with its
     tokens so far). Once per update: the `conc` running sequences, each holding `ctx` tokens
     on average, through prefill_time."""
-    on = np.asarray(b.get("reprefill_on_update", np.zeros(len(b))), dtype=float) > 0
+    on = b.floats("reprefill_on_update", 0.0) > 0
     conc = np.asarray(conc, dtype=float)
     t = prefill_time(b, conc * ctx, ctx)
     return np.where(on, t, 0.0)

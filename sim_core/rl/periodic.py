@@ -60,8 +60,7 @@ def _k() -> dict:
 
 def _col(b, name: str, default: float) -> np.ndarray:
     """A batch column as floats (NaN -> default); the default where a batch lacks it."""
-    n = len(b.placement)
-    v = np.asarray(b.get(name, np.full(n, np.nan)), dtype=float)
+    v = b.floats(name)
     return np.where(np.isnan(v), default, v)
 
 

@@ -171,7 +171,7 @@ def counts(b, dtensor, free_bytes, ep) -> dict:
 def streams(b) -> np.ndarray:
     """NeMo RL rows whose colocated refit streams over ZMQ (release 0.4 or later, or not
     stated: the current release); earlier releases go through the controller."""
-    v = np.asarray(b.get("rl_framework_version", np.full(len(b), np.nan)), dtype=float)
+    v = b.floats("rl_framework_version")
     return ~(v < ZMQ_SINCE)
 
 
