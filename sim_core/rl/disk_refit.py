@@ -32,16 +32,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..columns import Batch
-from .inputs import constants
+from . import periodic
 
-GB = 1e9
 SHARD_BYTES = 1e10  # realhf hf_registry.save: REAL_SAVE_MAX_SHARD_SIZE_BYTE default
-
-
-def _bandwidth(b: Batch) -> np.ndarray:
-    v = b.floats("storage_gbs_per_node")
-    return np.where(np.isnan(v) | (v <= 0), float(constants()["periodic"]["storage_gbs_per_node"]),
-                    v) * GB
 
 
 def seconds(b: Batch, train_pp) -> dict:
@@ -51,7 +44,7 @@ def seconds(b: Batch, train_pp) -> dict:
     pp = np.maximum(np.asarray(train_pp, dtype=float), 1.0)
     writers = pp * np.ceil(model / pp / SHARD_BYTES)
     nodes = np.maximum(np.ceil(b.train_gpus / np.maximum(b.gpus_per_node, 1.0)), 1.0)
-    bw = _bandwidth(b)
+    bw = periodic.storage_bytes_per_s(b)
     write = model / np.minimum(writers, nodes) / bw
     read = model / bw
     return {"disk_write_s": write, "disk_read_s": read, "disk_refit_s": write + read}

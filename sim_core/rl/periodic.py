@@ -64,6 +64,15 @@ def _col(b, name: str, default: float) -> np.ndarray:
     return np.where(np.isnan(v), default, v)
 
 
+def storage_bytes_per_s(b) -> np.ndarray:
+    """Per row, the storage's per-node bandwidth in B/s: the row's or run's
+    `storage_gbs_per_node`, the catalog's cited default where blank (or not positive: run files
+    and spaces reject those). Checkpoints write at it; AReaL's disk refit (disk_refit.py)
+    writes and reads at it."""
+    v = b.floats("storage_gbs_per_node")
+    return np.where(np.isnan(v) | (v <= 0), float(_k()["storage_gbs_per_node"]), v) * GB
+
+
 def active(b) -> tuple[np.ndarray, np.ndarray]:
     """(rows that validate, rows that checkpoint): a positive period and, for validation, a
     positive number of samples. Blank (NaN / 0) = nothing priced."""
@@ -162,7 +171,7 @@ def checkpoint_seconds(b, fsdp, step_s=None) -> dict:
     is priced."""
     _, on = active(b)
     by = checkpoint_bytes(b, fsdp)
-    bw = _col(b, "storage_gbs_per_node", float(_k()["storage_gbs_per_node"])) * GB
+    bw = storage_bytes_per_s(b)
     write = np.where(on, by["checkpoint_node_bytes"] / bw, 0.0)
     step = np.full(len(b.placement), np.nan) if step_s is None else step_s
     period = np.where(on, save_period_steps(b, step), 1.0)
