@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import nccl
 from .inputs import constants
-from .megatron_gather import group_nodes
+from .megatron_gather import group_nodes, pp_key_latency
 from .refit_host import collective_latency
 
 # keys per layer the recipe's MindSpeed DeepSeek-V3 model registers (verl_patches/models/mcore/
@@ -91,13 +91,13 @@ def key_counts(b, pp) -> dict:
             "hf_extra": hf_extra, "extra_layers": extra, "dense_slots": dense_slots}
 
 
-def volumes(b, tp, pp, ep, rollout_ep) -> dict:
+def volumes(b, tp, pp, ep, rollout_ep, kc=None) -> dict:
     """bf16 bytes per rank by collective (all-gather: output bytes; broadcast: the buffer;
-    all-to-all: the rank's send buffer)."""
+    all-to-all: the rank's send buffer); kc: key_counts at this pp, where the caller has them."""
     tp, pp, ep = (np.maximum(x, 1.0) for x in (tp, pp, ep))
     routed = b.routed_params * 2.0
     nonexp = (b.params - b.routed_params) * 2.0
-    kc = key_counts(b, pp)
+    kc = key_counts(b, pp) if kc is None else kc
     embed = b.vocab * b.hidden * 2.0 * (2.0 - b.tied_embeddings)
     qkv = np.maximum(b.replicated_params - b.moe_layers * b.hidden * b.experts, 0.0) * 2.0
     dense_mlp = (b.layers - b.moe_layers) * 3.0 * b.hidden * b.ffn * 2.0
@@ -122,8 +122,8 @@ def volumes(b, tp, pp, ep, rollout_ep) -> dict:
 def reshard_time(b, tp, pp, ep, rollout_ep, train_gpus, net) -> dict:
     """Seconds of the reshard (module docstring), before the engine's own copy."""
     tp, pp, ep = (np.maximum(np.asarray(x, float), 1.0) for x in (tp, pp, ep))
-    v = volumes(b, tp, pp, ep, rollout_ep)
     kc = key_counts(b, pp)
+    v = volumes(b, tp, pp, ep, rollout_ep, kc)
     etp = tp * ep
     g = group_nodes(b, tp, pp, ep, np.ones_like(tp), train_gpus)
     etp_nodes = np.maximum(np.ceil(etp / b.gpus_per_node), 1.0)
@@ -138,7 +138,7 @@ def reshard_time(b, tp, pp, ep, rollout_ep, train_gpus, net) -> dict:
     # broadcast_object_list / spec / tensor broadcasts over PP, then the TP all-gather or the
     # experts' all-to-all; path 2 per slot: the names' all_gather_object (2), the TP all-gather,
     # the PP all-to-all
-    per_chain = 4 * lat("all_gather", pp, g["pp"]) + 3 * lat("broadcast", pp, g["pp"])
+    per_chain = pp_key_latency(pp, g["pp"], net)
     t_lat = (kc["chain_keys"] * per_chain
              + kc["expert_keys"] * lat("all_to_all", etp, etp_nodes)
              + (kc["chain_keys"] - kc["expert_keys"]) * lat("all_gather", tp, g["tp"])

@@ -132,12 +132,20 @@ def copy_bytes(b, tp, etp, nemo) -> np.ndarray:
     return np.where(nemo, nemo_bytes, verl_bytes)
 
 
+def pp_key_latency(pp, p_nodes, net) -> np.ndarray:
+    """The latency one key pays over PP in verl's per-tensor walk: the object collectives'
+    sizes and bytes (4 all-gathers) and the broadcast_object_list / spec / tensor broadcasts
+    (3); also cann-recipes-train's chain keys (alltoallv_reshard.py)."""
+    return (4 * collective_latency("all_gather", pp, p_nodes, net)
+            + 3 * collective_latency("broadcast", pp, p_nodes, net))
+
+
 def verl_key_chain(b, tp, pp, ep, etp, tp_nodes, p_nodes, ep_nodes, etp_nodes, net):
     """verl's per-key work (module docstring): (collectives, their latency in seconds, the keys
     walked, the fitted host seconds)."""
     non_expert, expert = megatron_keys(b, ep)
     keys = non_expert + expert
-    per_pp = 4 * collective_latency("all_gather", pp, p_nodes, net) + 3 * collective_latency("broadcast", pp, p_nodes, net)
+    per_pp = pp_key_latency(pp, p_nodes, net)
     t = (keys * per_pp + non_expert * collective_latency("all_gather", tp, tp_nodes, net)
          + expert * (collective_latency("all_gather", ep, ep_nodes, net)
                      + ep * collective_latency("all_gather", etp, etp_nodes, net)))
