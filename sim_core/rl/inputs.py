@@ -262,6 +262,15 @@ def train_col(tf: pd.DataFrame, name: str) -> np.ndarray:
     return tf[name].to_numpy(float) if name in tf else np.ones(len(tf))
 
 
+def recompute_mode(tf: pd.DataFrame) -> np.ndarray:
+    """The training frame's activation recompute per row, lower-case ("full", "selective",
+    ...; "none" where the frame leaves it out): the host rules that a full recompute replays
+    read it this way."""
+    if "recompute" not in tf:
+        return np.full(len(tf), "none")
+    return tf["recompute"].astype(str).str.lower().to_numpy()
+
+
 def train_dp(tf: pd.DataFrame, b) -> np.ndarray:
     """Data-parallel ranks of the training frame: its GPUs over tp x pp x cp (at least 1)."""
     mp = train_col(tf, "tp") * train_col(tf, "pp") * train_col(tf, "cp")

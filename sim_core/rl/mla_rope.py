@@ -60,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 from . import host
-from .inputs import RL_FRAMEWORK, fsdp, stated_flag, train_col
+from .inputs import RL_FRAMEWORK, fsdp, recompute_mode, stated_flag, train_col
 
 CALLS = 2            # query and key positional parts, per layer forward
 # .tolist() and the length comparison; with one sequence per micro-batch RoPE's length equals
@@ -93,8 +93,7 @@ def seconds(b, df: pd.DataFrame, tf: pd.DataFrame, sim: pd.DataFrame) -> dict:
     pp = np.maximum(train_col(tf, "pp"), 1.0)
     layers = np.maximum(np.ceil(np.asarray(b.layers, dtype=float) / pp), 1.0)
     m = np.maximum(sim["num_microbatches"].to_numpy(float), 1.0)
-    rc = tf["recompute"].astype(str).str.lower().to_numpy() if "recompute" in tf \
-        else np.full(len(tf), "none")
+    rc = recompute_mode(tf)
     forwards = np.where(rc == "full", 2.0, 1.0)
     per = m * layers * layer_forward_seconds(tf["micro_batch"].to_numpy(float))
     zero = np.zeros(len(tf))

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from .. import catalog, compute
-from .inputs import RL_FRAMEWORK, stated_flag, train_col
+from .inputs import RL_FRAMEWORK, recompute_mode, stated_flag, train_col
 from .moe_host import rows as megatron_moe_rows
 
 # element size of the router's probabilities (Megatron-Core `moe_router_dtype`; None = bf16)
@@ -119,8 +119,7 @@ def exposed(b, df: pd.DataFrame, tf: pd.DataFrame, sim: pd.DataFrame, tok_ratio)
     layers = np.maximum(np.ceil(b.layers / pp), 1.0)
     moe = np.minimum(np.ceil(b.moe_layers / pp), layers)  # on the busiest stage
     m = np.maximum(sim["num_microbatches"].to_numpy(float), 1.0)
-    rc = tf["recompute"].astype(str).str.lower().to_numpy() if "recompute" in tf \
-        else np.full(len(tf), "none")
+    rc = recompute_mode(tf)
     replay = np.where(rc == "full", x_f, 0.0)
     zero = np.zeros(len(tf))
     return {"update_s": np.where(on, m * moe * (x_f + x_b + replay), zero),

@@ -73,7 +73,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .inputs import RL_FRAMEWORK, constants, fsdp, stated_flag, train_col
+from .inputs import RL_FRAMEWORK, constants, fsdp, recompute_mode, stated_flag, train_col
 
 # what the RL rows' frameworks set when the run does not say (NeMo 33259f25 Qwen3MoEConfig;
 # slime 05370bf9 scripts/models/qwen3-30B-A3B.sh; verl's DeepSeek-V3 recipe sets permute fusion)
@@ -146,8 +146,7 @@ def exposed(b, df: pd.DataFrame, tf: pd.DataFrame, sim: pd.DataFrame,
     # recompute replays the forward's (the core counts them 1.5x then); the bubble is idle
     # time, not the layer's work. Only a full recompute replays the dispatcher (selective
     # recompute replays core attention or chosen modules, no sync)
-    rc = tf["recompute"].astype(str).str.lower().to_numpy() if "recompute" in tf \
-        else np.full(len(tf), "none")
+    rc = recompute_mode(tf)
     replay = (rc == "full") & (sim["time_recompute"].to_numpy() > 0)
     comm = sum(sim[c].to_numpy() for c in ("time_tp", "time_cp", "time_ep", "time_pp"))
     share = np.where(replay, 1 / 3, 1 / 2)
