@@ -213,8 +213,10 @@ def simulate_rl(df: pd.DataFrame, profile=None, phase_scales=None) -> pd.DataFra
     drv = verl_driver.seconds(b)
     prep = fx["phase_side_s"] + drv["driver_s"]
     # the white-box step, before any phase scale: what a time-based checkpoint period counts
-    step_white = compose_step(b.asynchrony, *_gen_paths(b, gen), lp, up, sync, t_off,
-                              fixed_colo, prep)
+    # (composed only where a row has one: periodic.save_period_steps reads it nowhere else)
+    step_white = (compose_step(b.asynchrony, *_gen_paths(b, gen), lp, up, sync, t_off,
+                               fixed_colo, prep)
+                  if (b.floats("save_period_s", 0.0) > 0).any() else None)
     if sc is None:  # a profile's installed scales, else NeMo RL's shipped ones (catalogs/rl.yaml)
         sc = _phase_scales if _phase_scales is not None else default_scales(b)
     if sc:  # phase scales, per row or one each (none: the arrays are left untouched)
